@@ -1,0 +1,570 @@
+//! End-to-end checks of every fault spec and the control API, over real sockets
+//! with a deliberately minimal HTTP/1.1 client: the point is to see exactly what
+//! goes over the wire (a missing chunk terminator, a connection closed before any
+//! byte), which a full client library would hide behind its own errors.
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use retrywise_fault_server::{spawn_background, ServerHandle};
+use serde_json::{json, Value};
+
+/// Upper bound for any single read; no test legitimately waits this long.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+struct Reply {
+    /// 0 when the server sent nothing at all.
+    status: u16,
+    headers: Vec<(String, String)>,
+    /// Body with chunked framing removed.
+    body: Vec<u8>,
+    /// Whether the body was properly terminated (content-length reached or the
+    /// final zero-size chunk seen).
+    complete: bool,
+    raw_len: usize,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("body is JSON")
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Parses whatever arrived before EOF; tolerant of truncation by design.
+fn parse(raw: &[u8]) -> Reply {
+    let Some(head_end) = find(raw, b"\r\n\r\n") else {
+        return Reply {
+            status: 0,
+            headers: vec![],
+            body: vec![],
+            complete: false,
+            raw_len: raw.len(),
+        };
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let rest = &raw[head_end + 4..];
+    let mut reply = Reply {
+        status,
+        headers,
+        body: vec![],
+        complete: false,
+        raw_len: raw.len(),
+    };
+    if let Some(len) = reply.header("content-length") {
+        let len: usize = len.parse().expect("content-length");
+        reply.complete = rest.len() >= len;
+        reply.body = rest[..len.min(rest.len())].to_vec();
+    } else if reply.header("transfer-encoding") == Some("chunked") {
+        let mut at = 0;
+        while let Some(line_end) = find(&rest[at..], b"\r\n") {
+            let size_text = String::from_utf8_lossy(&rest[at..at + line_end]).into_owned();
+            let size = usize::from_str_radix(size_text.trim(), 16).expect("chunk size");
+            at += line_end + 2;
+            if size == 0 {
+                reply.complete = true;
+                break;
+            }
+            if rest.len() < at + size + 2 {
+                reply.body.extend_from_slice(&rest[at.min(rest.len())..]);
+                break;
+            }
+            reply.body.extend_from_slice(&rest[at..at + size]);
+            at += size + 2;
+        }
+    } else {
+        reply.body = rest.to_vec();
+        reply.complete = true;
+    }
+    reply
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(READ_TIMEOUT))
+        .expect("timeout");
+    stream
+}
+
+fn send(stream: &mut TcpStream, method: &str, path: &str, headers: &[(&str, &str)], body: &str) {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        req.push_str(&format!("{name}: {value}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    stream.write_all(req.as_bytes()).expect("write request");
+}
+
+/// Sends one request and reads until the server closes the connection.
+fn call(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut stream = connect(addr);
+    send(&mut stream, method, path, headers, body);
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            // An abortive close is still "the server went away".
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+    parse(&raw)
+}
+
+fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
+    call(addr, "POST", path, &[], body)
+}
+
+fn post_as(addr: SocketAddr, path: &str, logical_id: &str) -> Reply {
+    call(
+        addr,
+        "POST",
+        path,
+        &[("retrywise-request-id", logical_id)],
+        "{}",
+    )
+}
+
+fn get_json(addr: SocketAddr, path: &str) -> Value {
+    let reply = call(addr, "GET", path, &[], "");
+    assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+    reply.json()
+}
+
+fn server() -> (SocketAddr, ServerHandle) {
+    spawn_background().expect("start fault server")
+}
+
+fn sse_data_lines(reply: &Reply) -> Vec<String> {
+    reply
+        .text()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn ok_returns_a_chat_completion() {
+    let (addr, _server) = server();
+    for path in ["/s/ok/v1/chat/completions", "/v1/chat/completions"] {
+        let reply = post(addr, path, r#"{"model":"gpt-test","messages":[]}"#);
+        assert_eq!(reply.status, 200);
+        assert!(reply.complete);
+        assert_eq!(reply.header("content-type"), Some("application/json"));
+        let body = reply.json();
+        assert_eq!(body["object"], "chat.completion");
+        assert_eq!(body["model"], "gpt-test");
+        assert_eq!(body["choices"][0]["message"]["content"], "ok");
+    }
+}
+
+#[test]
+fn ok_streams_five_openai_chunks_then_done() {
+    let (addr, _server) = server();
+    let reply = post(addr, "/s/ok/v1/chat/completions", r#"{"stream":true}"#);
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("content-type"), Some("text/event-stream"));
+    assert!(reply.complete, "stream ends with the chunked terminator");
+    let data = sse_data_lines(&reply);
+    assert_eq!(data.len(), 6, "{data:?}");
+    assert_eq!(data[5], "[DONE]");
+    let chunks: Vec<Value> = data[..5]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("chunk JSON"))
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(chunks[1]["choices"][0]["delta"]["content"], "c1 ");
+    assert_eq!(chunks[4]["choices"][0]["finish_reason"], "stop");
+}
+
+#[test]
+fn anthropic_paths_get_message_shapes() {
+    let (addr, _server) = server();
+    let reply = post(addr, "/s/ok/v1/messages", r#"{"model":"claude-test"}"#);
+    assert_eq!(reply.status, 200);
+    let body = reply.json();
+    assert_eq!(body["type"], "message");
+    assert_eq!(body["model"], "claude-test");
+    assert_eq!(body["content"][0]["text"], "ok");
+
+    let reply = post(addr, "/s/ok/v1/messages", r#"{"stream":true}"#);
+    assert!(reply.complete);
+    let events: Vec<String> = reply
+        .text()
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+
+    let reply = post(addr, "/s/status:529:overloaded_error/v1/messages", "{}");
+    assert_eq!(reply.status, 529);
+    let body = reply.json();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "overloaded_error");
+
+    let reply = post(addr, "/s/status:429/v1/messages", "{}");
+    assert_eq!(reply.json()["error"]["type"], "rate_limit_error");
+}
+
+#[test]
+fn status_specs_return_openai_error_bodies() {
+    let (addr, _server) = server();
+    let reply = post(addr, "/s/status:503/v1/chat/completions", "{}");
+    assert_eq!(reply.status, 503);
+    assert_eq!(reply.json()["error"]["code"], Value::Null);
+    assert_eq!(reply.json()["error"]["type"], "server_error");
+
+    let reply = post(
+        addr,
+        "/s/status:429:insufficient_quota/v1/chat/completions",
+        "{}",
+    );
+    assert_eq!(reply.status, 429);
+    assert_eq!(reply.json()["error"]["code"], "insufficient_quota");
+    assert_eq!(reply.json()["error"]["type"], "insufficient_quota");
+
+    for code in [400, 401] {
+        let reply = post(addr, &format!("/s/status:{code}/v1/chat/completions"), "{}");
+        assert_eq!(reply.status, code);
+        assert!(reply.json()["error"]["message"].is_string());
+    }
+}
+
+#[test]
+fn flaky_fails_n_times_per_logical_request() {
+    let (addr, _server) = server();
+    let path = "/s/flaky:2:503/v1/chat/completions";
+    let statuses: Vec<u16> = (0..4).map(|_| post_as(addr, path, "A").status).collect();
+    assert_eq!(statuses, [503, 503, 200, 200]);
+    // Another logical request starts its own sequence.
+    assert_eq!(post_as(addr, path, "B").status, 503);
+    // Without a logical id the whole spec is one sequence.
+    let anon: Vec<u16> = (0..3).map(|_| post(addr, path, "{}").status).collect();
+    assert_eq!(anon, [503, 503, 200]);
+}
+
+#[test]
+fn retry_after_forms() {
+    let (addr, _server) = server();
+    let reply = post(addr, "/s/ra-secs:1.5/v1/chat/completions", "{}");
+    assert_eq!(reply.status, 429);
+    assert_eq!(reply.header("retry-after"), Some("1.5"));
+    assert_eq!(reply.header("retry-after-ms"), None);
+
+    let reply = post(addr, "/s/ra-ms:250/v1/chat/completions", "{}");
+    assert_eq!(reply.status, 429);
+    assert_eq!(reply.header("retry-after-ms"), Some("250"));
+    assert_eq!(reply.header("retry-after"), None);
+
+    let reply = post(addr, "/s/ra-date:30/v1/chat/completions", "{}");
+    assert_eq!(reply.status, 429);
+    let date = reply.header("retry-after").expect("retry-after");
+    let at = httpdate::parse_http_date(date).expect("IMF-fixdate");
+    let ahead = at
+        .duration_since(SystemTime::now())
+        .expect("in the future")
+        .as_secs_f64();
+    assert!((27.0..=30.0).contains(&ahead), "{ahead}");
+
+    // `then-ok`: only the first attempt of each logical request is refused.
+    let path = "/s/ra-secs:0:then-ok/v1/chat/completions";
+    assert_eq!(post_as(addr, path, "X").status, 429);
+    assert_eq!(post_as(addr, path, "X").status, 200);
+    assert_eq!(post_as(addr, path, "Y").status, 429);
+}
+
+#[test]
+fn drop_closes_without_any_response() {
+    let (addr, _server) = server();
+    let reply = post(addr, "/s/drop/v1/chat/completions", r#"{"model":"m"}"#);
+    assert_eq!(reply.raw_len, 0, "not a single byte of response");
+    // The request did arrive: the outcome is unknown to the client, not absent.
+    let records = get_json(addr, "/control/requests?spec=drop");
+    assert_eq!(records.as_array().map(Vec::len), Some(1));
+    assert_eq!(records[0]["status"], Value::Null);
+}
+
+#[test]
+fn sse_cut_delivers_exactly_n_chunks_then_breaks() {
+    let (addr, _server) = server();
+    let reply = post(
+        addr,
+        "/s/sse-cut:2/v1/chat/completions",
+        r#"{"stream":true}"#,
+    );
+    assert_eq!(reply.status, 200);
+    assert!(!reply.complete, "no chunked terminator");
+    let data = sse_data_lines(&reply);
+    assert_eq!(data.len(), 2, "{data:?}");
+    assert!(!data.iter().any(|d| d == "[DONE]"));
+
+    // Zero chunks: headers, then the connection dies before any event.
+    let reply = post(addr, "/s/sse-cut:0/v1/messages", "{}");
+    assert_eq!(reply.status, 200);
+    assert!(!reply.complete);
+    assert!(reply.body.is_empty());
+}
+
+#[test]
+fn slow_sse_and_delay_wait_before_sending() {
+    let (addr, _server) = server();
+    let started = Instant::now();
+    let reply = post(addr, "/s/slow-sse:40/v1/chat/completions", "{}");
+    assert!(started.elapsed() >= Duration::from_millis(4 * 40));
+    assert!(reply.complete);
+    assert_eq!(sse_data_lines(&reply).len(), 6);
+
+    let started = Instant::now();
+    let reply = post(addr, "/s/delay:100/v1/chat/completions", "{}");
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.json()["object"], "chat.completion");
+}
+
+#[test]
+fn malformed_is_200_json_that_does_not_parse() {
+    let (addr, _server) = server();
+    let reply = post(addr, "/s/malformed/v1/chat/completions", "{}");
+    assert_eq!(reply.status, 200);
+    assert!(reply.complete);
+    assert_eq!(reply.header("content-type"), Some("application/json"));
+    assert!(serde_json::from_slice::<Value>(&reply.body).is_err());
+}
+
+#[test]
+fn hang_never_answers_and_frees_work_when_the_client_leaves() {
+    let (addr, _server) = server();
+    let mut stream = connect(addr);
+    send(
+        &mut stream,
+        "POST",
+        "/s/hang/v1/chat/completions",
+        &[],
+        "{}",
+    );
+    stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+        other => panic!("expected no answer, got {other:?}"),
+    }
+    assert_eq!(get_json(addr, "/control/health")["in_flight"], 1);
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        if get_json(addr, "/control/health")["in_flight"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hung request outlived its client"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn recording_captures_propagation_headers_and_reset_clears() {
+    let (addr, _server) = server();
+    let headers = [
+        ("retrywise-request-id", "L-1"),
+        ("retrywise-attempt", "2"),
+        ("retrywise-deadline-ms", "1500"),
+        ("idempotency-key", "idem-7"),
+        ("x-stainless-retry-count", "0"),
+    ];
+    let path = "/s/flaky:1:503/v1/chat/completions";
+    assert_eq!(call(addr, "POST", path, &headers, "{}").status, 503);
+    assert_eq!(call(addr, "POST", path, &headers, "{}").status, 200);
+    post_as(addr, "/s/status:400/v1/chat/completions", "L-2");
+    call(addr, "GET", "/v1/models", &[("retrywise-attempt", "x")], "");
+
+    let records = get_json(addr, "/control/requests?logical_id=L-1");
+    let records = records.as_array().expect("array");
+    assert_eq!(records.len(), 2);
+    let first = &records[0];
+    assert_eq!(first["seq"], 1);
+    assert_eq!(first["method"], "POST");
+    assert_eq!(first["path"], path);
+    assert_eq!(first["api_path"], "/v1/chat/completions");
+    assert_eq!(first["spec"], "flaky:1:503");
+    assert_eq!(first["attempt"], 2);
+    assert_eq!(first["deadline_ms"], 1500);
+    assert_eq!(first["idempotency_key"], "idem-7");
+    assert_eq!(first["x_stainless_retry_count"], "0");
+    assert_eq!(first["retrywise_headers"]["retrywise-deadline-ms"], "1500");
+    assert_eq!(first["status"], 503);
+    assert_eq!(records[1]["status"], 200);
+    assert!(records[1]["at_ms"].as_f64() >= first["at_ms"].as_f64());
+
+    let plain = get_json(addr, "/control/requests?spec=ok");
+    assert_eq!(plain[0]["api_path"], "/v1/models");
+    assert_eq!(
+        plain[0]["attempt"],
+        Value::Null,
+        "unparseable attempt is null"
+    );
+    assert_eq!(plain[0]["logical_id"], Value::Null);
+
+    let counts = get_json(addr, "/control/counts");
+    assert_eq!(counts["total"], 4);
+    assert_eq!(counts["by_logical_id"], json!({"L-1": 2, "L-2": 1}));
+    assert_eq!(counts["by_spec"]["flaky:1:503"], 2);
+
+    let reset = call(addr, "POST", "/control/reset", &[], "");
+    assert_eq!(reset.status, 200);
+    assert_eq!(get_json(addr, "/control/requests"), json!([]));
+    assert_eq!(get_json(addr, "/control/counts")["total"], 0);
+    // Reset also restarts fault sequences.
+    assert_eq!(call(addr, "POST", path, &headers, "{}").status, 503);
+}
+
+#[test]
+fn closed_port_refuses_connections() {
+    let (addr, _server) = server();
+    let port = get_json(addr, "/control/closed-port")["port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .expect("port");
+    let err = TcpStream::connect(("127.0.0.1", port)).expect_err("nothing listens");
+    assert_eq!(err.kind(), ErrorKind::ConnectionRefused);
+}
+
+#[test]
+fn bad_specs_and_control_misuse_are_rejected() {
+    let (addr, _server) = server();
+    let reply = post(addr, "/s/status:abc/v1/chat/completions", "{}");
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["code"], "invalid_fault_spec");
+    // Percent-encoded colons are accepted too.
+    assert_eq!(
+        post(addr, "/s/status%3A418/v1/chat/completions", "{}").status,
+        418
+    );
+
+    assert_eq!(call(addr, "GET", "/control/nope", &[], "").status, 404);
+    let reply = call(addr, "GET", "/control/reset", &[], "");
+    assert_eq!(reply.status, 405);
+    assert_eq!(reply.header("allow"), Some("POST"));
+}
+
+#[test]
+fn in_process_handle_exposes_state_and_stops() {
+    let (addr, server) = server();
+    assert_eq!(server.addr(), addr);
+    let base = server.base_url("status:503");
+    let path = base.trim_start_matches(&format!("http://{addr}"));
+    assert_eq!(
+        post(addr, &format!("{path}/v1/chat/completions"), "{}").status,
+        503
+    );
+    assert_eq!(server.state().counts().total, 1);
+    server.shutdown().expect("clean shutdown");
+    assert!(TcpStream::connect(addr).is_err(), "listener closed");
+}
+
+/// Starts the real binary the way the Python and Node harnesses do.
+fn start_binary() -> (std::process::Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retrywise-fault-server"))
+        .arg("--exit-on-stdin-close")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn binary");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read");
+    let addr = line
+        .trim()
+        .strip_prefix("LISTENING ")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    (child, addr)
+}
+
+fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("server did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn binary_announces_port_and_exits_when_stdin_closes() {
+    let (mut child, addr) = start_binary();
+    assert_eq!(get_json(addr, "/control/health")["status"], "ok");
+    drop(child.stdin.take());
+    assert!(wait_exit(&mut child).success());
+}
+
+#[cfg(unix)]
+#[test]
+fn binary_exits_cleanly_on_sigterm() {
+    let (mut child, addr) = start_binary();
+    assert_eq!(post(addr, "/s/ok/v1/chat/completions", "{}").status, 200);
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    assert!(wait_exit(&mut child).success());
+}
