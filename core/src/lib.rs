@@ -60,7 +60,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use deadline::{AttemptTimeouts, Inbound, InboundError};
 pub use engine::{Attempt, Call, CallSpec, Decision, Engine, EngineBuilder, HedgePlan, Mode, ReconcileItem, Stopped};
 pub use fallback::Needs;
-pub use outcome::{Headers, Outcome};
+pub use outcome::{vendor_code_from_body, Headers, Outcome};
 pub use policy::{Format, OnFailure, Policy, PolicyError, PolicyErrors};
 pub use stats::{KeyStats, Stats};
 pub use telemetry::{Event, EventKind};

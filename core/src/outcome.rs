@@ -207,3 +207,32 @@ mod tests {
         }
     }
 }
+
+/// Extracts the vendor error code from an OpenAI- or Anthropic-style error
+/// body: `error.code`, then `error.type` (`{"error":{"code":"insufficient_quota"}}`,
+/// `{"type":"error","error":{"type":"overloaded_error"}}`). Bindings call this
+/// so every language reads bodies the same way. Non-JSON bodies give `None`.
+pub fn vendor_code_from_body(body: &[u8]) -> Option<String> {
+    if body.len() > 1 << 20 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let err = v.get("error")?;
+    let pick = |k: &str| err.get(k).and_then(|c| c.as_str()).filter(|s| !s.is_empty()).map(str::to_string);
+    pick("code").or_else(|| pick("type"))
+}
+
+#[cfg(test)]
+mod body_tests {
+    use super::vendor_code_from_body as v;
+
+    #[test]
+    fn openai_and_anthropic_error_bodies() {
+        assert_eq!(v(br#"{"error":{"message":"x","type":"insufficient_quota","code":"insufficient_quota"}}"#).as_deref(), Some("insufficient_quota"));
+        assert_eq!(v(br#"{"error":{"message":"x","type":"invalid_request_error","code":"context_length_exceeded"}}"#).as_deref(), Some("context_length_exceeded"));
+        assert_eq!(v(br#"{"error":{"message":"x","type":"server_error","code":null}}"#).as_deref(), Some("server_error"));
+        assert_eq!(v(br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#).as_deref(), Some("overloaded_error"));
+        assert_eq!(v(b"not json"), None);
+        assert_eq!(v(br#"{"ok":true}"#), None);
+    }
+}
