@@ -164,6 +164,13 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
+// A panic inside a decision (only possible through a bug or the test hook)
+// leaves shared state consistent: locks do not poison, counters are atomic and
+// the panicking call's own state is discarded with it. Bindings rely on this
+// to keep an engine usable after turning a panic into an error.
+impl std::panic::UnwindSafe for Engine {}
+impl std::panic::RefUnwindSafe for Engine {}
+
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine").field("policy_version", &self.policy_version()).field("mode", &self.mode()).finish()
