@@ -1,1 +1,90 @@
-fn main() {}
+//! Per-decision cost of the core: a successful begin → next_attempt → report
+//! cycle, and a retry decision with budget and breaker active; one thread,
+//! and two threads on shared and on distinct keys.
+//!
+//! Run: `cargo bench -p retrywise --bench cycle`
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use retrywise::{Action, CallSpec, Engine, Outcome, Policy};
+use std::time::{Duration, Instant};
+
+fn engine(yaml: &str) -> Engine {
+    Engine::builder(Policy::from_str_any(yaml).unwrap())
+        .seed(1)
+        .read_env(false)
+        .build()
+        .unwrap()
+}
+
+/// Retries always granted (ratio 1, one request per call) and a breaker that
+/// records every outcome but never trips, so every iteration is a Retry decision.
+const RETRY_POLICY: &str = "budget: {ratio: 1.0, min_per_sec: 0}\nbreaker: {failure_rate: null}";
+
+fn success_cycle(e: &Engine, route: &str) {
+    let mut c = e.begin(CallSpec::new(route));
+    let a = c.next_attempt().unwrap();
+    black_box(&a);
+    let d = c.report(&Outcome::success());
+    debug_assert_eq!(d.action, Action::Succeeded);
+    black_box(d);
+}
+
+fn retry_decision(e: &Engine, route: &str, fail: &Outcome) {
+    let mut c = e.begin(CallSpec::new(route));
+    c.next_attempt().unwrap();
+    let d = c.report(fail);
+    debug_assert_eq!(d.action, Action::Retry);
+    black_box(d);
+}
+
+/// Runs `per_thread` iterations on each of two threads; returns wall time per iteration per thread.
+fn two_threads(iters: u64, e: &Engine, routes: [&str; 2], f: fn(&Engine, &str)) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for r in routes {
+            let e = e.clone();
+            s.spawn(move || {
+                for _ in 0..iters {
+                    f(&e, r);
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+fn benches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cycle");
+    let e = engine("");
+    g.bench_function("success/1-thread", |b| b.iter(|| success_cycle(&e, "openai/gpt-4o")));
+    let quiet = engine("telemetry: {ring_size: 0}");
+    g.bench_function("success/1-thread/no-ring", |b| {
+        b.iter(|| success_cycle(&quiet, "openai/gpt-4o"))
+    });
+    let r = engine(RETRY_POLICY);
+    let fail = Outcome::status(503);
+    g.bench_function("retry-decision/1-thread", |b| {
+        b.iter(|| retry_decision(&r, "openai/gpt-4o", &fail))
+    });
+    g.bench_function("success/2-threads/distinct-keys", |b| {
+        b.iter_custom(|iters| two_threads(iters, &e, ["up-a", "up-b"], success_cycle))
+    });
+    g.bench_function("success/2-threads/shared-key", |b| {
+        b.iter_custom(|iters| two_threads(iters, &e, ["up-a", "up-a"], success_cycle))
+    });
+    g.bench_function("retry-decision/2-threads/distinct-keys", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &r, ["up-a", "up-b"], |e, k| {
+                retry_decision(e, k, &Outcome::status(503))
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = cycle;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    targets = benches
+}
+criterion_main!(cycle);

@@ -125,7 +125,11 @@ pub fn parse_retry_after_value(v: &str, wall_now: SystemTime) -> Result<Duration
 /// Parses a non-negative decimal number of `unit_secs` seconds.
 fn parse_number(v: &str, unit_secs: f64) -> Result<Duration, HintProblem> {
     let t = v.trim();
-    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'-' || b == b'+') {
+    if t.is_empty()
+        || !t
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-' || b == b'+')
+    {
         return Err(HintProblem::Unparseable);
     }
     let x: f64 = t.parse().map_err(|_| HintProblem::Unparseable)?;
@@ -162,21 +166,30 @@ mod tests {
 
     #[test]
     fn retry_after_table() {
-        let cases: &[(&[(&str, &str)], Option<u64>, Option<&str>)] = &[
+        type Case<'a> = (&'a [(&'a str, &'a str)], Option<u64>, Option<&'a str>);
+        let cases: &[Case] = &[
             (&[("retry-after", "2")], Some(2_000), None),
             (&[("retry-after", "2.5")], Some(2_500), None),
             (&[("retry-after", "0")], Some(0), None),
             (&[("retry-after", "-1")], None, Some("retry_after_negative")),
             (&[("retry-after", "")], None, Some("retry_after_unparseable")),
             (&[("retry-after", "soon")], None, Some("retry_after_unparseable")),
-            (&[("retry-after", "99999999999999999999")], None, Some("retry_after_absurd")),
+            (
+                &[("retry-after", "99999999999999999999")],
+                None,
+                Some("retry_after_absurd"),
+            ),
             (&[("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")], Some(10_000), None),
             (&[("retry-after", "Sunday, 06-Nov-94 08:49:37 GMT")], Some(10_000), None),
             (&[("retry-after", "Sun Nov  6 08:49:37 1994")], Some(10_000), None),
             (&[("retry-after", "Sat, 05 Nov 1994 08:49:37 GMT")], Some(0), None),
             (&[("retry-after-ms", "1500")], Some(1_500), None),
             (&[("retry-after-ms", "1500"), ("retry-after", "9")], Some(1_500), None),
-            (&[("retry-after-ms", "junk"), ("retry-after", "3")], Some(3_000), Some("retry_after_unparseable")),
+            (
+                &[("retry-after-ms", "junk"), ("retry-after", "3")],
+                Some(3_000),
+                Some("retry_after_unparseable"),
+            ),
             (&[("Retry-After", "1")], Some(1_000), None),
             (&[], None, None),
         ];
@@ -201,13 +214,19 @@ mod tests {
     #[test]
     fn equal_and_decorrelated_bounds() {
         let mut rng = Pcg64Mcg::seed_from_u64(1);
-        let eq = Backoff { kind: BackoffKind::Equal, ..Backoff::default() };
+        let eq = Backoff {
+            kind: BackoffKind::Equal,
+            ..Backoff::default()
+        };
         for n in 0..20 {
             let c = ceiling_ms(&eq, n);
             let w = jitter_ms(&eq, n, 0, &mut rng);
             assert!(w >= c / 2 && w <= c, "{w} {c}");
         }
-        let de = Backoff { kind: BackoffKind::Decorrelated, ..Backoff::default() };
+        let de = Backoff {
+            kind: BackoffKind::Decorrelated,
+            ..Backoff::default()
+        };
         let mut prev = 0;
         for n in 0..50 {
             let w = jitter_ms(&de, n, prev, &mut rng);

@@ -46,6 +46,17 @@ impl BreakerState {
     }
 }
 
+impl From<BreakerOverride> for BreakerState {
+    fn from(o: BreakerOverride) -> Self {
+        match o {
+            BreakerOverride::ForceOpen => BreakerState::ForcedOpen,
+            BreakerOverride::ForceClosed => BreakerState::ForcedClosed,
+            BreakerOverride::Disabled => BreakerState::Disabled,
+            BreakerOverride::MetricsOnly => BreakerState::MetricsOnly,
+        }
+    }
+}
+
 /// A state change, for telemetry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Transition {
@@ -137,7 +148,8 @@ impl BreakerParams {
 
     /// Whether a failure of this class counts against the upstream.
     pub fn counts(&self, class: ErrorClass) -> bool {
-        !matches!(class, ErrorClass::InvalidRequest | ErrorClass::AuthOrPolicy) && self.counted[class.code() as usize % 9]
+        !matches!(class, ErrorClass::InvalidRequest | ErrorClass::AuthOrPolicy)
+            && self.counted[class.code() as usize % 9]
     }
 
     /// Whether an attempt of this duration is slow.
@@ -157,8 +169,13 @@ struct Bucket {
 #[derive(Debug)]
 enum Window {
     /// Last N calls; each byte: bit 0 failure, bit 1 slow, bit 2 present.
-    Count { ring: Vec<u8>, pos: usize },
-    Time { buckets: Vec<Bucket> },
+    Count {
+        ring: Vec<u8>,
+        pos: usize,
+    },
+    Time {
+        buckets: Vec<Bucket>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,10 +200,24 @@ struct Inner {
 impl Inner {
     fn new(params: BreakerParams) -> Self {
         let window = match params.kind {
-            WindowKind::Count => Window::Count { ring: vec![0; params.size as usize], pos: 0 },
-            WindowKind::Time => Window::Time { buckets: vec![Bucket::default(); params.buckets as usize] },
+            WindowKind::Count => Window::Count {
+                ring: vec![0; params.size as usize],
+                pos: 0,
+            },
+            WindowKind::Time => Window::Time {
+                buckets: vec![Bucket::default(); params.buckets as usize],
+            },
         };
-        Inner { params, state: State::Closed, window, calls: 0, failures: 0, slow: 0, consecutive: 0, trips: 0 }
+        Inner {
+            params,
+            state: State::Closed,
+            window,
+            calls: 0,
+            failures: 0,
+            slow: 0,
+            consecutive: 0,
+            trips: 0,
+        }
     }
 
     fn reset_window(&mut self) {
@@ -233,7 +264,10 @@ impl Inner {
                     self.calls -= b.calls as u64;
                     self.failures -= b.failures as u64;
                     self.slow -= b.slow as u64;
-                    *b = Bucket { epoch, ..Bucket::default() };
+                    *b = Bucket {
+                        epoch,
+                        ..Bucket::default()
+                    };
                 }
                 b.calls += 1;
                 b.failures += failure as u32;
@@ -275,11 +309,22 @@ impl Inner {
         let grown = p.open_ms as f64 * p.open_factor.powi((self.trips - 1).min(64) as i32);
         let base = grown.min(p.open_max_ms as f64);
         let mut rng = Pcg64Mcg::seed_from_u64(seed ^ (self.trips as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let j = if p.open_jitter > 0.0 { rng.gen_range(-p.open_jitter..p.open_jitter) } else { 0.0 };
+        let j = if p.open_jitter > 0.0 {
+            rng.gen_range(-p.open_jitter..p.open_jitter)
+        } else {
+            0.0
+        };
         let open_for = (base * (1.0 + j)).round().max(1.0) as u64;
-        self.state = State::Open { until_ms: now_ms.saturating_add(open_for) };
+        self.state = State::Open {
+            until_ms: now_ms.saturating_add(open_for),
+        };
         self.consecutive = 0;
-        Transition { from, to: BreakerState::Open, reason, open_for_ms: open_for }
+        Transition {
+            from,
+            to: BreakerState::Open,
+            reason,
+            open_for_ms: open_for,
+        }
     }
 
     fn close(&mut self) -> Transition {
@@ -287,7 +332,12 @@ impl Inner {
         self.trips = 0;
         self.reset_window();
         self.consecutive = 0;
-        Transition { from: BreakerState::HalfOpen, to: BreakerState::Closed, reason: "probes_succeeded", open_for_ms: 0 }
+        Transition {
+            from: BreakerState::HalfOpen,
+            to: BreakerState::Closed,
+            reason: "probes_succeeded",
+            open_for_ms: 0,
+        }
     }
 }
 
@@ -302,7 +352,10 @@ pub struct BreakerCell {
 impl BreakerCell {
     /// A closed breaker. `seed` should mix the engine seed and the key.
     pub fn new(params: BreakerParams, seed: u64) -> Self {
-        BreakerCell { inner: Mutex::new(Inner::new(params)), seed }
+        BreakerCell {
+            inner: Mutex::new(Inner::new(params)),
+            seed,
+        }
     }
 
     fn lock(&self, params: &BreakerParams) -> crate::sync::MutexGuardAlias<'_, Inner> {
@@ -318,7 +371,12 @@ impl BreakerCell {
     }
 
     /// Asks to send an attempt at `now_ms`.
-    pub fn acquire(&self, params: &BreakerParams, ovr: Option<BreakerOverride>, now_ms: u64) -> (Admit, Option<Transition>) {
+    pub fn acquire(
+        &self,
+        params: &BreakerParams,
+        ovr: Option<BreakerOverride>,
+        now_ms: u64,
+    ) -> (Admit, Option<Transition>) {
         match ovr {
             Some(BreakerOverride::ForceOpen) => return (Admit::Rejected { retry_in_ms: 0 }, None),
             Some(BreakerOverride::Disabled | BreakerOverride::ForceClosed | BreakerOverride::MetricsOnly) => {
@@ -329,15 +387,31 @@ impl BreakerCell {
         let mut g = self.lock(params);
         match g.state {
             State::Closed => (Admit::Allowed { probe: false }, None),
-            State::Open { until_ms } if now_ms < until_ms => (Admit::Rejected { retry_in_ms: until_ms - now_ms }, None),
+            State::Open { until_ms } if now_ms < until_ms => (
+                Admit::Rejected {
+                    retry_in_ms: until_ms - now_ms,
+                },
+                None,
+            ),
             State::Open { .. } => {
-                g.state = State::HalfOpen { in_flight: 1, successes: 0 };
-                let t = Transition { from: BreakerState::Open, to: BreakerState::HalfOpen, reason: "open_elapsed", open_for_ms: 0 };
+                g.state = State::HalfOpen {
+                    in_flight: 1,
+                    successes: 0,
+                };
+                let t = Transition {
+                    from: BreakerState::Open,
+                    to: BreakerState::HalfOpen,
+                    reason: "open_elapsed",
+                    open_for_ms: 0,
+                };
                 (Admit::Allowed { probe: true }, Some(t))
             }
             State::HalfOpen { in_flight, successes } => {
                 if in_flight < g.params.probes {
-                    g.state = State::HalfOpen { in_flight: in_flight + 1, successes };
+                    g.state = State::HalfOpen {
+                        in_flight: in_flight + 1,
+                        successes,
+                    };
                     (Admit::Allowed { probe: true }, None)
                 } else {
                     (Admit::Rejected { retry_in_ms: 0 }, None)
@@ -403,18 +477,17 @@ impl BreakerCell {
         }
         let mut g = self.lock(params);
         if let State::HalfOpen { in_flight, successes } = g.state {
-            g.state = State::HalfOpen { in_flight: in_flight.saturating_sub(1), successes };
+            g.state = State::HalfOpen {
+                in_flight: in_flight.saturating_sub(1),
+                successes,
+            };
         }
     }
 
     /// The state at `now_ms` (an elapsed open period reads as half-open).
     pub fn state(&self, params: &BreakerParams, ovr: Option<BreakerOverride>, now_ms: u64) -> BreakerState {
-        match ovr {
-            Some(BreakerOverride::ForceOpen) => return BreakerState::ForcedOpen,
-            Some(BreakerOverride::ForceClosed) => return BreakerState::ForcedClosed,
-            Some(BreakerOverride::Disabled) => return BreakerState::Disabled,
-            Some(BreakerOverride::MetricsOnly) => return BreakerState::MetricsOnly,
-            None => {}
+        if let Some(o) = ovr {
+            return o.into();
         }
         let g = self.lock(params);
         match g.state {
@@ -445,7 +518,13 @@ mod tests {
     use super::*;
 
     fn params(f: impl FnOnce(&mut BreakerPolicy)) -> BreakerParams {
-        let mut p = BreakerPolicy { min_calls: 4, window_size: 10, open_jitter: 0.0, close_after: 2, ..BreakerPolicy::default() };
+        let mut p = BreakerPolicy {
+            min_calls: 4,
+            window_size: 10,
+            open_jitter: 0.0,
+            close_after: 2,
+            ..BreakerPolicy::default()
+        };
         f(&mut p);
         BreakerParams::new(&p)
     }
@@ -464,7 +543,10 @@ mod tests {
         assert!(fail(&b, &p, 0).is_none());
         assert!(fail(&b, &p, 0).is_none());
         let t = fail(&b, &p, 0).unwrap();
-        assert_eq!((t.from, t.to, t.reason, t.open_for_ms), (BreakerState::Closed, BreakerState::Open, "failure_rate", 5_000));
+        assert_eq!(
+            (t.from, t.to, t.reason, t.open_for_ms),
+            (BreakerState::Closed, BreakerState::Open, "failure_rate", 5_000)
+        );
         assert_eq!(b.acquire(&p, None, 4_999).0, Admit::Rejected { retry_in_ms: 1 });
         let (a, t) = b.acquire(&p, None, 5_000);
         assert_eq!(a, Admit::Allowed { probe: true });
@@ -489,7 +571,10 @@ mod tests {
         let (a, _) = b.acquire(&p, None, 5_000);
         assert_eq!(a, Admit::Allowed { probe: true });
         let t = b.record(&p, None, 5_000, true, Record::Failure, false).unwrap();
-        assert_eq!((t.from, t.to, t.reason, t.open_for_ms), (BreakerState::HalfOpen, BreakerState::Open, "probe_failed", 10_000));
+        assert_eq!(
+            (t.from, t.to, t.reason, t.open_for_ms),
+            (BreakerState::HalfOpen, BreakerState::Open, "probe_failed", 10_000)
+        );
         b.acquire(&p, None, 15_000);
         let t = b.record(&p, None, 15_000, true, Record::Failure, false).unwrap();
         assert_eq!(t.open_for_ms, 20_000);
@@ -550,7 +635,10 @@ mod tests {
     fn overrides() {
         let p = params(|_| {});
         let b = BreakerCell::new(p.clone(), 1);
-        assert_eq!(b.acquire(&p, Some(BreakerOverride::ForceOpen), 0).0, Admit::Rejected { retry_in_ms: 0 });
+        assert_eq!(
+            b.acquire(&p, Some(BreakerOverride::ForceOpen), 0).0,
+            Admit::Rejected { retry_in_ms: 0 }
+        );
         for ovr in [BreakerOverride::MetricsOnly, BreakerOverride::ForceClosed] {
             for _ in 0..50 {
                 assert_eq!(b.acquire(&p, Some(ovr), 0).0, Admit::Allowed { probe: false });
@@ -563,7 +651,10 @@ mod tests {
             d.record(&p, Some(BreakerOverride::Disabled), 0, false, Record::Failure, false);
         }
         assert_eq!(d.window_counts(&p, 0), (0, 0, 0));
-        assert_eq!(b.state(&p, Some(BreakerOverride::MetricsOnly), 0), BreakerState::MetricsOnly);
+        assert_eq!(
+            b.state(&p, Some(BreakerOverride::MetricsOnly), 0),
+            BreakerState::MetricsOnly
+        );
     }
 
     #[test]

@@ -91,7 +91,11 @@ impl Window {
         if b.epoch != epoch {
             self.requests -= b.requests;
             self.retries -= b.retries;
-            *b = Bucket { epoch, requests: 0, retries: 0 };
+            *b = Bucket {
+                epoch,
+                requests: 0,
+                retries: 0,
+            };
         }
         idx
     }
@@ -143,7 +147,10 @@ impl BudgetCell {
         }
         let mut w = self.window(params);
         let i = w.advance(now_ms);
-        let allowed = params.ratio_milli.saturating_mul(w.requests).saturating_add(params.floor_milli);
+        let allowed = params
+            .ratio_milli
+            .saturating_mul(w.requests)
+            .saturating_add(params.floor_milli);
         if (w.retries + 1).saturating_mul(1000) > allowed {
             drop(w);
             if params.max_in_flight.is_some() {
@@ -172,7 +179,9 @@ impl BudgetCell {
     /// Frees the in-flight slot of a granted retry (its attempt was reported or abandoned).
     pub fn release(&self, params: &BudgetParams) {
         if params.max_in_flight.is_some() {
-            let _ = self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+            let _ = self
+                .in_flight
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
         }
     }
 
@@ -194,7 +203,11 @@ mod tests {
     use super::*;
 
     fn params(ratio: f64, floor: f64) -> BudgetParams {
-        BudgetParams::new(&BudgetPolicy { ratio, min_per_sec: floor, ..BudgetPolicy::default() })
+        BudgetParams::new(&BudgetPolicy {
+            ratio,
+            min_per_sec: floor,
+            ..BudgetPolicy::default()
+        })
     }
 
     fn grants(ratio: f64, requests: u64) -> u64 {

@@ -144,7 +144,11 @@ impl Classifier {
         match o.error {
             Some(ErrorKind::Cancelled) => return mk(ErrorClass::Cancelled, Disposition::Stop, Reason::Cancelled),
             Some(ErrorKind::DeadlineExceeded) => {
-                return mk(ErrorClass::DeadlineExceeded, Disposition::Stop, Reason::DeadlineExceeded)
+                return mk(
+                    ErrorClass::DeadlineExceeded,
+                    Disposition::Stop,
+                    Reason::DeadlineExceeded,
+                )
             }
             _ => {}
         }
@@ -153,7 +157,11 @@ impl Classifier {
             return mk(ErrorClass::AuthOrPolicy, Disposition::Stop, Reason::AuthError);
         }
         if Self::code_in(&self.context_codes, code) {
-            let mut c = mk(ErrorClass::InvalidRequest, Disposition::Stop, Reason::ContextLengthExceeded);
+            let mut c = mk(
+                ErrorClass::InvalidRequest,
+                Disposition::Stop,
+                Reason::ContextLengthExceeded,
+            );
             c.larger_context = true;
             return c;
         }
@@ -164,13 +172,25 @@ impl Classifier {
         // Effects the caller reported override everything below.
         match o.effect {
             Some(EffectState::Unknown) => {
-                return mk(self.failure_class(o, skind, phase), Disposition::Reconcile, Reason::EffectUnknown)
+                return mk(
+                    self.failure_class(o, skind, phase),
+                    Disposition::Reconcile,
+                    Reason::EffectUnknown,
+                )
             }
             Some(EffectState::Pending) => {
-                return mk(self.failure_class(o, skind, phase), Disposition::Reconcile, Reason::EffectPending)
+                return mk(
+                    self.failure_class(o, skind, phase),
+                    Disposition::Reconcile,
+                    Reason::EffectPending,
+                )
             }
             Some(EffectState::Confirmed) if idem != Idempotency::Keyed => {
-                return mk(self.failure_class(o, skind, phase), Disposition::Stop, Reason::EffectConfirmed)
+                return mk(
+                    self.failure_class(o, skind, phase),
+                    Disposition::Stop,
+                    Reason::EffectConfirmed,
+                )
             }
             _ => {}
         }
@@ -180,7 +200,11 @@ impl Classifier {
             if idem == Idempotency::Unsafe {
                 return mk(ErrorClass::PartialStream, Disposition::Reconcile, Reason::EffectUnknown);
             }
-            return mk(ErrorClass::PartialStream, Disposition::Stop, Reason::StreamVisibleOutput);
+            return mk(
+                ErrorClass::PartialStream,
+                Disposition::Stop,
+                Reason::StreamVisibleOutput,
+            );
         }
 
         // An unsafe call that may have reached the upstream: reconcile unless
@@ -188,7 +212,8 @@ impl Classifier {
         let reached = phase != Phase::BeforeSend;
         if idem == Idempotency::Unsafe && reached {
             let proven_unexecuted = o.error.is_none()
-                && o.status.is_some_and(|s| self.unsafe_ok.get(s as usize).copied().unwrap_or(false));
+                && o.status
+                    .is_some_and(|s| self.unsafe_ok.get(s as usize).copied().unwrap_or(false));
             if !proven_unexecuted {
                 let class = if o.status.is_some() && o.error.is_none() {
                     self.failure_class(o, skind, phase)
@@ -220,7 +245,9 @@ impl Classifier {
                     (ErrorClass::RateLimit, Disposition::Retryable, Reason::RateLimited)
                 }
             }
-            (None, Some(StatusKind::Overloaded)) => (ErrorClass::Overloaded, Disposition::Retryable, Reason::Overloaded),
+            (None, Some(StatusKind::Overloaded)) => {
+                (ErrorClass::Overloaded, Disposition::Retryable, Reason::Overloaded)
+            }
             (None, Some(StatusKind::Transient)) => {
                 if Self::code_in(&self.overloaded_codes, code) {
                     (ErrorClass::Overloaded, Disposition::Retryable, Reason::Overloaded)
@@ -267,7 +294,9 @@ impl Classifier {
         match (o.error, skind) {
             (None, Some(StatusKind::RateLimit)) => ErrorClass::RateLimit,
             (None, Some(StatusKind::Overloaded)) => ErrorClass::Overloaded,
-            (None, Some(_)) if Self::code_in(&self.overloaded_codes, o.vendor_code.as_deref()) => ErrorClass::Overloaded,
+            (None, Some(_)) if Self::code_in(&self.overloaded_codes, o.vendor_code.as_deref()) => {
+                ErrorClass::Overloaded
+            }
             (None, Some(_)) => ErrorClass::Transient,
             _ => ErrorClass::ResultUnknown,
         }
@@ -298,33 +327,63 @@ mod tests {
     #[test]
     fn statuses() {
         for s in [400, 404, 413, 422] {
-            assert_eq!(safe(Outcome::status(s)), (Some(C::InvalidRequest), D::Stop, Reason::InvalidRequest), "{s}");
+            assert_eq!(
+                safe(Outcome::status(s)),
+                (Some(C::InvalidRequest), D::Stop, Reason::InvalidRequest),
+                "{s}"
+            );
         }
         for s in [401, 403] {
-            assert_eq!(safe(Outcome::status(s)), (Some(C::AuthOrPolicy), D::Stop, Reason::AuthError), "{s}");
+            assert_eq!(
+                safe(Outcome::status(s)),
+                (Some(C::AuthOrPolicy), D::Stop, Reason::AuthError),
+                "{s}"
+            );
         }
         for s in [408, 500, 502, 503, 504] {
-            assert_eq!(safe(Outcome::status(s)), (Some(C::Transient), D::Retryable, Reason::RetryableStatus), "{s}");
+            assert_eq!(
+                safe(Outcome::status(s)),
+                (Some(C::Transient), D::Retryable, Reason::RetryableStatus),
+                "{s}"
+            );
         }
-        assert_eq!(safe(Outcome::status(429)), (Some(C::RateLimit), D::Retryable, Reason::RateLimited));
+        assert_eq!(
+            safe(Outcome::status(429)),
+            (Some(C::RateLimit), D::Retryable, Reason::RateLimited)
+        );
         assert_eq!(
             safe(Outcome::status(429).vendor_code("insufficient_quota")),
             (Some(C::RateLimit), D::Stop, Reason::QuotaExhausted)
         );
-        assert_eq!(safe(Outcome::status(529)), (Some(C::Overloaded), D::Retryable, Reason::Overloaded));
+        assert_eq!(
+            safe(Outcome::status(529)),
+            (Some(C::Overloaded), D::Retryable, Reason::Overloaded)
+        );
         assert_eq!(
             safe(Outcome::status(503).vendor_code("overloaded_error")),
             (Some(C::Overloaded), D::Retryable, Reason::Overloaded)
         );
-        assert_eq!(safe(Outcome::status(409)), (Some(C::InvalidRequest), D::Stop, Reason::NotRetryable));
-        assert_eq!(safe(Outcome::status(501)), (Some(C::Transient), D::Stop, Reason::NotRetryable));
+        assert_eq!(
+            safe(Outcome::status(409)),
+            (Some(C::InvalidRequest), D::Stop, Reason::NotRetryable)
+        );
+        assert_eq!(
+            safe(Outcome::status(501)),
+            (Some(C::Transient), D::Stop, Reason::NotRetryable)
+        );
         assert_eq!(safe(Outcome::status(200)), (None, D::Succeeded, Reason::Success));
     }
 
     #[test]
     fn context_length_is_flagged_for_larger_context_fallback() {
-        let c = Classifier::default().classify(&Outcome::status(400).vendor_code("context_length_exceeded"), Idempotency::Safe);
-        assert_eq!((c.class, c.disposition, c.reason), (Some(C::InvalidRequest), D::Stop, Reason::ContextLengthExceeded));
+        let c = Classifier::default().classify(
+            &Outcome::status(400).vendor_code("context_length_exceeded"),
+            Idempotency::Safe,
+        );
+        assert_eq!(
+            (c.class, c.disposition, c.reason),
+            (Some(C::InvalidRequest), D::Stop, Reason::ContextLengthExceeded)
+        );
         assert!(c.larger_context);
         let plain = Classifier::default().classify(&Outcome::status(400), Idempotency::Safe);
         assert!(!plain.larger_context);
@@ -332,30 +391,63 @@ mod tests {
 
     #[test]
     fn machine_errors_and_phases() {
-        for k in [ErrorKind::Dns, ErrorKind::Connect, ErrorKind::Tls, ErrorKind::ConnectTimeout] {
+        for k in [
+            ErrorKind::Dns,
+            ErrorKind::Connect,
+            ErrorKind::Tls,
+            ErrorKind::ConnectTimeout,
+        ] {
             for idem in [Idempotency::Safe, Idempotency::Unsafe] {
-                assert_eq!(cls(Outcome::error(k), idem), (Some(C::Transient), D::Retryable, Reason::RetryableError), "{k}");
+                assert_eq!(
+                    cls(Outcome::error(k), idem),
+                    (Some(C::Transient), D::Retryable, Reason::RetryableError),
+                    "{k}"
+                );
             }
         }
         let reset_before = Outcome::error(ErrorKind::ConnectionReset).phase(Phase::BeforeSend);
-        assert_eq!(cls(reset_before.clone(), Idempotency::Unsafe), (Some(C::Transient), D::Retryable, Reason::RetryableError));
+        assert_eq!(
+            cls(reset_before.clone(), Idempotency::Unsafe),
+            (Some(C::Transient), D::Retryable, Reason::RetryableError)
+        );
         // After the request was written: unsafe → reconcile, safe/keyed → transient.
         for o in [
             Outcome::error(ErrorKind::ConnectionReset).phase(Phase::Sent),
             Outcome::error(ErrorKind::FirstByteTimeout),
             Outcome::error(ErrorKind::Write),
         ] {
-            assert_eq!(cls(o.clone(), Idempotency::Unsafe), (Some(C::ResultUnknown), D::Reconcile, Reason::EffectUnknown));
-            assert_eq!(cls(o.clone(), Idempotency::Safe), (Some(C::Transient), D::Retryable, Reason::RetryableError));
-            assert_eq!(cls(o, Idempotency::Keyed), (Some(C::Transient), D::Retryable, Reason::RetryableError));
+            assert_eq!(
+                cls(o.clone(), Idempotency::Unsafe),
+                (Some(C::ResultUnknown), D::Reconcile, Reason::EffectUnknown)
+            );
+            assert_eq!(
+                cls(o.clone(), Idempotency::Safe),
+                (Some(C::Transient), D::Retryable, Reason::RetryableError)
+            );
+            assert_eq!(
+                cls(o, Idempotency::Keyed),
+                (Some(C::Transient), D::Retryable, Reason::RetryableError)
+            );
         }
         let visible = Outcome::error(ErrorKind::ConnectionReset).phase(Phase::StreamVisible);
-        assert_eq!(safe(visible.clone()), (Some(C::PartialStream), D::Stop, Reason::StreamVisibleOutput));
-        assert_eq!(cls(visible, Idempotency::Unsafe), (Some(C::PartialStream), D::Reconcile, Reason::EffectUnknown));
+        assert_eq!(
+            safe(visible.clone()),
+            (Some(C::PartialStream), D::Stop, Reason::StreamVisibleOutput)
+        );
+        assert_eq!(
+            cls(visible, Idempotency::Unsafe),
+            (Some(C::PartialStream), D::Reconcile, Reason::EffectUnknown)
+        );
         let open = Outcome::error(ErrorKind::StreamIdleTimeout).phase(Phase::StreamOpen);
         assert_eq!(safe(open), (Some(C::Transient), D::Retryable, Reason::StreamNotStarted));
-        assert_eq!(safe(Outcome::error(ErrorKind::Other)), (Some(C::Transient), D::Stop, Reason::NotRetryable));
-        assert_eq!(safe(Outcome::error(ErrorKind::Cancelled)), (Some(C::Cancelled), D::Stop, Reason::Cancelled));
+        assert_eq!(
+            safe(Outcome::error(ErrorKind::Other)),
+            (Some(C::Transient), D::Stop, Reason::NotRetryable)
+        );
+        assert_eq!(
+            safe(Outcome::error(ErrorKind::Cancelled)),
+            (Some(C::Cancelled), D::Stop, Reason::Cancelled)
+        );
         assert_eq!(
             safe(Outcome::error(ErrorKind::DeadlineExceeded)),
             (Some(C::DeadlineExceeded), D::Stop, Reason::DeadlineExceeded)
@@ -365,11 +457,23 @@ mod tests {
     #[test]
     fn unsafe_status_rules() {
         // 503 and 429 prove the request was not executed.
-        assert_eq!(cls(Outcome::status(503), Idempotency::Unsafe), (Some(C::Transient), D::Retryable, Reason::RetryableStatus));
-        assert_eq!(cls(Outcome::status(429), Idempotency::Unsafe), (Some(C::RateLimit), D::Retryable, Reason::RateLimited));
+        assert_eq!(
+            cls(Outcome::status(503), Idempotency::Unsafe),
+            (Some(C::Transient), D::Retryable, Reason::RetryableStatus)
+        );
+        assert_eq!(
+            cls(Outcome::status(429), Idempotency::Unsafe),
+            (Some(C::RateLimit), D::Retryable, Reason::RateLimited)
+        );
         // 500 / 502 may have executed.
-        assert_eq!(cls(Outcome::status(500), Idempotency::Unsafe), (Some(C::Transient), D::Reconcile, Reason::EffectUnknown));
-        assert_eq!(cls(Outcome::status(500), Idempotency::Keyed), (Some(C::Transient), D::Retryable, Reason::RetryableStatus));
+        assert_eq!(
+            cls(Outcome::status(500), Idempotency::Unsafe),
+            (Some(C::Transient), D::Reconcile, Reason::EffectUnknown)
+        );
+        assert_eq!(
+            cls(Outcome::status(500), Idempotency::Keyed),
+            (Some(C::Transient), D::Retryable, Reason::RetryableStatus)
+        );
     }
 
     #[test]
@@ -377,7 +481,10 @@ mod tests {
         let o = Outcome::status(503).effect(EffectState::Unknown);
         assert_eq!(cls(o, Idempotency::Safe).2, Reason::EffectUnknown);
         let o = Outcome::status(503).effect(EffectState::Confirmed);
-        assert_eq!(cls(o.clone(), Idempotency::Unsafe), (Some(C::Transient), D::Stop, Reason::EffectConfirmed));
+        assert_eq!(
+            cls(o.clone(), Idempotency::Unsafe),
+            (Some(C::Transient), D::Stop, Reason::EffectConfirmed)
+        );
         assert_eq!(cls(o, Idempotency::Keyed).1, D::Retryable);
         let o = Outcome::error(ErrorKind::ConnectionReset).effect(EffectState::Pending);
         assert_eq!(cls(o, Idempotency::Safe).1, D::Reconcile);
@@ -386,7 +493,10 @@ mod tests {
     #[test]
     fn should_retry_header_overrides_status_but_not_auth_or_effects() {
         let o = Outcome::status(409).header("x-should-retry", "true");
-        assert_eq!(safe(o), (Some(C::InvalidRequest), D::Retryable, Reason::ServerSaysRetry));
+        assert_eq!(
+            safe(o),
+            (Some(C::InvalidRequest), D::Retryable, Reason::ServerSaysRetry)
+        );
         let o = Outcome::status(503).header("X-Should-Retry", "false");
         assert_eq!(safe(o), (Some(C::Transient), D::Stop, Reason::ServerSaysNoRetry));
         let o = Outcome::status(401).header("x-should-retry", "true");
@@ -395,20 +505,27 @@ mod tests {
         assert_eq!(safe(o).2, Reason::InvalidRequest);
         let o = Outcome::status(500).header("x-should-retry", "true");
         assert_eq!(cls(o, Idempotency::Unsafe).1, D::Reconcile);
-        let o = Outcome::error(ErrorKind::ConnectionReset).phase(Phase::StreamVisible).header("x-should-retry", "true");
+        let o = Outcome::error(ErrorKind::ConnectionReset)
+            .phase(Phase::StreamVisible)
+            .header("x-should-retry", "true");
         assert_eq!(safe(o).2, Reason::StreamVisibleOutput);
     }
 
     #[test]
     fn whitelist_is_policy_driven() {
-        let mut retry = Retry::default();
-        retry.classes = vec![C::Transient];
+        let retry = Retry {
+            classes: vec![C::Transient],
+            ..Retry::default()
+        };
         let c = Classifier::new(&Classify::default(), &retry);
         let r = c.classify(&Outcome::status(429), Idempotency::Safe);
         assert_eq!((r.disposition, r.reason), (D::Stop, Reason::NotRetryable));
         let mut cl = Classify::default();
         cl.transient_statuses.push(409);
         let c = Classifier::new(&cl, &Retry::default());
-        assert_eq!(c.classify(&Outcome::status(409), Idempotency::Safe).disposition, D::Retryable);
+        assert_eq!(
+            c.classify(&Outcome::status(409), Idempotency::Safe).disposition,
+            D::Retryable
+        );
     }
 }

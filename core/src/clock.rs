@@ -24,9 +24,7 @@ pub struct SystemClock {
 impl SystemClock {
     /// A clock whose monotonic origin is now.
     pub fn new() -> Self {
-        SystemClock {
-            origin: Instant::now(),
-        }
+        SystemClock { origin: Instant::now() }
     }
 }
 

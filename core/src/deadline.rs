@@ -128,10 +128,16 @@ impl Inbound {
         };
         let attempt = match attempt {
             None => None,
-            Some(v) => Some(v.trim().parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| InboundError {
-                header: H_ATTEMPT,
-                message: format!("expected an integer ≥ 1, got {v:?}"),
-            })?),
+            Some(v) => Some(
+                v.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| InboundError {
+                        header: H_ATTEMPT,
+                        message: format!("expected an integer ≥ 1, got {v:?}"),
+                    })?,
+            ),
         };
         let request_id = match id {
             None => None,
@@ -194,13 +200,31 @@ mod tests {
     #[test]
     fn dynamic_timeout_from_tokens() {
         let p = TimeoutPolicy {
-            dynamic: Some(DynamicTimeout { base_ms: 1_000, per_input_token_us: 100, per_output_token_us: 20_000 }),
+            dynamic: Some(DynamicTimeout {
+                base_ms: 1_000,
+                per_input_token_us: 100,
+                per_output_token_us: 20_000,
+            }),
             ..TimeoutPolicy::default()
         };
-        let t = attempt_timeouts(&p, Duration::from_secs(60), TokenEstimate { input: Some(10_000), max_output: Some(500) });
+        let t = attempt_timeouts(
+            &p,
+            Duration::from_secs(60),
+            TokenEstimate {
+                input: Some(10_000),
+                max_output: Some(500),
+            },
+        );
         // 1 000 + 10 000 * 0.1 + 500 * 20 = 12 000 ms
         assert_eq!(t.total, Duration::from_millis(12_000));
-        let t = attempt_timeouts(&p, Duration::from_secs(5), TokenEstimate { input: Some(10_000), max_output: Some(500) });
+        let t = attempt_timeouts(
+            &p,
+            Duration::from_secs(5),
+            TokenEstimate {
+                input: Some(10_000),
+                max_output: Some(500),
+            },
+        );
         assert_eq!(t.total, Duration::from_secs(5));
         let t = attempt_timeouts(&p, Duration::from_secs(60), TokenEstimate::default());
         assert_eq!(t.total, Duration::from_secs(60));
@@ -208,7 +232,13 @@ mod tests {
 
     #[test]
     fn propagation_round_trip() {
-        let out = outbound_headers(Duration::from_millis(5_000), Duration::from_millis(50), "abc", 2, Some("k1"));
+        let out = outbound_headers(
+            Duration::from_millis(5_000),
+            Duration::from_millis(50),
+            "abc",
+            2,
+            Some("k1"),
+        );
         let h: Headers = out.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let inb = Inbound::from_headers(&h).unwrap().unwrap();
         assert_eq!(inb.deadline, Some(Duration::from_millis(4_950)));

@@ -20,7 +20,9 @@ use crate::fallback::{match_candidates, Exclusion, MatchResult, Needs};
 use crate::gate::{GateCell, PoolCell};
 use crate::idempotency::Ledger;
 use crate::outcome::Outcome;
-use crate::policy::{BreakerOverride, FallbackMode, OnExceed, OnFailure, Policy, PolicyError, PolicyErrors, Route, ScopeDim};
+use crate::policy::{
+    BreakerOverride, FallbackMode, OnExceed, OnFailure, Policy, PolicyError, PolicyErrors, Route, ScopeDim,
+};
 use crate::registry::{Registry, Slot};
 use crate::stats::{Counters, Ctr, Stats, Striped};
 use crate::telemetry::{header_allowed, BreakerChange, Event, EventBus, EventKind, Sink};
@@ -50,7 +52,11 @@ pub struct Mode {
 
 impl Default for Mode {
     fn default() -> Self {
-        Mode { retries: true, fallback: true, hedging: true }
+        Mode {
+            retries: true,
+            fallback: true,
+            hedging: true,
+        }
     }
 }
 
@@ -64,7 +70,13 @@ impl Mode {
                 "retries" | "retry" => m.retries = false,
                 "fallback" | "fallbacks" => m.fallback = false,
                 "hedging" | "hedges" | "hedge" => m.hedging = false,
-                "all" => m = Mode { retries: false, fallback: false, hedging: false },
+                "all" => {
+                    m = Mode {
+                        retries: false,
+                        fallback: false,
+                        hedging: false,
+                    }
+                }
                 other => {
                     return Err(PolicyError {
                         path: "RETRYWISE_DISABLE".into(),
@@ -81,7 +93,11 @@ impl Mode {
     }
 
     fn from_bits(b: u8) -> Mode {
-        Mode { retries: b & 1 != 0, fallback: b & 2 != 0, hedging: b & 4 != 0 }
+        Mode {
+            retries: b & 1 != 0,
+            fallback: b & 2 != 0,
+            hedging: b & 4 != 0,
+        }
     }
 }
 
@@ -173,7 +189,10 @@ impl std::panic::RefUnwindSafe for Engine {}
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("policy_version", &self.policy_version()).field("mode", &self.mode()).finish()
+        f.debug_struct("Engine")
+            .field("policy_version", &self.policy_version())
+            .field("mode", &self.mode())
+            .finish()
     }
 }
 
@@ -316,16 +335,13 @@ pub struct CallSpec {
     pub needs: Needs,
 }
 
-impl Default for Idempotency {
-    fn default() -> Self {
-        Idempotency::Safe
-    }
-}
-
 impl CallSpec {
     /// A spec for `route` with every other field at its default.
     pub fn new(route: impl Into<String>) -> Self {
-        CallSpec { route: route.into(), ..CallSpec::default() }
+        CallSpec {
+            route: route.into(),
+            ..CallSpec::default()
+        }
     }
     /// Sets the deadline.
     pub fn deadline(mut self, d: Duration) -> Self {
@@ -411,7 +427,13 @@ impl Attempt {
                 None => Vec::new(),
             };
         }
-        outbound_headers(self.remaining, self.margin, &self.request_id, self.number, self.idempotency_key.as_deref())
+        outbound_headers(
+            self.remaining,
+            self.margin,
+            &self.request_id,
+            self.number,
+            self.idempotency_key.as_deref(),
+        )
     }
 
     /// What a call started inside this attempt (same process) inherits: the
@@ -496,7 +518,11 @@ impl Decision {
 
     fn stopped(&self) -> Stopped {
         Stopped {
-            reason: if self.action == Action::Succeeded { Reason::CallFinished } else { self.reason },
+            reason: if self.action == Action::Succeeded {
+                Reason::CallFinished
+            } else {
+                self.reason
+            },
             class: self.class,
             on_failure: self.on_failure,
             detail: self.detail.clone(),
@@ -590,7 +616,13 @@ impl Engine {
 
     /// A builder (clock, seed, mode).
     pub fn builder(policy: Policy) -> EngineBuilder {
-        EngineBuilder { policy, clock: None, seed: None, mode: None, read_env: true }
+        EngineBuilder {
+            policy,
+            clock: None,
+            seed: None,
+            mode: None,
+            read_env: true,
+        }
     }
 
     fn now(&self) -> Duration {
@@ -618,7 +650,10 @@ impl Engine {
         let pol = self.inner.policy.load();
         if self.inner.bus.active() {
             let mut e = Event::new(EventKind::ModeChange, ms(self.now()), pol.version.clone());
-            e.detail = Some(format!("retries={} fallback={} hedging={}", mode.retries, mode.fallback, mode.hedging));
+            e.detail = Some(format!(
+                "retries={} fallback={} hedging={}",
+                mode.retries, mode.fallback, mode.hedging
+            ));
             self.inner.bus.emit(e);
         }
     }
@@ -633,7 +668,9 @@ impl Engine {
         self.inner.policy.store(compiled);
         self.inner.bus.set_capacity(ring);
         if self.inner.bus.active() {
-            self.inner.bus.emit(Event::new(EventKind::Reload, ms(self.now()), version));
+            self.inner
+                .bus
+                .emit(Event::new(EventKind::Reload, ms(self.now()), version));
         }
         Ok(())
     }
@@ -679,10 +716,7 @@ impl Engine {
         }
         match self.inner.breakers.get(&key) {
             Some(cell) => cell.value.state(&pol.breaker, ovr, ms(self.now())),
-            None => match ovr {
-                Some(o) => BreakerCell::new(pol.breaker.clone(), 0).state(&pol.breaker, Some(o), 0),
-                None => BreakerState::Closed,
-            },
+            None => ovr.map_or(BreakerState::Closed, BreakerState::from),
         }
     }
 
@@ -712,14 +746,33 @@ impl Engine {
             evicted.insert(name.to_string(), ev);
         }
         tracked.insert("idempotency_keys".into(), i.ledger.len() as u64);
-        let mut breakers = BTreeMap::new();
+        // Overrides may name a breaker key or an upstream; report them under the breaker key.
+        let overrides: BTreeMap<String, BreakerOverride> = pol
+            .policy
+            .breaker
+            .overrides
+            .iter()
+            .map(|(name, o)| {
+                (
+                    scope_key(&pol.policy.breaker.scope, name, &pol.policy, None, None, None).into_owned(),
+                    *o,
+                )
+            })
+            .collect();
+        let mut breakers: BTreeMap<String, String> = BTreeMap::new();
         i.breakers.for_each(|s| {
-            let ovr = pol.policy.breaker.overrides.get(&*s.key).copied();
-            let st = s.value.state(&pol.breaker, ovr, now);
+            let st = s.value.state(&pol.breaker, overrides.get(&*s.key).copied(), now);
             if st != BreakerState::Closed {
                 breakers.insert(s.key.to_string(), st.as_str().to_string());
             }
         });
+        if pol.policy.breaker.enabled {
+            for (key, o) in &overrides {
+                breakers
+                    .entry(key.clone())
+                    .or_insert_with(|| BreakerState::from(*o).as_str().to_string());
+            }
+        }
         Stats {
             policy_version: pol.version.to_string(),
             overall: i.stats.snapshot(),
@@ -762,7 +815,10 @@ impl Engine {
         let route_key = if pol.policy.routes.contains_key(&spec.route) {
             Some(spec.route.clone())
         } else {
-            spec.task.as_ref().filter(|t| spec.route.is_empty() && pol.policy.routes.contains_key(*t)).cloned()
+            spec.task
+                .as_ref()
+                .filter(|t| spec.route.is_empty() && pol.policy.routes.contains_key(*t))
+                .cloned()
         };
         let adhoc = if route_key.is_none() {
             Some(Route {
@@ -790,7 +846,13 @@ impl Engine {
         let conflict = match (&key, &spec.params_digest) {
             (Some(k), Some(d)) => i
                 .ledger
-                .check(k, d, now_ms, pol.policy.idempotency.ttl_ms, pol.policy.idempotency.max_keys as usize)
+                .check(
+                    k,
+                    d,
+                    now_ms,
+                    pol.policy.idempotency.ttl_ms,
+                    pol.policy.idempotency.max_keys as usize,
+                )
                 .err()
                 .map(|prev| format!("idempotency key {k} was used with parameters {prev}, now {d}")),
             _ => None,
@@ -798,8 +860,13 @@ impl Engine {
         let tenant: Option<Arc<str>> = spec.tenant.as_deref().map(Arc::from);
         let max_keys = pol.policy.limits.max_keys;
         let idle = pol.policy.limits.idle_ms;
-        let tenant_counters = tenant.as_ref().map(|t| i.tenant_stats.get_or_insert(t, now_ms, max_keys, idle, Counters::default));
-        let version_counters = i.version_stats.get_or_insert(&pol.version, now_ms, 64, u64::MAX, Counters::default);
+        let tenant_counters = tenant.as_ref().map(|t| {
+            i.tenant_stats
+                .get_or_insert(t, now_ms, max_keys, idle, Counters::default)
+        });
+        let version_counters = i
+            .version_stats
+            .get_or_insert(&pol.version, now_ms, 64, u64::MAX, Counters::default);
         let mut call = Call {
             engine: self.clone(),
             id,
@@ -836,7 +903,12 @@ impl Engine {
         call.count(Ctr::Logical);
         // First target: the first eligible candidate (capabilities, boundary, cost, breaker).
         let m = call.match_now(&[], None);
-        let target = m.eligible.first().cloned().or_else(|| call.route().candidates.first().cloned()).unwrap_or_default();
+        let target = m
+            .eligible
+            .first()
+            .cloned()
+            .or_else(|| call.route().candidates.first().cloned())
+            .unwrap_or_default();
         call.target = Arc::from(target.as_str());
         call.first_upstream = call.target.clone();
         if call.engine.inner.bus.active() && !m.excluded.is_empty() {
@@ -857,7 +929,11 @@ fn breaker_override(p: &Policy, key: &str, upstream: &str) -> Option<BreakerOver
     if p.breaker.overrides.is_empty() {
         return None;
     }
-    p.breaker.overrides.get(key).or_else(|| p.breaker.overrides.get(upstream)).copied()
+    p.breaker
+        .overrides
+        .get(key)
+        .or_else(|| p.breaker.overrides.get(upstream))
+        .copied()
 }
 
 /// The scope key for `dims`: the upstream name itself when that is all the
@@ -874,7 +950,12 @@ fn scope_key<'a>(
         return Cow::Borrowed(upstream);
     }
     let cat = p.upstreams.get(upstream);
-    let upstream_only = dims.iter().all(|d| matches!(d, ScopeDim::Provider | ScopeDim::Model | ScopeDim::Region | ScopeDim::Upstream));
+    let upstream_only = dims.iter().all(|d| {
+        matches!(
+            d,
+            ScopeDim::Provider | ScopeDim::Model | ScopeDim::Region | ScopeDim::Upstream
+        )
+    });
     if upstream_only && cat.map_or(true, |u| u.provider.is_empty() && u.model.is_empty()) {
         return Cow::Borrowed(upstream);
     }
@@ -883,7 +964,10 @@ fn scope_key<'a>(
         let v = match d {
             ScopeDim::Global => "*",
             ScopeDim::Upstream => upstream,
-            ScopeDim::Provider => cat.map(|u| u.provider.as_str()).filter(|s| !s.is_empty()).unwrap_or(upstream),
+            ScopeDim::Provider => cat
+                .map(|u| u.provider.as_str())
+                .filter(|s| !s.is_empty())
+                .unwrap_or(upstream),
             ScopeDim::Model => cat.map(|u| u.model.as_str()).unwrap_or(""),
             ScopeDim::Region => cat.map(|u| u.region.as_str()).unwrap_or(""),
             ScopeDim::Tenant => tenant.unwrap_or("-"),
@@ -969,7 +1053,10 @@ impl Call {
 
     fn upstream_counters(&self, upstream: &str, now_ms: u64) -> Arc<Slot<Counters>> {
         let l = &self.pol.policy.limits;
-        self.engine.inner.upstream_stats.get_or_insert(upstream, now_ms, l.max_keys, l.idle_ms, Counters::default)
+        self.engine
+            .inner
+            .upstream_stats
+            .get_or_insert(upstream, now_ms, l.max_keys, l.idle_ms, Counters::default)
     }
 
     fn event(&self, kind: EventKind, now_ms: u64) -> Event {
@@ -977,7 +1064,11 @@ impl Call {
         e.logical_request_id = Some(self.id.clone());
         e.tenant = self.tenant.clone();
         e.task = self.task.clone();
-        e.remaining_ms = Some(self.deadline_at.saturating_sub(Duration::from_millis(now_ms)).as_millis() as u64);
+        e.remaining_ms = Some(
+            self.deadline_at
+                .saturating_sub(Duration::from_millis(now_ms))
+                .as_millis() as u64,
+        );
         e
     }
 
@@ -990,16 +1081,27 @@ impl Call {
         if !p.breaker.enabled {
             return None;
         }
-        let key = scope_key(&p.breaker.scope, upstream, p, self.tenant.as_deref(), self.priority.as_deref(), self.task.as_deref());
+        let key = scope_key(
+            &p.breaker.scope,
+            upstream,
+            p,
+            self.tenant.as_deref(),
+            self.priority.as_deref(),
+            self.task.as_deref(),
+        );
         let ovr = breaker_override(p, &key, upstream);
         if ovr == Some(BreakerOverride::Disabled) {
             return None;
         }
         let seed = splitmix(self.engine.inner.seed ^ fnv(&key));
         let params = &self.pol.breaker;
-        let cell = self.engine.inner.breakers.get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
-            BreakerCell::new(params.clone(), seed)
-        });
+        let cell = self
+            .engine
+            .inner
+            .breakers
+            .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
+                BreakerCell::new(params.clone(), seed)
+            });
         Some((cell, ovr))
     }
 
@@ -1008,7 +1110,14 @@ impl Call {
         if !p.breaker.enabled {
             return false;
         }
-        let key = scope_key(&p.breaker.scope, upstream, p, self.tenant.as_deref(), self.priority.as_deref(), self.task.as_deref());
+        let key = scope_key(
+            &p.breaker.scope,
+            upstream,
+            p,
+            self.tenant.as_deref(),
+            self.priority.as_deref(),
+            self.task.as_deref(),
+        );
         let ovr = breaker_override(p, &key, upstream);
         match ovr {
             Some(BreakerOverride::ForceOpen) => return true,
@@ -1024,15 +1133,34 @@ impl Call {
     fn match_now(&self, tried: &[&str], larger_than: Option<u64>) -> MatchResult {
         let route = self.route();
         let now_ms = ms(self.engine.now());
-        let mut m = match_candidates(&self.pol.policy, route, self.task.as_deref(), &self.needs, tried, &|u| self.is_open(u, now_ms));
+        let mut m = match_candidates(
+            &self.pol.policy,
+            route,
+            self.task.as_deref(),
+            &self.needs,
+            tried,
+            &|u| self.is_open(u, now_ms),
+        );
         if let Some(min_ctx) = larger_than {
             let mut keep = Vec::new();
             for u in m.eligible.drain(..) {
                 let ctx = self.pol.policy.upstreams.get(&u).and_then(|x| x.context_tokens);
                 match ctx {
                     Some(c) if c > min_ctx => keep.push(u),
-                    Some(c) => m.excluded.push((u, Exclusion::ContextTooSmall { have: c, need: min_ctx + 1 })),
-                    None => m.excluded.push((u, Exclusion::ContextTooSmall { have: 0, need: min_ctx + 1 })),
+                    Some(c) => m.excluded.push((
+                        u,
+                        Exclusion::ContextTooSmall {
+                            have: c,
+                            need: min_ctx + 1,
+                        },
+                    )),
+                    None => m.excluded.push((
+                        u,
+                        Exclusion::ContextTooSmall {
+                            have: 0,
+                            need: min_ctx + 1,
+                        },
+                    )),
                 }
             }
             m.eligible = keep;
@@ -1122,7 +1250,14 @@ impl Call {
         let now = self.engine.now();
         let remaining = self.deadline_at.saturating_sub(now);
         if remaining < self.pol.min_attempt() || remaining.is_zero() {
-            return Err(self.stop_now(Reason::DeadlineExceeded, Some(format!("{} ms left, min_attempt is {} ms", ms(remaining), self.pol.policy.min_attempt_ms))));
+            return Err(self.stop_now(
+                Reason::DeadlineExceeded,
+                Some(format!(
+                    "{} ms left, min_attempt is {} ms",
+                    ms(remaining),
+                    self.pol.policy.min_attempt_ms
+                )),
+            ));
         }
         if self.attempts >= self.max_attempts {
             return Err(self.stop_now(Reason::MaxAttempts, None));
@@ -1132,7 +1267,11 @@ impl Call {
             let m = self.match_now(&[], None);
             if m.eligible.is_empty() {
                 let all_open = !m.excluded.is_empty() && m.excluded.iter().all(|(_, e)| *e == Exclusion::BreakerOpen);
-                let reason = if all_open { Reason::BreakerOpen } else { Reason::NoEligibleUpstream };
+                let reason = if all_open {
+                    Reason::BreakerOpen
+                } else {
+                    Reason::NoEligibleUpstream
+                };
                 let excluded = m.exclusion_strings();
                 let mut d = self.stop_decision(reason, self.last_class, self.attempts);
                 d.excluded = excluded;
@@ -1145,19 +1284,45 @@ impl Call {
     }
 
     /// Throttle, breaker (with fallback when open), gates; then starts the attempt.
-    fn admit(&mut self, mut target: Arc<str>, retry: bool, hedge: bool, now: Duration, remaining: Duration) -> Result<Attempt, Stopped> {
+    fn admit(
+        &mut self,
+        mut target: Arc<str>,
+        retry: bool,
+        hedge: bool,
+        now: Duration,
+        remaining: Duration,
+    ) -> Result<Attempt, Stopped> {
         let now_ms = ms(now);
         let pol = self.pol.clone();
         let p = &pol.policy;
         if p.throttle.enabled {
-            let key = scope_key(&p.throttle.scope, &target, p, self.tenant.as_deref(), self.priority.as_deref(), self.task.as_deref()).into_owned();
+            let key = scope_key(
+                &p.throttle.scope,
+                &target,
+                p,
+                self.tenant.as_deref(),
+                self.priority.as_deref(),
+                self.task.as_deref(),
+            )
+            .into_owned();
             let params = self.pol.throttle;
-            let cell = self.engine.inner.throttles.get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || ThrottleCell::new(params));
+            let cell =
+                self.engine
+                    .inner
+                    .throttles
+                    .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
+                        ThrottleCell::new(params)
+                    });
             let draw: f64 = self.rng.gen();
             if let Err(prob) = cell.value.admit(&params, now_ms, draw) {
                 self.count(Ctr::Throttled);
                 if hedge {
-                    return Err(Stopped { reason: Reason::Throttled, class: None, on_failure: None, detail: None });
+                    return Err(Stopped {
+                        reason: Reason::Throttled,
+                        class: None,
+                        on_failure: None,
+                        detail: None,
+                    });
                 }
                 return Err(self.stop_now(Reason::Throttled, Some(format!("p_reject={prob:.3}"))));
             }
@@ -1171,12 +1336,26 @@ impl Call {
                 Admit::Allowed { probe: pr } => probe = pr,
                 Admit::Rejected { retry_in_ms } => {
                     if hedge {
-                        return Err(Stopped { reason: Reason::BreakerOpen, class: None, on_failure: None, detail: None });
+                        return Err(Stopped {
+                            reason: Reason::BreakerOpen,
+                            class: None,
+                            on_failure: None,
+                            detail: None,
+                        });
                     }
                     // Open breaker: move to the next eligible candidate, if the route and mode allow.
-                    let tried: Vec<&str> = self.tried.iter().map(|s| &**s).chain(std::iter::once(&*target)).collect();
+                    let tried: Vec<&str> = self
+                        .tried
+                        .iter()
+                        .map(|s| &**s)
+                        .chain(std::iter::once(&*target))
+                        .collect();
                     let m = self.match_now(&tried, None);
-                    let alt = if self.fallback_allowed() { m.eligible.first().cloned() } else { None };
+                    let alt = if self.fallback_allowed() {
+                        m.eligible.first().cloned()
+                    } else {
+                        None
+                    };
                     match alt {
                         Some(u) => {
                             let u: Arc<str> = Arc::from(u.as_str());
@@ -1191,7 +1370,8 @@ impl Call {
                                 }
                             }
                             if !ok {
-                                return Err(self.stop_now(Reason::BreakerOpen, Some(format!("{target} and {u} refuse traffic"))));
+                                return Err(self
+                                    .stop_now(Reason::BreakerOpen, Some(format!("{target} and {u} refuse traffic"))));
                             }
                             self.count(Ctr::Fallbacks);
                             if self.engine.inner.bus.active() {
@@ -1219,8 +1399,22 @@ impl Call {
         let c = &p.concurrency;
         let mut gate = None;
         if c.max_first_attempts.is_some() || c.max_retries.is_some() {
-            let key = scope_key(&c.scope, &target, p, self.tenant.as_deref(), self.priority.as_deref(), self.task.as_deref()).into_owned();
-            let cell = self.engine.inner.gates.get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, GateCell::default);
+            let key = scope_key(
+                &c.scope,
+                &target,
+                p,
+                self.tenant.as_deref(),
+                self.priority.as_deref(),
+                self.task.as_deref(),
+            )
+            .into_owned();
+            let cell = self.engine.inner.gates.get_or_insert(
+                &key,
+                now_ms,
+                p.limits.max_keys,
+                p.limits.idle_ms,
+                GateCell::default,
+            );
             let limit = if retry { c.max_retries } else { c.max_first_attempts };
             if !cell.value.try_enter(retry, limit) {
                 if let Some((b, _)) = &breaker {
@@ -1234,7 +1428,11 @@ impl Call {
         if !c.pools.is_empty() {
             let name = self.priority.as_deref().unwrap_or("default");
             if let Some(limit) = c.pools.get(name) {
-                let cell = self.engine.inner.pools.get_or_insert(name, now_ms, 1_024, u64::MAX, PoolCell::default);
+                let cell = self
+                    .engine
+                    .inner
+                    .pools
+                    .get_or_insert(name, now_ms, 1_024, u64::MAX, PoolCell::default);
                 if !cell.value.try_enter(*limit) {
                     if let Some((b, _)) = &breaker {
                         b.value.release(&self.pol.breaker, probe);
@@ -1250,15 +1448,28 @@ impl Call {
         // The budget counts requests: one per first attempt, in every scope of the call.
         if !retry && !hedge && p.budget.enabled {
             for dims in &p.budget.scopes {
-                let key = scope_key(dims, &target, p, self.tenant.as_deref(), self.priority.as_deref(), self.task.as_deref());
+                let key = scope_key(
+                    dims,
+                    &target,
+                    p,
+                    self.tenant.as_deref(),
+                    self.priority.as_deref(),
+                    self.task.as_deref(),
+                );
                 let params = self.pol.budget;
-                let cell = self.engine.inner.budgets.get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || BudgetCell::new(params));
+                let cell =
+                    self.engine
+                        .inner
+                        .budgets
+                        .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
+                            BudgetCell::new(params)
+                        });
                 cell.value.deposit(&params, now_ms);
             }
         }
         self.attempts += 1;
         self.target_attempts += 1;
-        if !self.tried.iter().any(|t| *t == target) {
+        if !self.tried.contains(&target) {
             self.tried.push(target.clone());
         }
         let number = self.attempts;
@@ -1268,9 +1479,16 @@ impl Call {
         if number == 1 {
             counters.value.bump(Ctr::Logical);
         }
-        let tokens = TokenEstimate { input: self.needs.input_tokens, max_output: self.needs.max_output_tokens };
+        let tokens = TokenEstimate {
+            input: self.needs.input_tokens,
+            max_output: self.needs.max_output_tokens,
+        };
         let timeouts = attempt_timeouts(&p.timeouts, remaining, tokens);
-        let budget_hold = if hedge { Vec::new() } else { std::mem::take(&mut self.pending_hold) };
+        let budget_hold = if hedge {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.pending_hold)
+        };
         self.in_flight.push(InFlight {
             number,
             upstream: target.clone(),
@@ -1286,7 +1504,14 @@ impl Call {
             hedge,
         });
         if self.engine.inner.bus.active() {
-            let mut e = self.event(if hedge { EventKind::Hedge } else { EventKind::AttemptStart }, now_ms);
+            let mut e = self.event(
+                if hedge {
+                    EventKind::Hedge
+                } else {
+                    EventKind::AttemptStart
+                },
+                now_ms,
+            );
             e.attempt = Some(number);
             e.attempt_id = Some(self.attempt_id(number));
             e.parent_attempt_id = (number > 1).then(|| self.attempt_id(number - 1));
@@ -1311,7 +1536,12 @@ impl Call {
 
     fn gate_refusal(&mut self, hedge: bool, detail: String) -> Stopped {
         if hedge {
-            return Stopped { reason: Reason::ConcurrencyLimit, class: None, on_failure: None, detail: Some(detail) };
+            return Stopped {
+                reason: Reason::ConcurrencyLimit,
+                class: None,
+                on_failure: None,
+                detail: Some(detail),
+            };
         }
         self.stop_now(Reason::ConcurrencyLimit, Some(detail))
     }
@@ -1330,13 +1560,22 @@ impl Call {
         }
         if self.engine.inner.bus.active() {
             let mut e = self.event(EventKind::BreakerTransition, now_ms);
-            e.breaker = Some(BreakerChange { key: key.to_string(), from: t.from.as_str(), to: t.to.as_str(), reason: t.reason, open_for_ms: t.open_for_ms });
+            e.breaker = Some(BreakerChange {
+                key: key.to_string(),
+                from: t.from.as_str(),
+                to: t.to.as_str(),
+                reason: t.reason,
+                open_for_ms: t.open_for_ms,
+            });
             self.engine.inner.bus.emit(e);
         }
     }
 
     fn hedging_allowed(&self) -> bool {
-        self.route().hedge_after_ms.is_some() && self.idem != Idempotency::Unsafe && self.owner && self.engine.mode().hedging
+        self.route().hedge_after_ms.is_some()
+            && self.idem != Idempotency::Unsafe
+            && self.owner
+            && self.engine.mode().hedging
     }
 
     fn fallback_allowed(&self) -> bool {
@@ -1390,12 +1629,31 @@ impl Call {
                 (_, Some(c)) if self.pol.breaker.counts(c) => Record::Failure,
                 _ => Record::Ignored,
             };
-            let t = cell.value.record(&self.pol.breaker, *ovr, now_ms, f.probe, rec, self.pol.breaker.is_slow(elapsed_ms));
+            let t = cell.value.record(
+                &self.pol.breaker,
+                *ovr,
+                now_ms,
+                f.probe,
+                rec,
+                self.pol.breaker.is_slow(elapsed_ms),
+            );
             self.on_transition(&cell.key, t, now_ms);
         }
-        if self.pol.policy.throttle.enabled && !matches!(cls.class, Some(ErrorClass::RateLimit | ErrorClass::Overloaded | ErrorClass::Transient)) {
+        if self.pol.policy.throttle.enabled
+            && !matches!(
+                cls.class,
+                Some(ErrorClass::RateLimit | ErrorClass::Overloaded | ErrorClass::Transient)
+            )
+        {
             let p = &self.pol.policy;
-            let key = scope_key(&p.throttle.scope, &f.upstream, p, self.tenant.as_deref(), self.priority.as_deref(), self.task.as_deref());
+            let key = scope_key(
+                &p.throttle.scope,
+                &f.upstream,
+                p,
+                self.tenant.as_deref(),
+                self.priority.as_deref(),
+                self.task.as_deref(),
+            );
             if let Some(cell) = self.engine.inner.throttles.get(&key) {
                 cell.value.accepted(now_ms);
             }
@@ -1420,7 +1678,12 @@ impl Call {
             e.remaining_ms = Some(ms(f.remaining_at_start));
             e.delay_ms = Some(elapsed_ms);
             let allow = &self.pol.policy.telemetry.header_allowlist;
-            e.headers = outcome.headers.iter().filter(|(k, _)| header_allowed(k, allow)).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            e.headers = outcome
+                .headers
+                .iter()
+                .filter(|(k, _)| header_allowed(k, allow))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             self.engine.inner.bus.emit(e);
         }
         if let Some(d) = &self.final_decision {
@@ -1452,11 +1715,20 @@ impl Call {
                     self.count(Ctr::RetrySuccesses);
                     f.counters.value.bump(Ctr::RetrySuccesses);
                 }
-                let d = Decision { action: Action::Succeeded, on_failure: None, detail: None, retry_after: None, ..base };
+                let d = Decision {
+                    action: Action::Succeeded,
+                    on_failure: None,
+                    detail: None,
+                    retry_after: None,
+                    ..base
+                };
                 self.finish(d)
             }
             Disposition::Reconcile => {
-                let d = Decision { action: Action::Reconcile, ..base };
+                let d = Decision {
+                    action: Action::Reconcile,
+                    ..base
+                };
                 self.push_reconcile(&d, &f, now_ms);
                 self.finish(d)
             }
@@ -1466,9 +1738,17 @@ impl Call {
                     if let Some(n) = outcome.input_tokens {
                         self.needs.input_tokens = Some(n);
                     }
-                    let cur_ctx = self.pol.policy.upstreams.get(&*f.upstream).and_then(|u| u.context_tokens);
+                    let cur_ctx = self
+                        .pol
+                        .policy
+                        .upstreams
+                        .get(&*f.upstream)
+                        .and_then(|u| u.context_tokens);
                     let floor = match (real, cur_ctx) {
-                        (Some(r), _) => Some(r.saturating_add(self.needs.max_output_tokens.unwrap_or(0)).saturating_sub(1)),
+                        (Some(r), _) => Some(
+                            r.saturating_add(self.needs.max_output_tokens.unwrap_or(0))
+                                .saturating_sub(1),
+                        ),
                         (None, Some(c)) => Some(c),
                         (None, None) => None,
                     };
@@ -1483,7 +1763,9 @@ impl Call {
                     None
                 };
                 match switch {
-                    Some(larger_than) if self.fallback_allowed() && self.engine.mode().retries => self.continue_call(base, &f, now, true, larger_than, &hint),
+                    Some(larger_than) if self.fallback_allowed() && self.engine.mode().retries => {
+                        self.continue_call(base, &f, now, true, larger_than, &hint)
+                    }
                     _ => self.finish(base),
                 }
             }
@@ -1537,7 +1819,11 @@ impl Call {
             return stop(self, Reason::RetriesDisabled, None);
         }
         if !self.owner {
-            return stop(self, Reason::NotOwner, Some(format!("upstream owner decides; evidence: {}", base.reason)));
+            return stop(
+                self,
+                Reason::NotOwner,
+                Some(format!("upstream owner decides; evidence: {}", base.reason)),
+            );
         }
         if !self.in_flight.is_empty() {
             // A sibling (hedge) is still running: let it finish rather than add load.
@@ -1553,14 +1839,26 @@ impl Call {
         }
         let remaining = self.deadline_at.saturating_sub(now);
         let min_attempt = self.pol.min_attempt();
-        if remaining <= min_attempt {
-            return stop(self, Reason::DeadlineExceeded, Some(format!("{} ms left, min_attempt is {} ms", ms(remaining), self.pol.policy.min_attempt_ms)));
+        if remaining < min_attempt || remaining.is_zero() {
+            return stop(
+                self,
+                Reason::DeadlineExceeded,
+                Some(format!(
+                    "{} ms left, min_attempt is {} ms",
+                    ms(remaining),
+                    self.pol.policy.min_attempt_ms
+                )),
+            );
         }
         let room = remaining - min_attempt;
 
         // Route: same upstream while it has attempts left and its breaker is not open; otherwise the next eligible candidate.
         let route = self.route().clone();
-        let per_upstream_cap = if route.fallback == FallbackMode::Forbidden { self.max_attempts } else { route.attempts_per_upstream };
+        let per_upstream_cap = if route.fallback == FallbackMode::Forbidden {
+            self.max_attempts
+        } else {
+            route.attempts_per_upstream
+        };
         let same_ok = !force_switch && self.target_attempts < per_upstream_cap && !self.is_open(&f.upstream, now_ms);
         let mut excluded = Vec::new();
         let (target, is_fallback) = if same_ok {
@@ -1571,8 +1869,16 @@ impl Call {
             excluded = m.exclusion_strings();
             let distinct = self.tried.len() as u32;
             let max_up = route.max_upstreams.unwrap_or(u32::MAX);
+            let current_open = self.is_open(&f.upstream, now_ms);
             if route.fallback == FallbackMode::Forbidden || self.route_key.is_none() {
-                let reason = if force_switch { base.reason } else if self.route_key.is_none() { Reason::MaxAttempts } else { Reason::FallbackForbidden };
+                // Only one upstream is allowed; it has attempts left, so it is refused by its breaker or the failure demands another upstream.
+                let reason = if force_switch {
+                    base.reason
+                } else if current_open {
+                    Reason::BreakerOpen
+                } else {
+                    Reason::FallbackForbidden
+                };
                 let mut d = base.clone();
                 d.action = Action::Stop;
                 d.reason = reason;
@@ -1582,7 +1888,13 @@ impl Call {
             if !self.engine.mode().fallback {
                 let mut d = base.clone();
                 d.action = Action::Stop;
-                d.reason = if force_switch { base.reason } else { Reason::FallbackForbidden };
+                d.reason = if force_switch {
+                    base.reason
+                } else if current_open {
+                    Reason::BreakerOpen
+                } else {
+                    Reason::FallbackForbidden
+                };
                 d.detail = Some("fallback switched off (kill switch)".into());
                 return self.finish(d);
             }
@@ -1598,7 +1910,11 @@ impl Call {
                 None => {
                     let mut d = base.clone();
                     d.action = Action::Stop;
-                    d.reason = if force_switch { base.reason } else { Reason::NoEligibleUpstream };
+                    d.reason = if force_switch {
+                        base.reason
+                    } else {
+                        Reason::NoEligibleUpstream
+                    };
                     d.excluded = excluded;
                     return self.finish(d);
                 }
@@ -1611,8 +1927,21 @@ impl Call {
         if p.budget.enabled {
             let params = self.pol.budget;
             for dims in &p.budget.scopes {
-                let key = scope_key(dims, &target, p, self.tenant.as_deref(), self.priority.as_deref(), self.task.as_deref());
-                let cell = self.engine.inner.budgets.get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || BudgetCell::new(params));
+                let key = scope_key(
+                    dims,
+                    &target,
+                    p,
+                    self.tenant.as_deref(),
+                    self.priority.as_deref(),
+                    self.task.as_deref(),
+                );
+                let cell =
+                    self.engine
+                        .inner
+                        .budgets
+                        .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
+                            BudgetCell::new(params)
+                        });
                 if let Err(r) = cell.value.try_withdraw(&params, now_ms) {
                     for h in &held {
                         h.value.refund(&params, now_ms);
@@ -1647,19 +1976,31 @@ impl Call {
         let ra = &self.pol.policy.retry_after;
         let (delay, source) = match hint.wait {
             Some(w) => {
+                let max = Duration::from_millis(ra.max_ms);
                 let mut w = w;
+                if w > max && ra.on_exceed == OnExceed::Cap {
+                    w = max;
+                }
+                // The user's deadline comes first: a hint that cannot fit stops at once.
                 if w > room {
                     refund(self, &held);
-                    return stop(self, Reason::RetryAfterExceedsDeadline, Some(format!("retry-after {} ms, {} ms usable before the deadline", ms(w), ms(room))));
+                    return stop(
+                        self,
+                        Reason::RetryAfterExceedsDeadline,
+                        Some(format!(
+                            "retry-after {} ms, {} ms usable before the deadline",
+                            ms(w),
+                            ms(room)
+                        )),
+                    );
                 }
-                if w > Duration::from_millis(ra.max_ms) {
-                    match ra.on_exceed {
-                        OnExceed::Stop => {
-                            refund(self, &held);
-                            return stop(self, Reason::RetryAfterTooLarge, Some(format!("retry-after {} ms > max {} ms", ms(w), ra.max_ms)));
-                        }
-                        OnExceed::Cap => w = Duration::from_millis(ra.max_ms),
-                    }
+                if w > max {
+                    refund(self, &held);
+                    return stop(
+                        self,
+                        Reason::RetryAfterTooLarge,
+                        Some(format!("retry-after {} ms > max {} ms", ms(w), ra.max_ms)),
+                    );
                 }
                 if ra.jitter_ms > 0 {
                     let extra = Duration::from_millis(self.rng.gen_range(0..=ra.jitter_ms));
@@ -1693,7 +2034,14 @@ impl Call {
             ..base
         };
         if self.engine.inner.bus.active() {
-            let mut e = self.event(if is_fallback { EventKind::Fallback } else { EventKind::Decision }, now_ms);
+            let mut e = self.event(
+                if is_fallback {
+                    EventKind::Fallback
+                } else {
+                    EventKind::Decision
+                },
+                now_ms,
+            );
             e.action = Some(d.action);
             e.reason = Some(d.reason);
             e.error_class = d.class;
@@ -1738,7 +2086,10 @@ impl Call {
         let primary = self.in_flight[0].upstream.clone();
         let target = if self.fallback_allowed() {
             let m = self.match_now(&[&primary], None);
-            m.eligible.first().map(|s| Arc::from(s.as_str())).unwrap_or(primary.clone())
+            m.eligible
+                .first()
+                .map(|s| Arc::from(s.as_str()))
+                .unwrap_or(primary.clone())
         } else {
             primary.clone()
         };
@@ -1747,8 +2098,21 @@ impl Call {
         if p.budget.enabled {
             let params = self.pol.budget;
             for dims in &p.budget.scopes {
-                let key = scope_key(dims, &target, p, self.tenant.as_deref(), self.priority.as_deref(), self.task.as_deref());
-                let cell = self.engine.inner.budgets.get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || BudgetCell::new(params));
+                let key = scope_key(
+                    dims,
+                    &target,
+                    p,
+                    self.tenant.as_deref(),
+                    self.priority.as_deref(),
+                    self.task.as_deref(),
+                );
+                let cell =
+                    self.engine
+                        .inner
+                        .budgets
+                        .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
+                            BudgetCell::new(params)
+                        });
                 if cell.value.try_withdraw(&params, now_ms).is_err() {
                     for h in &held {
                         let h: &Arc<Slot<BudgetCell>> = h;

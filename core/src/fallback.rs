@@ -65,7 +65,9 @@ impl fmt::Display for Exclusion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Exclusion::MissingCapability(c) => write!(f, "missing_capability:{c}"),
-            Exclusion::ContextTooSmall { have, need } => write!(f, "context_too_small:{have}<{need}"),
+            Exclusion::ContextTooSmall { have, need } => {
+                write!(f, "context_too_small:{have}<{need}")
+            }
             Exclusion::OutputTooSmall { have, need } => write!(f, "output_too_small:{have}<{need}"),
             Exclusion::DataBoundary { have, want } => write!(f, "data_boundary:{have}!={want}"),
             Exclusion::CostCap => f.write_str("cost_cap"),
@@ -108,7 +110,10 @@ pub fn check_upstream(u: &Upstream, route: &Route, task: Option<&str>, needs: &N
             return Err(Exclusion::MissingCapability(cap.clone()));
         }
     }
-    let need = needs.input_tokens.unwrap_or(0).saturating_add(needs.max_output_tokens.unwrap_or(0));
+    let need = needs
+        .input_tokens
+        .unwrap_or(0)
+        .saturating_add(needs.max_output_tokens.unwrap_or(0));
     if let (Some(have), true) = (u.context_tokens, need > 0) {
         if have < need {
             return Err(Exclusion::ContextTooSmall { have, need });
@@ -165,7 +170,13 @@ pub fn match_candidates(
                 None => Ok(()),
             }
         }
-        .and_then(|_| if is_open(name) { Err(Exclusion::BreakerOpen) } else { Ok(()) });
+        .and_then(|_| {
+            if is_open(name) {
+                Err(Exclusion::BreakerOpen)
+            } else {
+                Ok(())
+            }
+        });
         match verdict {
             Ok(()) => out.eligible.push(name.clone()),
             Err(e) => out.excluded.push((name.clone(), e)),
@@ -226,24 +237,71 @@ routes:
     fn every_exclusion_reason() {
         let p = policy();
         let base = p.routes["r"].clone();
-        let tools = Route { require: vec!["tool_calling".into()], ..base.clone() };
-        assert_eq!(run(&tools, &Needs::default(), &[], &[]), vec![pair("big", "ok"), pair("small", "missing_capability:tool_calling")]);
-        let needs = Needs { input_tokens: Some(10_000), max_output_tokens: Some(2_000), ..Needs::default() };
-        assert_eq!(run(&base, &needs, &[], &[])[1], pair("small", "context_too_small:8192<12000"));
-        let eu = Route { data_boundary: Some("eu".into()), ..base.clone() };
-        assert_eq!(run(&eu, &Needs::default(), &[], &[])[1], pair("small", "data_boundary:us!=eu"));
-        let cheap = Route { max_cost_per_call: Some(0.01), ..base.clone() };
-        let needs = Needs { input_tokens: Some(1_000), max_output_tokens: Some(1_000), ..Needs::default() };
+        let tools = Route {
+            require: vec!["tool_calling".into()],
+            ..base.clone()
+        };
+        assert_eq!(
+            run(&tools, &Needs::default(), &[], &[]),
+            vec![pair("big", "ok"), pair("small", "missing_capability:tool_calling")]
+        );
+        let needs = Needs {
+            input_tokens: Some(10_000),
+            max_output_tokens: Some(2_000),
+            ..Needs::default()
+        };
+        assert_eq!(
+            run(&base, &needs, &[], &[])[1],
+            pair("small", "context_too_small:8192<12000")
+        );
+        let eu = Route {
+            data_boundary: Some("eu".into()),
+            ..base.clone()
+        };
+        assert_eq!(
+            run(&eu, &Needs::default(), &[], &[])[1],
+            pair("small", "data_boundary:us!=eu")
+        );
+        let cheap = Route {
+            max_cost_per_call: Some(0.01),
+            ..base.clone()
+        };
+        let needs = Needs {
+            input_tokens: Some(1_000),
+            max_output_tokens: Some(1_000),
+            ..Needs::default()
+        };
         // big: (1000*5 + 1000*15)/1e6 = 0.02 > 0.01
-        assert_eq!(run(&cheap, &needs, &[], &[]), vec![pair("small", "ok"), pair("big", "cost_cap")]);
-        let eval = Route { min_eval: Some(0.8), ..base.clone() };
-        assert_eq!(run(&eval, &Needs::default(), &[], &[])[1], pair("small", "eval_below_min"));
-        assert_eq!(run(&base, &Needs::default(), &[], &["big"]), vec![pair("small", "ok"), pair("big", "breaker_open")]);
-        assert_eq!(run(&base, &Needs::default(), &["big"], &[]), vec![pair("small", "ok"), pair("big", "already_tried")]);
-        let out = Needs { max_output_tokens: Some(20_000), ..Needs::default() };
+        assert_eq!(
+            run(&cheap, &needs, &[], &[]),
+            vec![pair("small", "ok"), pair("big", "cost_cap")]
+        );
+        let eval = Route {
+            min_eval: Some(0.8),
+            ..base.clone()
+        };
+        assert_eq!(
+            run(&eval, &Needs::default(), &[], &[])[1],
+            pair("small", "eval_below_min")
+        );
+        assert_eq!(
+            run(&base, &Needs::default(), &[], &["big"]),
+            vec![pair("small", "ok"), pair("big", "breaker_open")]
+        );
+        assert_eq!(
+            run(&base, &Needs::default(), &["big"], &[]),
+            vec![pair("small", "ok"), pair("big", "already_tried")]
+        );
+        let out = Needs {
+            max_output_tokens: Some(20_000),
+            ..Needs::default()
+        };
         assert_eq!(
             run(&base, &out, &[], &[]),
-            vec![pair("big", "output_too_small:16000<20000"), pair("small", "context_too_small:8192<20000")]
+            vec![
+                pair("big", "output_too_small:16000<20000"),
+                pair("small", "context_too_small:8192<20000")
+            ]
         );
     }
 }

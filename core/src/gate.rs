@@ -20,7 +20,9 @@ impl GateCell {
                 c.fetch_add(1, Ordering::AcqRel);
                 true
             }
-            Some(l) => c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v < l).then_some(v + 1)).is_ok(),
+            Some(l) => c
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v < l).then_some(v + 1))
+                .is_ok(),
         }
     }
 
@@ -45,12 +47,16 @@ pub struct PoolCell {
 impl PoolCell {
     /// Takes a slot if fewer than `limit` are held.
     pub fn try_enter(&self, limit: u32) -> bool {
-        self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v < limit).then_some(v + 1)).is_ok()
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v < limit).then_some(v + 1))
+            .is_ok()
     }
 
     /// Returns a slot.
     pub fn leave(&self) {
-        let _ = self.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
     }
 
     /// Slots held.

@@ -159,7 +159,14 @@ impl Outcome {
         match self.error {
             Some(ErrorKind::Dns | ErrorKind::Connect | ErrorKind::Tls | ErrorKind::ConnectTimeout) => Phase::BeforeSend,
             Some(ErrorKind::StreamIdleTimeout) => Phase::StreamOpen,
-            Some(ErrorKind::Write | ErrorKind::FirstByteTimeout | ErrorKind::ConnectionReset | ErrorKind::Other | ErrorKind::DeadlineExceeded | ErrorKind::Cancelled) => {
+            Some(
+                ErrorKind::Write
+                | ErrorKind::FirstByteTimeout
+                | ErrorKind::ConnectionReset
+                | ErrorKind::Other
+                | ErrorKind::DeadlineExceeded
+                | ErrorKind::Cancelled,
+            ) => {
                 if self.status.is_some() {
                     Phase::Headers
                 } else {
@@ -194,9 +201,16 @@ mod tests {
     fn success_and_phase_inference() {
         assert!(Outcome::success().is_success());
         assert!(Outcome::status(200).is_success());
-        assert!(!Outcome::status(200).phase(Phase::StreamVisible).header("a", "b").with_error().is_success());
+        assert!(!Outcome::status(200)
+            .phase(Phase::StreamVisible)
+            .header("a", "b")
+            .with_error()
+            .is_success());
         assert_eq!(Outcome::error(ErrorKind::Connect).effective_phase(), Phase::BeforeSend);
-        assert_eq!(Outcome::error(ErrorKind::FirstByteTimeout).effective_phase(), Phase::Sent);
+        assert_eq!(
+            Outcome::error(ErrorKind::FirstByteTimeout).effective_phase(),
+            Phase::Sent
+        );
         assert_eq!(Outcome::status(503).effective_phase(), Phase::Headers);
     }
 
@@ -218,7 +232,12 @@ pub fn vendor_code_from_body(body: &[u8]) -> Option<String> {
     }
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     let err = v.get("error")?;
-    let pick = |k: &str| err.get(k).and_then(|c| c.as_str()).filter(|s| !s.is_empty()).map(str::to_string);
+    let pick = |k: &str| {
+        err.get(k)
+            .and_then(|c| c.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
     pick("code").or_else(|| pick("type"))
 }
 
@@ -228,10 +247,23 @@ mod body_tests {
 
     #[test]
     fn openai_and_anthropic_error_bodies() {
-        assert_eq!(v(br#"{"error":{"message":"x","type":"insufficient_quota","code":"insufficient_quota"}}"#).as_deref(), Some("insufficient_quota"));
-        assert_eq!(v(br#"{"error":{"message":"x","type":"invalid_request_error","code":"context_length_exceeded"}}"#).as_deref(), Some("context_length_exceeded"));
-        assert_eq!(v(br#"{"error":{"message":"x","type":"server_error","code":null}}"#).as_deref(), Some("server_error"));
-        assert_eq!(v(br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#).as_deref(), Some("overloaded_error"));
+        assert_eq!(
+            v(br#"{"error":{"message":"x","type":"insufficient_quota","code":"insufficient_quota"}}"#).as_deref(),
+            Some("insufficient_quota")
+        );
+        assert_eq!(
+            v(br#"{"error":{"message":"x","type":"invalid_request_error","code":"context_length_exceeded"}}"#)
+                .as_deref(),
+            Some("context_length_exceeded")
+        );
+        assert_eq!(
+            v(br#"{"error":{"message":"x","type":"server_error","code":null}}"#).as_deref(),
+            Some("server_error")
+        );
+        assert_eq!(
+            v(br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#).as_deref(),
+            Some("overloaded_error")
+        );
         assert_eq!(v(b"not json"), None);
         assert_eq!(v(br#"{"ok":true}"#), None);
     }

@@ -272,11 +272,7 @@ pub struct Retry {
 impl Default for Retry {
     fn default() -> Self {
         Retry {
-            classes: vec![
-                ErrorClass::Transient,
-                ErrorClass::RateLimit,
-                ErrorClass::Overloaded,
-            ],
+            classes: vec![ErrorClass::Transient, ErrorClass::RateLimit, ErrorClass::Overloaded],
             honor_should_retry: true,
         }
     }
@@ -340,10 +336,7 @@ impl Default for Classify {
                 "quota_exceeded".into(),
             ],
             overloaded_codes: vec!["overloaded_error".into(), "overloaded".into()],
-            context_length_codes: vec![
-                "context_length_exceeded".into(),
-                "string_above_max_length".into(),
-            ],
+            context_length_codes: vec!["context_length_exceeded".into(), "string_above_max_length".into()],
         }
     }
 }
@@ -818,7 +811,9 @@ impl Policy {
     /// Checks every rule; returns all violations with their field paths.
     pub fn validate(&self) -> Result<(), PolicyErrors> {
         let mut v = Validator::default();
-        v.check(!self.version.trim().is_empty(), "version", "must not be empty", || "\"\"".into());
+        v.check(!self.version.trim().is_empty(), "version", "must not be empty", || {
+            "\"\"".into()
+        });
         v.range_u64("max_attempts", self.max_attempts as u64, 1, 100);
         v.range_u64("deadline_ms", self.deadline_ms, 1, 86_400_000);
         v.check(
@@ -835,8 +830,18 @@ impl Policy {
         }
         if let Some(d) = &self.timeouts.dynamic {
             v.range_u64("timeouts.dynamic.base_ms", d.base_ms, 1, 86_400_000);
-            v.range_u64("timeouts.dynamic.per_input_token_us", d.per_input_token_us, 0, 1_000_000);
-            v.range_u64("timeouts.dynamic.per_output_token_us", d.per_output_token_us, 0, 1_000_000);
+            v.range_u64(
+                "timeouts.dynamic.per_input_token_us",
+                d.per_input_token_us,
+                0,
+                1_000_000,
+            );
+            v.range_u64(
+                "timeouts.dynamic.per_output_token_us",
+                d.per_output_token_us,
+                0,
+                1_000_000,
+            );
         }
         v.range_u64("backoff.base_ms", self.backoff.base_ms, 0, 3_600_000);
         v.range_u64("backoff.cap_ms", self.backoff.cap_ms, 0, 3_600_000);
@@ -869,21 +874,41 @@ impl Policy {
                 v.range_u64(&format!("{name}[{i}]"), *s as u64, 100, 599);
             }
         }
-        v.range_u64("propagation.safety_margin_ms", self.propagation.safety_margin_ms, 0, 60_000);
+        v.range_u64(
+            "propagation.safety_margin_ms",
+            self.propagation.safety_margin_ms,
+            0,
+            60_000,
+        );
         let b = &self.budget;
         v.range_u64("budget.window_ms", b.window_ms, 1, 86_400_000);
         v.range_u64("budget.buckets", b.buckets as u64, 1, 3_600);
         v.milli("budget.ratio", b.ratio, 0.0, 1000.0);
         v.milli("budget.min_per_sec", b.min_per_sec, 0.0, 1_000_000.0);
-        v.check(!b.scopes.is_empty(), "budget.scopes", "must list at least one scope", || "[]".into());
+        v.check(
+            !b.scopes.is_empty(),
+            "budget.scopes",
+            "must list at least one scope",
+            || "[]".into(),
+        );
         for (i, s) in b.scopes.iter().enumerate() {
-            v.check(!s.is_empty(), &format!("budget.scopes[{i}]"), "must name at least one dimension", || "[]".into());
+            v.check(
+                !s.is_empty(),
+                &format!("budget.scopes[{i}]"),
+                "must name at least one dimension",
+                || "[]".into(),
+            );
         }
         if let Some(m) = b.max_concurrent_retries {
             v.range_u64("budget.max_concurrent_retries", m as u64, 0, 10_000_000);
         }
         let br = &self.breaker;
-        v.check(!br.scope.is_empty(), "breaker.scope", "must name at least one dimension", || "[]".into());
+        v.check(
+            !br.scope.is_empty(),
+            "breaker.scope",
+            "must name at least one dimension",
+            || "[]".into(),
+        );
         match br.window {
             WindowKind::Count => v.range_u64("breaker.window_size", br.window_size, 1, 100_000),
             WindowKind::Time => v.range_u64("breaker.window_size", br.window_size, 1, 86_400_000),
@@ -895,7 +920,12 @@ impl Policy {
         }
         if let Some(r) = br.slow_call_rate {
             v.unit_rate("breaker.slow_call_rate", r);
-            v.check(br.slow_call_ms.is_some(), "breaker.slow_call_ms", "is required when slow_call_rate is set", || "null".into());
+            v.check(
+                br.slow_call_ms.is_some(),
+                "breaker.slow_call_ms",
+                "is required when slow_call_rate is set",
+                || "null".into(),
+            );
         }
         if let Some(c) = br.consecutive_failures {
             v.range_u64("breaker.consecutive_failures", c as u64, 1, 10_000_000);
@@ -915,7 +945,12 @@ impl Policy {
             "must be in [1, 100]",
             || br.open_factor.to_string(),
         );
-        v.check(br.open_max_ms >= br.open_ms, "breaker.open_max_ms", "must be at least breaker.open_ms", || br.open_max_ms.to_string());
+        v.check(
+            br.open_max_ms >= br.open_ms,
+            "breaker.open_max_ms",
+            "must be at least breaker.open_ms",
+            || br.open_max_ms.to_string(),
+        );
         v.check(
             br.open_jitter.is_finite() && (0.0..1.0).contains(&br.open_jitter),
             "breaker.open_jitter",
@@ -925,28 +960,70 @@ impl Policy {
         v.range_u64("breaker.half_open_probes", br.half_open_probes as u64, 1, 10_000);
         v.range_u64("breaker.close_after", br.close_after as u64, 1, 10_000);
         let t = &self.throttle;
-        v.check(t.k.is_finite() && t.k >= 1.0 && t.k <= 100.0, "throttle.k", "must be in [1, 100]", || t.k.to_string());
+        v.check(
+            t.k.is_finite() && t.k >= 1.0 && t.k <= 100.0,
+            "throttle.k",
+            "must be in [1, 100]",
+            || t.k.to_string(),
+        );
         v.range_u64("throttle.window_ms", t.window_ms, 1, 86_400_000);
         v.range_u64("throttle.buckets", t.buckets as u64, 1, 3_600);
-        v.check(!t.scope.is_empty(), "throttle.scope", "must name at least one dimension", || "[]".into());
-        v.check(!self.concurrency.scope.is_empty(), "concurrency.scope", "must name at least one dimension", || "[]".into());
+        v.check(
+            !t.scope.is_empty(),
+            "throttle.scope",
+            "must name at least one dimension",
+            || "[]".into(),
+        );
+        v.check(
+            !self.concurrency.scope.is_empty(),
+            "concurrency.scope",
+            "must name at least one dimension",
+            || "[]".into(),
+        );
         v.range_u64("limits.max_keys", self.limits.max_keys as u64, 16, 100_000_000);
         v.range_u64("limits.idle_ms", self.limits.idle_ms, 1, u64::MAX / 4);
         v.range_u64("telemetry.ring_size", self.telemetry.ring_size as u64, 0, 10_000_000);
         v.range_u64("idempotency.ttl_ms", self.idempotency.ttl_ms, 1, u64::MAX / 4);
-        v.range_u64("idempotency.max_keys", self.idempotency.max_keys as u64, 16, 100_000_000);
+        v.range_u64(
+            "idempotency.max_keys",
+            self.idempotency.max_keys as u64,
+            16,
+            100_000_000,
+        );
         for (name, u) in &self.upstreams {
             let p = format!("upstreams.{name}");
-            v.check(!name.is_empty(), &p, "upstream name must not be empty", || "\"\"".into());
-            v.check(u.cost_input_per_mtok.is_finite() && u.cost_input_per_mtok >= 0.0, &format!("{p}.cost_input_per_mtok"), "must be ≥ 0", || u.cost_input_per_mtok.to_string());
-            v.check(u.cost_output_per_mtok.is_finite() && u.cost_output_per_mtok >= 0.0, &format!("{p}.cost_output_per_mtok"), "must be ≥ 0", || u.cost_output_per_mtok.to_string());
+            v.check(!name.is_empty(), &p, "upstream name must not be empty", || {
+                "\"\"".into()
+            });
+            v.check(
+                u.cost_input_per_mtok.is_finite() && u.cost_input_per_mtok >= 0.0,
+                &format!("{p}.cost_input_per_mtok"),
+                "must be ≥ 0",
+                || u.cost_input_per_mtok.to_string(),
+            );
+            v.check(
+                u.cost_output_per_mtok.is_finite() && u.cost_output_per_mtok >= 0.0,
+                &format!("{p}.cost_output_per_mtok"),
+                "must be ≥ 0",
+                || u.cost_output_per_mtok.to_string(),
+            );
             for (task, score) in &u.evals {
-                v.check(score.is_finite(), &format!("{p}.evals.{task}"), "must be a finite number", || score.to_string());
+                v.check(
+                    score.is_finite(),
+                    &format!("{p}.evals.{task}"),
+                    "must be a finite number",
+                    || score.to_string(),
+                );
             }
         }
         for (name, r) in &self.routes {
             let p = format!("routes.{name}");
-            v.check(!r.candidates.is_empty(), &format!("{p}.candidates"), "must list at least one upstream", || "[]".into());
+            v.check(
+                !r.candidates.is_empty(),
+                &format!("{p}.candidates"),
+                "must list at least one upstream",
+                || "[]".into(),
+            );
             for (i, c) in r.candidates.iter().enumerate() {
                 v.check(
                     self.upstreams.contains_key(c),
@@ -958,12 +1035,27 @@ impl Policy {
             if let Some(m) = r.max_upstreams {
                 v.range_u64(&format!("{p}.max_upstreams"), m as u64, 1, 1_000);
             }
-            v.range_u64(&format!("{p}.attempts_per_upstream"), r.attempts_per_upstream as u64, 1, 100);
+            v.range_u64(
+                &format!("{p}.attempts_per_upstream"),
+                r.attempts_per_upstream as u64,
+                1,
+                100,
+            );
             if let Some(c) = r.max_cost_per_call {
-                v.check(c.is_finite() && c >= 0.0, &format!("{p}.max_cost_per_call"), "must be ≥ 0", || c.to_string());
+                v.check(
+                    c.is_finite() && c >= 0.0,
+                    &format!("{p}.max_cost_per_call"),
+                    "must be ≥ 0",
+                    || c.to_string(),
+                );
             }
             if let Some(m) = r.min_eval {
-                v.check(m.is_finite(), &format!("{p}.min_eval"), "must be a finite number", || m.to_string());
+                v.check(
+                    m.is_finite(),
+                    &format!("{p}.min_eval"),
+                    "must be a finite number",
+                    || m.to_string(),
+                );
             }
             if let Some(h) = r.hedge_after_ms {
                 v.range_u64(&format!("{p}.hedge_after_ms"), h, 1, 86_400_000);
@@ -979,7 +1071,7 @@ impl Policy {
 /// Returns `value * 1000` when it has at most three decimals (the exact
 /// fixed-point scale used by the budget), `None` otherwise.
 pub fn to_milli(value: f64) -> Option<u64> {
-    if !value.is_finite() || value < 0.0 || value > 1.0e12 {
+    if !value.is_finite() || !(0.0..=1.0e12).contains(&value) {
         return None;
     }
     let scaled = value * 1000.0;
@@ -1041,11 +1133,7 @@ fn serde_path_to_error_json<'de, R: serde_json::de::Read<'de>>(
 /// Best-effort field path for a serde error on a JSON value: finds the
 /// unknown or bad field named in the message.
 fn locate_json_error(value: &serde_json::Value, message: &str) -> String {
-    let field = message
-        .split('`')
-        .nth(1)
-        .map(str::to_string)
-        .unwrap_or_default();
+    let field = message.split('`').nth(1).map(str::to_string).unwrap_or_default();
     if field.is_empty() {
         return String::new();
     }
@@ -1197,7 +1285,14 @@ mod tests {
     #[test]
     fn schema_mentions_every_section() {
         let s = Policy::json_schema().to_string();
-        for f in ["max_attempts", "retry_after", "breaker", "budget", "routes", "upstreams"] {
+        for f in [
+            "max_attempts",
+            "retry_after",
+            "breaker",
+            "budget",
+            "routes",
+            "upstreams",
+        ] {
             assert!(s.contains(f), "{f}");
         }
     }

@@ -75,7 +75,14 @@ impl<T> Registry<T> {
 
     /// The slot for `key`, created with `make` if absent. Keeps the registry
     /// within `max_keys` (split evenly across shards).
-    pub fn get_or_insert(&self, key: &str, now_ms: u64, max_keys: u32, idle_ms: u64, make: impl FnOnce() -> T) -> Arc<Slot<T>> {
+    pub fn get_or_insert(
+        &self,
+        key: &str,
+        now_ms: u64,
+        max_keys: u32,
+        idle_ms: u64,
+        make: impl FnOnce() -> T,
+    ) -> Arc<Slot<T>> {
         let shard = self.shard(key);
         if let Some(s) = shard.read().get(key) {
             s.touch(now_ms);
@@ -128,7 +135,12 @@ impl<T> Registry<T> {
 }
 
 /// Frees room in a full shard: idle keys first, then the least recently used eighth.
-fn evict<T>(map: &mut HashMap<Arc<str>, Arc<Slot<T>>, ahash::RandomState>, now_ms: u64, idle_ms: u64, per_shard: usize) {
+fn evict<T>(
+    map: &mut HashMap<Arc<str>, Arc<Slot<T>>, ahash::RandomState>,
+    now_ms: u64,
+    idle_ms: u64,
+    per_shard: usize,
+) {
     map.retain(|_, s| now_ms.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) < idle_ms);
     if map.len() < per_shard {
         return;

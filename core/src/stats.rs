@@ -52,7 +52,10 @@ pub struct Counters {
 
 impl Default for Counters {
     fn default() -> Self {
-        Counters { c: std::array::from_fn(|_| AtomicU64::new(0)), stops: std::array::from_fn(|_| AtomicU64::new(0)) }
+        Counters {
+            c: std::array::from_fn(|_| AtomicU64::new(0)),
+            stops: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
     }
 }
 
@@ -100,7 +103,9 @@ pub struct Striped {
 
 impl Default for Striped {
     fn default() -> Self {
-        Striped { stripes: (0..STRIPES).map(|_| Padded::default()).collect() }
+        Striped {
+            stripes: (0..STRIPES).map(|_| Padded::default()).collect(),
+        }
     }
 }
 
@@ -134,7 +139,10 @@ struct Totals {
 
 impl Default for Totals {
     fn default() -> Self {
-        Totals { c: [0; NCTR], stops: [0; REASONS] }
+        Totals {
+            c: [0; NCTR],
+            stops: [0; REASONS],
+        }
     }
 }
 
@@ -245,17 +253,26 @@ pub struct Stats {
     pub breakers: BTreeMap<String, String>,
 }
 
+/// One Prometheus series: name, type, and how to read it from a scope's counters.
+type Series = (&'static str, &'static str, fn(&KeyStats) -> f64);
+
 impl Stats {
     /// Prometheus text exposition (version 0.0.4).
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
-        let series: [(&str, &str, fn(&KeyStats) -> f64); 10] = [
-            ("retrywise_logical_requests_total", "counter", |k| k.logical_requests as f64),
+        let series: [Series; 10] = [
+            ("retrywise_logical_requests_total", "counter", |k| {
+                k.logical_requests as f64
+            }),
             ("retrywise_attempts_total", "counter", |k| k.attempts as f64),
             ("retrywise_successes_total", "counter", |k| k.successes as f64),
-            ("retrywise_first_attempt_successes_total", "counter", |k| k.first_attempt_successes as f64),
+            ("retrywise_first_attempt_successes_total", "counter", |k| {
+                k.first_attempt_successes as f64
+            }),
             ("retrywise_retries_total", "counter", |k| k.retries as f64),
-            ("retrywise_retry_successes_total", "counter", |k| k.retry_successes as f64),
+            ("retrywise_retry_successes_total", "counter", |k| {
+                k.retry_successes as f64
+            }),
             ("retrywise_reconciles_total", "counter", |k| k.reconciles as f64),
             ("retrywise_fallbacks_total", "counter", |k| k.fallbacks as f64),
             ("retrywise_hedges_total", "counter", |k| k.hedges as f64),
@@ -265,7 +282,11 @@ impl Stats {
         for (name, kind, f) in series {
             out.push_str(&format!("# TYPE {name} {kind}\n"));
             out.push_str(&format!("{name} {}\n", f(&self.overall)));
-            for (label, map) in [("upstream", &self.per_upstream), ("tenant", &self.per_tenant), ("policy_version", &self.per_policy_version)] {
+            for (label, map) in [
+                ("upstream", &self.per_upstream),
+                ("tenant", &self.per_tenant),
+                ("policy_version", &self.per_policy_version),
+            ] {
                 for (k, v) in map {
                     out.push_str(&format!("{name}{{{label}=\"{}\"}} {}\n", esc(k), f(v)));
                 }
@@ -276,9 +297,15 @@ impl Stats {
             out.push_str(&format!("retrywise_stops_total{{reason=\"{}\"}} {n}\n", esc(reason)));
         }
         out.push_str("# TYPE retrywise_breaker_opens_total counter\n");
-        out.push_str(&format!("retrywise_breaker_opens_total {}\n", self.overall.breaker_opens));
+        out.push_str(&format!(
+            "retrywise_breaker_opens_total {}\n",
+            self.overall.breaker_opens
+        ));
         out.push_str("# TYPE retrywise_budget_refusals_total counter\n");
-        out.push_str(&format!("retrywise_budget_refusals_total {}\n", self.overall.budget_refusals));
+        out.push_str(&format!(
+            "retrywise_budget_refusals_total {}\n",
+            self.overall.budget_refusals
+        ));
         out.push_str("# TYPE retrywise_events_dropped_total counter\n");
         out.push_str(&format!("retrywise_events_dropped_total {}\n", self.events_dropped));
         out.push_str("# TYPE retrywise_tracked_keys gauge\n");

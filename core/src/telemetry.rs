@@ -180,7 +180,11 @@ const NEVER: &[&str] = &[
 /// True when a header may appear in an event.
 pub fn header_allowed(name: &str, allowlist: &[String]) -> bool {
     let n = name.to_ascii_lowercase();
-    if NEVER.contains(&n.as_str()) || n.contains("token") || n.contains("secret") || n.contains("key") && n != "idempotency-key" {
+    if NEVER.contains(&n.as_str())
+        || n.contains("token")
+        || n.contains("secret")
+        || n.contains("key") && n != "idempotency-key"
+    {
         return false;
     }
     allowlist.iter().any(|a| a.eq_ignore_ascii_case(&n))
@@ -203,7 +207,10 @@ pub struct EventBus {
 
 impl std::fmt::Debug for EventBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventBus").field("cap", &self.cap).field("dropped", &self.dropped).finish()
+        f.debug_struct("EventBus")
+            .field("cap", &self.cap)
+            .field("dropped", &self.dropped)
+            .finish()
     }
 }
 
@@ -353,10 +360,17 @@ mod tests {
 
     #[test]
     fn credentials_never_allowed() {
-        let allow: Vec<String> = ["authorization", "x-api-key", "cookie", "retry-after", "api-key", "x-auth-token"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let allow: Vec<String> = [
+            "authorization",
+            "x-api-key",
+            "cookie",
+            "retry-after",
+            "api-key",
+            "x-auth-token",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         for h in ["Authorization", "x-api-key", "Cookie", "api-key", "x-auth-token"] {
             assert!(!header_allowed(h, &allow), "{h}");
         }

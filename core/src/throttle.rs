@@ -21,7 +21,11 @@ impl ThrottleParams {
     /// Compiles validated policy values.
     pub fn new(p: &ThrottlePolicy) -> Self {
         let buckets = p.buckets.max(1);
-        ThrottleParams { k: p.k, bucket_ms: (p.window_ms / buckets as u64).max(1), buckets }
+        ThrottleParams {
+            k: p.k,
+            bucket_ms: (p.window_ms / buckets as u64).max(1),
+            buckets,
+        }
     }
 }
 
@@ -45,7 +49,11 @@ impl Inner {
         let oldest = epoch.saturating_sub(n - 1);
         let idx = (epoch % n) as usize;
         if self.buckets[idx].epoch != epoch {
-            self.buckets[idx] = Bucket { epoch, requests: 0, accepts: 0 };
+            self.buckets[idx] = Bucket {
+                epoch,
+                requests: 0,
+                accepts: 0,
+            };
         }
         let (mut r, mut a) = (0, 0);
         for b in &self.buckets {
@@ -67,7 +75,12 @@ pub struct ThrottleCell {
 impl ThrottleCell {
     /// An empty window.
     pub fn new(params: ThrottleParams) -> Self {
-        ThrottleCell { inner: Mutex::new(Inner { params, buckets: vec![Bucket::default(); params.buckets as usize] }) }
+        ThrottleCell {
+            inner: Mutex::new(Inner {
+                params,
+                buckets: vec![Bucket::default(); params.buckets as usize],
+            }),
+        }
     }
 
     /// Counts a request and decides whether to reject it; `draw` is a uniform value in [0, 1).
@@ -75,7 +88,10 @@ impl ThrottleCell {
     pub fn admit(&self, params: &ThrottleParams, now_ms: u64, draw: f64) -> Result<(), f64> {
         let mut g = self.inner.lock();
         if g.params != *params {
-            *g = Inner { params: *params, buckets: vec![Bucket::default(); params.buckets as usize] };
+            *g = Inner {
+                params: *params,
+                buckets: vec![Bucket::default(); params.buckets as usize],
+            };
         }
         let (r, a, idx) = g.totals(now_ms);
         let p = reject_probability(r, a, params.k);
@@ -122,7 +138,10 @@ mod tests {
 
     #[test]
     fn rejects_when_upstream_stops_accepting_and_recovers() {
-        let p = ThrottleParams::new(&ThrottlePolicy { enabled: true, ..ThrottlePolicy::default() });
+        let p = ThrottleParams::new(&ThrottlePolicy {
+            enabled: true,
+            ..ThrottlePolicy::default()
+        });
         let t = ThrottleCell::new(p);
         for _ in 0..100 {
             let _ = t.admit(&p, 0, 0.5);

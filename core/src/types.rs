@@ -161,7 +161,7 @@ vocab! {
 }
 
 vocab! {
-    /// Whether repeating the request is safe.
+    /// Whether repeating the request is safe. Default `Safe` (pure generation).
     Idempotency, "idempotency" {
         /// Pure generation: repeating costs money but changes nothing.
         Safe = 0 => "safe",
@@ -292,6 +292,14 @@ vocab! {
     }
 }
 
+// The vocabulary macro derives no `Default`; only this enum needs one.
+#[allow(clippy::derivable_impls)]
+impl Default for Idempotency {
+    fn default() -> Self {
+        Idempotency::Safe
+    }
+}
+
 impl Reason {
     /// True for reasons that end the call without success.
     pub fn is_stop_reason(self) -> bool {
@@ -322,9 +330,6 @@ mod tests {
         assert_eq!("Stream-Visible".parse::<Phase>().unwrap(), Phase::StreamVisible);
         let err = "nope".parse::<Phase>().unwrap_err();
         assert!(err.to_string().contains("before_send"));
-        assert_eq!(
-            serde_json::to_string(&ErrorClass::RateLimit).unwrap(),
-            "\"rate_limit\""
-        );
+        assert_eq!(serde_json::to_string(&ErrorClass::RateLimit).unwrap(), "\"rate_limit\"");
     }
 }

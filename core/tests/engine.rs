@@ -2,15 +2,20 @@
 //! decisions, counts and bounds, on a manual clock with a fixed seed.
 
 use retrywise::{
-    Action, CallSpec, EffectState, Engine, ErrorClass, ErrorKind, HedgePlan, Idempotency, Inbound, ManualClock, Mode, Needs, Outcome,
-    Phase, Policy, Reason, WaitSource,
+    Action, CallSpec, EffectState, Engine, ErrorClass, ErrorKind, HedgePlan, Idempotency, Inbound, ManualClock, Mode,
+    Needs, Outcome, Phase, Policy, Reason, WaitSource,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn engine_with(policy: Policy) -> (Engine, ManualClock) {
     let clock = ManualClock::new();
-    let e = Engine::builder(policy).clock(Arc::new(clock.clone())).seed(42).read_env(false).build().unwrap();
+    let e = Engine::builder(policy)
+        .clock(Arc::new(clock.clone()))
+        .seed(42)
+        .read_env(false)
+        .build()
+        .unwrap();
     (e, clock)
 }
 
@@ -25,12 +30,18 @@ fn success_on_first_attempt() {
     let a = c.next_attempt().unwrap();
     assert_eq!((a.number, &*a.upstream, a.hedge, a.fallback), (1, "up", false, false));
     let d = c.report(&Outcome::status(200));
-    assert_eq!((d.action, d.reason, d.class), (Action::Succeeded, Reason::Success, None));
+    assert_eq!(
+        (d.action, d.reason, d.class),
+        (Action::Succeeded, Reason::Success, None)
+    );
     assert!(d.is_final());
     let s = c.next_attempt().unwrap_err();
     assert_eq!(s.reason, Reason::CallFinished);
     let st = e.stats();
-    assert_eq!((st.overall.logical_requests, st.overall.attempts, st.overall.successes), (1, 1, 1));
+    assert_eq!(
+        (st.overall.logical_requests, st.overall.attempts, st.overall.successes),
+        (1, 1, 1)
+    );
     assert_eq!(st.overall.first_attempt_success_rate, 1.0);
 }
 
@@ -40,7 +51,15 @@ fn transient_then_success_with_full_jitter_within_bounds() {
     let mut c = e.begin(CallSpec::new("up").deadline_ms(30_000));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::status(503));
-    assert_eq!((d.action, d.reason, d.class, d.wait_source), (Action::Retry, Reason::RetryableStatus, Some(ErrorClass::Transient), WaitSource::Jitter));
+    assert_eq!(
+        (d.action, d.reason, d.class, d.wait_source),
+        (
+            Action::Retry,
+            Reason::RetryableStatus,
+            Some(ErrorClass::Transient),
+            WaitSource::Jitter
+        )
+    );
     assert!(d.delay <= Duration::from_millis(250), "{:?}", d.delay);
     clock.advance(d.delay);
     let a = c.next_attempt().unwrap();
@@ -51,7 +70,10 @@ fn transient_then_success_with_full_jitter_within_bounds() {
     c.next_attempt().unwrap();
     assert_eq!(c.report(&Outcome::success()).action, Action::Succeeded);
     let st = e.stats();
-    assert_eq!((st.overall.attempts, st.overall.retries, st.overall.retry_successes), (3, 2, 1));
+    assert_eq!(
+        (st.overall.attempts, st.overall.retries, st.overall.retry_successes),
+        (3, 2, 1)
+    );
     assert_eq!(st.overall.retry_recovery_rate, 0.5);
 }
 
@@ -87,12 +109,20 @@ fn stops_at_once_on_auth_invalid_quota() {
         (Outcome::status(403), Reason::AuthError, ErrorClass::AuthOrPolicy),
         (Outcome::status(400), Reason::InvalidRequest, ErrorClass::InvalidRequest),
         (Outcome::status(422), Reason::InvalidRequest, ErrorClass::InvalidRequest),
-        (Outcome::status(429).vendor_code("insufficient_quota"), Reason::QuotaExhausted, ErrorClass::RateLimit),
+        (
+            Outcome::status(429).vendor_code("insufficient_quota"),
+            Reason::QuotaExhausted,
+            ErrorClass::RateLimit,
+        ),
     ] {
         let mut c = e.begin(CallSpec::new("up"));
         c.next_attempt().unwrap();
         let d = c.report(&o);
-        assert_eq!((d.action, d.reason, d.class), (Action::Stop, reason, Some(class)), "{o:?}");
+        assert_eq!(
+            (d.action, d.reason, d.class),
+            (Action::Stop, reason, Some(class)),
+            "{o:?}"
+        );
         assert_eq!(c.attempts(), 1);
     }
 }
@@ -103,7 +133,15 @@ fn retry_after_wins_over_jitter_and_is_exact() {
     let mut c = e.begin(CallSpec::new("up").deadline_ms(30_000));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::status(429).header("Retry-After", "2"));
-    assert_eq!((d.action, d.delay, d.wait_source, d.reason), (Action::Retry, Duration::from_secs(2), WaitSource::RetryAfter, Reason::RateLimited));
+    assert_eq!(
+        (d.action, d.delay, d.wait_source, d.reason),
+        (
+            Action::Retry,
+            Duration::from_secs(2),
+            WaitSource::RetryAfter,
+            Reason::RateLimited
+        )
+    );
     assert_eq!(d.retry_after, Some(Duration::from_secs(2)));
 }
 
@@ -113,7 +151,10 @@ fn retry_after_beyond_deadline_stops_at_once() {
     let mut c = e.begin(CallSpec::new("up").deadline_ms(5_000));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::status(429).header("retry-after", "3600"));
-    assert_eq!((d.action, d.reason, d.delay), (Action::Stop, Reason::RetryAfterExceedsDeadline, Duration::ZERO));
+    assert_eq!(
+        (d.action, d.reason, d.delay),
+        (Action::Stop, Reason::RetryAfterExceedsDeadline, Duration::ZERO)
+    );
     // Fits the deadline but leaves less than min_attempt: also a stop.
     let mut c = e.begin(CallSpec::new("up").deadline_ms(5_000));
     c.next_attempt().unwrap();
@@ -130,7 +171,10 @@ fn retry_after_above_max_follows_on_exceed() {
     let (e, _) = engine("retry_after: {max_ms: 1000}\ndeadline_ms: 120000");
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
-    assert_eq!(c.report(&Outcome::status(429).header("retry-after", "5")).reason, Reason::RetryAfterTooLarge);
+    assert_eq!(
+        c.report(&Outcome::status(429).header("retry-after", "5")).reason,
+        Reason::RetryAfterTooLarge
+    );
     let (e, _) = engine("retry_after: {max_ms: 1000, on_exceed: cap}\ndeadline_ms: 120000");
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
@@ -173,7 +217,10 @@ fn admission_refuses_work_without_min_attempt_left() {
     let (e, _) = engine("");
     let mut c = e.begin(CallSpec::new("up").deadline_ms(200));
     let s = c.next_attempt().unwrap_err();
-    assert_eq!((s.reason, s.class), (Reason::DeadlineExceeded, Some(ErrorClass::DeadlineExceeded)));
+    assert_eq!(
+        (s.reason, s.class),
+        (Reason::DeadlineExceeded, Some(ErrorClass::DeadlineExceeded))
+    );
     assert_eq!(c.attempts(), 0);
 }
 
@@ -181,10 +228,21 @@ fn admission_refuses_work_without_min_attempt_left() {
 fn phases_and_effects() {
     let (e, _) = engine("");
     // Unsafe call, request written, no response: reconcile, and it lands in the reconcile list.
-    let mut c = e.begin(CallSpec::new("up").idempotency(Idempotency::Unsafe).idempotency_key("k-1"));
+    let mut c = e.begin(
+        CallSpec::new("up")
+            .idempotency(Idempotency::Unsafe)
+            .idempotency_key("k-1"),
+    );
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::error(ErrorKind::ConnectionReset).phase(Phase::Sent));
-    assert_eq!((d.action, d.reason, d.class), (Action::Reconcile, Reason::EffectUnknown, Some(ErrorClass::ResultUnknown)));
+    assert_eq!(
+        (d.action, d.reason, d.class),
+        (
+            Action::Reconcile,
+            Reason::EffectUnknown,
+            Some(ErrorClass::ResultUnknown)
+        )
+    );
     let list = e.reconcile_list();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].idempotency_key.as_deref(), Some("k-1"));
@@ -193,7 +251,10 @@ fn phases_and_effects() {
     // The same failure on a safe call is retried.
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
-    assert_eq!(c.report(&Outcome::error(ErrorKind::FirstByteTimeout)).action, Action::Retry);
+    assert_eq!(
+        c.report(&Outcome::error(ErrorKind::FirstByteTimeout)).action,
+        Action::Retry
+    );
     // Connect failures never reached the upstream: retried even when unsafe.
     let mut c = e.begin(CallSpec::new("up").idempotency(Idempotency::Unsafe));
     c.next_attempt().unwrap();
@@ -202,7 +263,14 @@ fn phases_and_effects() {
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::error(ErrorKind::ConnectionReset).phase(Phase::StreamVisible));
-    assert_eq!((d.action, d.reason, d.class), (Action::Stop, Reason::StreamVisibleOutput, Some(ErrorClass::PartialStream)));
+    assert_eq!(
+        (d.action, d.reason, d.class),
+        (
+            Action::Stop,
+            Reason::StreamVisibleOutput,
+            Some(ErrorClass::PartialStream)
+        )
+    );
     // Stream open, nothing meaningful yet: retryable.
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
@@ -211,15 +279,24 @@ fn phases_and_effects() {
     // Unknown effect reported by the caller always reconciles.
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
-    assert_eq!(c.report(&Outcome::status(503).effect(EffectState::Unknown)).action, Action::Reconcile);
+    assert_eq!(
+        c.report(&Outcome::status(503).effect(EffectState::Unknown)).action,
+        Action::Reconcile
+    );
     // Cancellation and the caller's deadline stop.
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
-    assert_eq!(c.report(&Outcome::error(ErrorKind::Cancelled)).reason, Reason::Cancelled);
+    assert_eq!(
+        c.report(&Outcome::error(ErrorKind::Cancelled)).reason,
+        Reason::Cancelled
+    );
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::error(ErrorKind::DeadlineExceeded));
-    assert_eq!((d.reason, d.class), (Reason::DeadlineExceeded, Some(ErrorClass::DeadlineExceeded)));
+    assert_eq!(
+        (d.reason, d.class),
+        (Reason::DeadlineExceeded, Some(ErrorClass::DeadlineExceeded))
+    );
 }
 
 #[test]
@@ -227,19 +304,33 @@ fn should_retry_header_cannot_override_auth_or_budget() {
     let (e, _) = engine("budget: {ratio: 0.0, min_per_sec: 0}");
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
-    assert_eq!(c.report(&Outcome::status(401).header("x-should-retry", "true")).reason, Reason::AuthError);
+    assert_eq!(
+        c.report(&Outcome::status(401).header("x-should-retry", "true")).reason,
+        Reason::AuthError
+    );
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
-    assert_eq!(c.report(&Outcome::status(409).header("x-should-retry", "true")).reason, Reason::BudgetExhausted);
+    assert_eq!(
+        c.report(&Outcome::status(409).header("x-should-retry", "true")).reason,
+        Reason::BudgetExhausted
+    );
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
-    assert_eq!(c.report(&Outcome::status(503).header("x-should-retry", "false")).reason, Reason::ServerSaysNoRetry);
+    assert_eq!(
+        c.report(&Outcome::status(503).header("x-should-retry", "false")).reason,
+        Reason::ServerSaysNoRetry
+    );
 }
 
 #[test]
 fn propagation_headers_and_idempotency_key_on_every_attempt() {
     let (e, clock) = engine("propagation: {safety_margin_ms: 50}");
-    let mut c = e.begin(CallSpec::new("up").deadline_ms(10_000).idempotency(Idempotency::Keyed).idempotency_key("order-7"));
+    let mut c = e.begin(
+        CallSpec::new("up")
+            .deadline_ms(10_000)
+            .idempotency(Idempotency::Keyed)
+            .idempotency_key("order-7"),
+    );
     let a = c.next_attempt().unwrap();
     let h: std::collections::BTreeMap<_, _> = a.headers().into_iter().collect();
     assert_eq!(h["retrywise-deadline-ms"], "9950");
@@ -309,7 +400,10 @@ fn downstream_engine_is_a_non_owner() {
 #[test]
 fn inherited_deadline_is_the_shorter_one() {
     let (e, _) = engine("");
-    let inbound = Inbound { deadline: Some(Duration::from_millis(1_000)), ..Inbound::default() };
+    let inbound = Inbound {
+        deadline: Some(Duration::from_millis(1_000)),
+        ..Inbound::default()
+    };
     let mut c = e.begin(CallSpec::new("up").deadline_ms(20_000).inbound(inbound));
     let a = c.next_attempt().unwrap();
     assert_eq!(a.remaining, Duration::from_millis(1_000));
@@ -436,7 +530,14 @@ fn breaker_opens_stops_calls_and_recovers_through_half_open() {
     probe.report(&Outcome::success());
     assert_eq!(e.breaker_state("up"), retrywise::BreakerState::Closed);
     let got = events.lock().unwrap().clone();
-    assert_eq!(got, vec![("closed", "open", "failure_rate"), ("open", "half_open", "open_elapsed"), ("half_open", "closed", "probes_succeeded")]);
+    assert_eq!(
+        got,
+        vec![
+            ("closed", "open", "failure_rate"),
+            ("open", "half_open", "open_elapsed"),
+            ("half_open", "closed", "probes_succeeded")
+        ]
+    );
     assert_eq!(e.stats().overall.breaker_opens, 1);
 }
 
@@ -462,7 +563,11 @@ fn breaker_override_force_open() {
 #[test]
 fn kill_switch_makes_every_call_a_single_attempt() {
     let (e, _) = engine("");
-    e.set_mode(Mode { retries: false, fallback: false, hedging: false });
+    e.set_mode(Mode {
+        retries: false,
+        fallback: false,
+        hedging: false,
+    });
     for _ in 0..10 {
         let mut c = e.begin(CallSpec::new("up"));
         c.next_attempt().unwrap();
@@ -480,8 +585,22 @@ fn kill_switch_makes_every_call_a_single_attempt() {
 #[test]
 fn kill_switch_from_environment_list() {
     let m = Mode::from_disable_list("retries, hedging").unwrap();
-    assert_eq!(m, Mode { retries: false, fallback: true, hedging: false });
-    assert_eq!(Mode::from_disable_list("all").unwrap(), Mode { retries: false, fallback: false, hedging: false });
+    assert_eq!(
+        m,
+        Mode {
+            retries: false,
+            fallback: true,
+            hedging: false
+        }
+    );
+    assert_eq!(
+        Mode::from_disable_list("all").unwrap(),
+        Mode {
+            retries: false,
+            fallback: false,
+            hedging: false
+        }
+    );
     assert_eq!(Mode::from_disable_list("").unwrap(), Mode::default());
     let err = Mode::from_disable_list("retries,nope").unwrap_err();
     assert_eq!(err.path, "RETRYWISE_DISABLE");
@@ -492,7 +611,8 @@ fn reload_is_atomic_in_flight_calls_keep_their_version() {
     let (e, clock) = engine("version: v1\nmax_attempts: 2");
     let mut old = e.begin(CallSpec::new("up"));
     old.next_attempt().unwrap();
-    e.reload(Policy::from_str_any("version: v2\nmax_attempts: 5").unwrap()).unwrap();
+    e.reload(Policy::from_str_any("version: v2\nmax_attempts: 5").unwrap())
+        .unwrap();
     assert_eq!(e.policy_version(), "v2");
     assert_eq!(old.policy_version(), "v1");
     let d = old.report(&Outcome::status(503));
@@ -502,7 +622,10 @@ fn reload_is_atomic_in_flight_calls_keep_their_version() {
     let new = e.begin(CallSpec::new("up"));
     assert_eq!(new.policy_version(), "v2");
     // A failed reload keeps the old policy.
-    let bad = Policy { max_attempts: 0, ..Policy::default() };
+    let bad = Policy {
+        max_attempts: 0,
+        ..Policy::default()
+    };
     let err = e.reload(bad).unwrap_err();
     assert_eq!(err.first().path, "max_attempts");
     assert_eq!(e.policy_version(), "v2");
@@ -559,11 +682,26 @@ fn idempotency_conflict_is_reported() {
     let d1 = retrywise::idempotency::params_digest(&serde_json::json!({"to": "a@x", "body": "hi"}));
     let d2 = retrywise::idempotency::params_digest(&serde_json::json!({"to": "b@x", "body": "hi"}));
     let key = retrywise::idempotency::derive_key("acme", "send_email", &d1);
-    let mut c = e.begin(CallSpec::new("up").idempotency(Idempotency::Keyed).idempotency_key(key.clone()).params_digest(d1.clone()));
+    let mut c = e.begin(
+        CallSpec::new("up")
+            .idempotency(Idempotency::Keyed)
+            .idempotency_key(key.clone())
+            .params_digest(d1.clone()),
+    );
     assert!(c.next_attempt().is_ok());
-    let mut again = e.begin(CallSpec::new("up").idempotency(Idempotency::Keyed).idempotency_key(key.clone()).params_digest(d1));
+    let mut again = e.begin(
+        CallSpec::new("up")
+            .idempotency(Idempotency::Keyed)
+            .idempotency_key(key.clone())
+            .params_digest(d1),
+    );
     assert!(again.next_attempt().is_ok());
-    let mut other = e.begin(CallSpec::new("up").idempotency(Idempotency::Keyed).idempotency_key(key).params_digest(d2));
+    let mut other = e.begin(
+        CallSpec::new("up")
+            .idempotency(Idempotency::Keyed)
+            .idempotency_key(key)
+            .params_digest(d2),
+    );
     let s = other.next_attempt().unwrap_err();
     assert_eq!(s.reason, Reason::IdempotencyConflict);
     assert!(s.detail.unwrap().contains("was used with parameters"));
@@ -621,11 +759,7 @@ fn forbidden_route_stops_with_manual_review() {
     let (e, clock) = engine(ROUTES);
     let mut c = e.begin(CallSpec::new("contract"));
     let mut ups = Vec::new();
-    loop {
-        let a = match c.next_attempt() {
-            Ok(a) => a,
-            Err(_) => break,
-        };
+    while let Ok(a) = c.next_attempt() {
         ups.push(a.upstream.to_string());
         let d = c.report(&Outcome::status(503));
         if d.is_final() {
@@ -653,9 +787,21 @@ fn context_length_exceeded_moves_to_a_larger_context_upstream() {
     let (e, _) = engine(ROUTES);
     let mut c = e.begin(CallSpec::new("long"));
     assert_eq!(&*c.next_attempt().unwrap().upstream, "tiny");
-    let d = c.report(&Outcome::status(400).vendor_code("context_length_exceeded").input_tokens(150_000));
-    assert_eq!((d.action, d.reason, d.upstream.as_deref()), (Action::Fallback, Reason::ContextLengthExceeded, Some("secondary")));
-    assert!(d.excluded.contains(&("primary".to_string(), "context_too_small:128000<150000".to_string())), "{:?}", d.excluded);
+    let d = c.report(
+        &Outcome::status(400)
+            .vendor_code("context_length_exceeded")
+            .input_tokens(150_000),
+    );
+    assert_eq!(
+        (d.action, d.reason, d.upstream.as_deref()),
+        (Action::Fallback, Reason::ContextLengthExceeded, Some("secondary"))
+    );
+    assert!(
+        d.excluded
+            .contains(&("primary".to_string(), "context_too_small:128000<150000".to_string())),
+        "{:?}",
+        d.excluded
+    );
 }
 
 #[test]
@@ -669,28 +815,41 @@ fn breaker_open_primary_sends_first_attempt_to_fallback() {
 #[test]
 fn needs_exclude_upstreams() {
     let (e, _) = engine(ROUTES);
-    let mut c = e.begin(CallSpec::new("long").needs(Needs { input_tokens: Some(100_000), ..Needs::default() }));
+    let mut c = e.begin(CallSpec::new("long").needs(Needs {
+        input_tokens: Some(100_000),
+        ..Needs::default()
+    }));
     assert_eq!(&*c.next_attempt().unwrap().upstream, "primary");
-    let mut c = e.begin(CallSpec::new("long").needs(Needs { data_boundary: Some("eu".into()), ..Needs::default() }));
+    let mut c = e.begin(CallSpec::new("long").needs(Needs {
+        data_boundary: Some("eu".into()),
+        ..Needs::default()
+    }));
     let s = c.next_attempt().unwrap_err();
     assert_eq!(s.reason, Reason::NoEligibleUpstream);
 }
 
 #[test]
 fn hedging_starts_a_parallel_attempt_on_another_upstream() {
-    let (e, clock) = engine(&format!("{ROUTES}\n  hedged:\n    candidates: [primary, secondary]\n    hedge_after_ms: 500\n"));
+    let (e, clock) = engine(&format!(
+        "{ROUTES}\n  hedged:\n    candidates: [primary, secondary]\n    hedge_after_ms: 500\n"
+    ));
     let mut c = e.begin(CallSpec::new("hedged"));
     let a1 = c.next_attempt().unwrap();
     assert_eq!(c.next_hedge(), HedgePlan::After(Duration::from_millis(500)));
     clock.advance_ms(500);
-    let HedgePlan::Start(h) = c.next_hedge() else { panic!("expected a hedge") };
+    let HedgePlan::Start(h) = c.next_hedge() else {
+        panic!("expected a hedge")
+    };
     assert!(h.hedge);
     assert_eq!((&*h.upstream, h.number), ("secondary", 2));
     assert_eq!(c.next_hedge(), HedgePlan::No(Reason::HedgeNotAllowed));
     let d = c.report_attempt(h.number, &Outcome::success());
     assert_eq!((d.action, d.hedge), (Action::Succeeded, true));
     // The primary's late result returns the final decision.
-    assert_eq!(c.report_attempt(a1.number, &Outcome::status(503)).action, Action::Succeeded);
+    assert_eq!(
+        c.report_attempt(a1.number, &Outcome::status(503)).action,
+        Action::Succeeded
+    );
     assert_eq!(e.stats().overall.hedges, 1);
     // Never for unsafe calls.
     let mut u = e.begin(CallSpec::new("hedged").idempotency(Idempotency::Unsafe));
@@ -716,13 +875,20 @@ fn cancel_stops_the_call() {
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
     let d = c.cancel();
-    assert_eq!((d.action, d.reason, d.class), (Action::Stop, Reason::Cancelled, Some(ErrorClass::Cancelled)));
+    assert_eq!(
+        (d.action, d.reason, d.class),
+        (Action::Stop, Reason::Cancelled, Some(ErrorClass::Cancelled))
+    );
 }
 
 #[test]
 fn dynamic_timeout_from_token_counts() {
     let (e, _) = engine("timeouts: {dynamic: {base_ms: 2000, per_input_token_us: 100, per_output_token_us: 20000}}");
-    let mut c = e.begin(CallSpec::new("up").deadline_ms(60_000).needs(Needs { input_tokens: Some(10_000), max_output_tokens: Some(500), ..Needs::default() }));
+    let mut c = e.begin(CallSpec::new("up").deadline_ms(60_000).needs(Needs {
+        input_tokens: Some(10_000),
+        max_output_tokens: Some(500),
+        ..Needs::default()
+    }));
     let a = c.next_attempt().unwrap();
     assert_eq!(a.timeouts.total, Duration::from_millis(13_000));
 }

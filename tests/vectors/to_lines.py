@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Converts conformance vectors (tests/vectors/*.json, format 1) into the
+line format read by run_c.c, so the C runner needs no JSON parser for inputs.
+
+    python tests/vectors/to_lines.py [NAME ...] > vectors.lines
+
+Every line is a record of space-separated tokens. Each token is
+percent-encoded: bytes outside printable ASCII, space and `%` become `%XX`;
+an empty string is the single token `%`. Records:
+
+    vector NAME                      starts a vector
+    seed U64
+    policy JSON                      the policy as compact JSON text
+    step LABEL OP [CALL] [ARGS...]   one step; LABEL as the other runners print it
+    expect PATH TYPE VALUE           a leaf of the step's `expect` (TYPE s, i, f, b, n)
+    within LO HI                     the step's delay_within_ms bounds
+    contains TEXT                    the step's error_contains
+    end                              ends the vector
+
+Step ARGS are key/value pairs:
+    begin:   route S, deadline_ms N, idempotency S, tenant S, task S, priority S,
+             idempotency_key S, params_digest HEX, cap S (repeated),
+             input_tokens N, max_output_tokens N, data_boundary S, max_cost F,
+             inbound NAME VALUE (repeated)
+    report:  status N, error S, phase S, effect S, vendor_code S,
+             input_tokens N, ok 0|1, header NAME VALUE (repeated)
+    advance: ms N      reload: policy JSON      set_mode: retries B fallback B hedging B
+
+`repeat` steps are expanded here (with `{i}` substituted), and `params` is
+replaced by its digest: SHA-256 of the canonical JSON (object keys sorted,
+compact), as the core's `params_digest` computes it. Nested `expect` objects
+become dotted paths; keys must therefore not contain dots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(os.environ.get("RETRYWISE_VECTORS_DIR", Path(__file__).resolve().parent))
+FORMAT = 1
+SAFE = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~/:,;=+*!?@[]{}()<>'\"|^`$#&")
+
+
+def enc(v: Any) -> str:
+    if isinstance(v, bool):
+        v = "1" if v else "0"
+    s = str(v).encode("utf-8")
+    if not s:
+        return "%"
+    return "".join(chr(b) if b in SAFE else f"%{b:02X}" for b in s)
+
+
+def canonical(v: Any) -> str:
+    """The core's canonical JSON: keys sorted at every level, no whitespace."""
+    if isinstance(v, dict):
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + canonical(v[k]) for k in sorted(v)) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(canonical(x) for x in v) + "]"
+    return json.dumps(v, ensure_ascii=False)
+
+
+def substitute(v: Any, i: int) -> Any:
+    if isinstance(v, str):
+        return v.replace("{i}", str(i))
+    if isinstance(v, list):
+        return [substitute(x, i) for x in v]
+    if isinstance(v, dict):
+        return {k: substitute(x, i) for k, x in v.items()}
+    return v
+
+
+def flatten(prefix: str, v: Any, out: list[str]) -> None:
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if "." in k:
+                raise ValueError(f"expect key {k!r} contains a dot")
+            flatten(f"{prefix}.{k}" if prefix else k, x, out)
+        return
+    if isinstance(v, list):
+        raise ValueError(f"expect {prefix}: arrays are not supported by the C runner")
+    if v is None:
+        t, val = "n", ""
+    elif isinstance(v, bool):
+        t, val = "b", "1" if v else "0"
+    elif isinstance(v, int):
+        t, val = "i", str(v)
+    elif isinstance(v, float):
+        t, val = "f", repr(v)
+    else:
+        t, val = "s", v
+    out.append(f"expect {enc(prefix)} {t} {enc(val)}")
+
+
+def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
+    op = step["op"]
+    if op == "repeat":
+        for i in range(step.get("times", 0)):
+            for j, s in enumerate(step.get("steps", [])):
+                step_lines(substitute(s, i), f"{label}[{i}].{j}", out)
+        return
+    call = step.get("call", "")
+    pretty = f"{label} ({op} {call})" if call else f"{label} ({op})"
+    args: list[str] = []
+    if op == "advance":
+        args = ["ms", str(step.get("ms", 0))]
+    elif op == "begin":
+        spec = step.get("spec", {})
+        for k in ("route", "deadline_ms", "idempotency", "tenant", "task", "priority", "idempotency_key"):
+            if k in spec:
+                args += [k, enc(spec[k])]
+        if "params" in spec:
+            args += ["params_digest", hashlib.sha256(canonical(spec["params"]).encode()).hexdigest()]
+        needs = spec.get("needs", {})
+        for c in needs.get("capabilities", []):
+            args += ["cap", enc(c)]
+        for k in ("input_tokens", "max_output_tokens", "data_boundary", "max_cost"):
+            if k in needs:
+                args += [k, enc(needs[k])]
+        for name, value in spec.get("inbound_headers", {}).items():
+            args += ["inbound", enc(name), enc(value)]
+        unknown = set(spec) - {"route", "deadline_ms", "idempotency", "tenant", "task", "priority", "idempotency_key",
+                               "params", "needs", "inbound_headers"}
+        if unknown:
+            raise ValueError(f"step {label}: unknown spec fields {sorted(unknown)}")
+    elif op == "report":
+        o = step.get("outcome", {})
+        for k in ("status", "error", "phase", "effect", "vendor_code", "input_tokens", "ok"):
+            if k in o:
+                args += [k, enc(o[k])]
+        for name, value in o.get("headers", {}).items():
+            args += ["header", enc(name), enc(value)]
+    elif op == "reload":
+        args = ["policy", enc(json.dumps(step.get("policy", {}), separators=(",", ":")))]
+    elif op == "set_mode":
+        m = step.get("mode", {})
+        args = [f"{k} {enc(m.get(k, True))}" for k in ("retries", "fallback", "hedging")]
+    out.append(" ".join(["step", enc(pretty), enc(op)] + ([enc(call)] if call else ["%"]) + args))
+    expect = step.get("expect")
+    if op == "reload" and expect is None:
+        expect = {"ok": True}
+    if expect is not None:
+        expect = dict(expect)
+        bounds = expect.pop("delay_within_ms", None)
+        needle = expect.pop("error_contains", None)
+        flatten("", expect, out)
+        if bounds is not None:
+            out.append(f"within {bounds[0]} {bounds[1]}")
+        if needle is not None:
+            out.append(f"contains {enc(needle)}")
+
+
+def convert(path: Path) -> list[str]:
+    v = json.loads(path.read_text())
+    if v.get("format") != FORMAT:
+        raise ValueError(f"{path}: format must be {FORMAT}")
+    if v.get("name") != path.stem:
+        raise ValueError(f"{path}: name {v.get('name')!r} differs from the file name")
+    out = [f"vector {enc(v['name'])}", f"seed {int(v['seed'])}",
+           f"policy {enc(json.dumps(v.get('policy', {}), separators=(',', ':')))}"]
+    for i, s in enumerate(v.get("steps", [])):
+        step_lines(s, str(i), out)
+    out.append("end")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    paths = sorted(HERE.glob("*.json"))
+    if argv:
+        paths = [p for p in paths if p.stem in argv]
+    if not paths:
+        print(f"no vectors in {HERE}", file=sys.stderr)
+        return 2
+    for p in paths:
+        sys.stdout.write("\n".join(convert(p)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
