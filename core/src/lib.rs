@@ -66,6 +66,11 @@ pub use stats::{KeyStats, Stats};
 pub use telemetry::{Event, EventKind};
 pub use types::{Action, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
 
+/// The README's Rust quickstart, compiled and run as a doc test.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// Crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
