@@ -110,11 +110,21 @@ pub(crate) struct Compiled {
     budget: BudgetParams,
     breaker: BreakerParams,
     throttle: ThrottleParams,
+    /// The route of a call whose `route` names an upstream rather than a policy route.
+    adhoc: Route,
+    /// Counters of this policy version (shared by every policy with the same version string).
+    counters: Arc<Slot<Counters>>,
 }
 
 impl Compiled {
-    fn new(policy: Policy) -> Self {
+    fn new(policy: Policy, versions: &Registry<Counters>) -> Self {
         Compiled {
+            adhoc: Route {
+                fallback: FallbackMode::Forbidden,
+                attempts_per_upstream: policy.max_attempts,
+                ..Route::default()
+            },
+            counters: versions.get_or_insert(&policy.version, 0, 64, u64::MAX, Counters::default),
             version: Arc::from(policy.version.as_str()),
             classifier: Classifier::new(&policy.classify, &policy.retry),
             budget: BudgetParams::new(&policy.budget),
@@ -253,7 +263,8 @@ impl EngineBuilder {
             }
         };
         let ring = self.policy.telemetry.ring_size;
-        let compiled = Compiled::new(self.policy);
+        let version_stats = Registry::new();
+        let compiled = Compiled::new(self.policy, &version_stats);
         Ok(Engine {
             inner: Arc::new(Inner {
                 policy: ArcSwap::from_pointee(compiled),
@@ -269,7 +280,7 @@ impl EngineBuilder {
                 pools: Registry::new(),
                 upstream_stats: Registry::new(),
                 tenant_stats: Registry::new(),
-                version_stats: Registry::new(),
+                version_stats,
                 stats: Striped::default(),
                 bus: EventBus::new(ring),
                 ledger: Ledger::default(),
@@ -568,7 +579,6 @@ pub struct Call {
     pol: Arc<Compiled>,
     id: Arc<str>,
     route_key: Option<String>,
-    adhoc: Option<Route>,
     tenant: Option<Arc<str>>,
     task: Option<Arc<str>>,
     priority: Option<Arc<str>>,
@@ -592,7 +602,6 @@ pub struct Call {
     final_decision: Option<Decision>,
     conflict: Option<String>,
     tenant_counters: Option<Arc<Slot<Counters>>>,
-    version_counters: Arc<Slot<Counters>>,
     last_class: Option<ErrorClass>,
     fallback_pending: bool,
 }
@@ -663,7 +672,7 @@ impl Engine {
     pub fn reload(&self, policy: Policy) -> Result<(), PolicyErrors> {
         policy.validate()?;
         let ring = policy.telemetry.ring_size;
-        let compiled = Arc::new(Compiled::new(policy));
+        let compiled = Arc::new(Compiled::new(policy, &self.inner.version_stats));
         let version = compiled.version.clone();
         self.inner.policy.store(compiled);
         self.inner.bus.set_capacity(ring);
@@ -820,16 +829,6 @@ impl Engine {
                 .filter(|t| spec.route.is_empty() && pol.policy.routes.contains_key(*t))
                 .cloned()
         };
-        let adhoc = if route_key.is_none() {
-            Some(Route {
-                candidates: vec![spec.route.clone()],
-                fallback: FallbackMode::Forbidden,
-                attempts_per_upstream: pol.policy.max_attempts,
-                ..Route::default()
-            })
-        } else {
-            None
-        };
         let max_attempts = {
             let r = route_key.as_ref().and_then(|k| pol.policy.routes.get(k));
             let m = r.and_then(|r| r.max_attempts).unwrap_or(pol.policy.max_attempts);
@@ -864,14 +863,10 @@ impl Engine {
             i.tenant_stats
                 .get_or_insert(t, now_ms, max_keys, idle, Counters::default)
         });
-        let version_counters = i
-            .version_stats
-            .get_or_insert(&pol.version, now_ms, 64, u64::MAX, Counters::default);
         let mut call = Call {
             engine: self.clone(),
             id,
             route_key,
-            adhoc,
             tenant,
             task: spec.task.as_deref().map(Arc::from),
             priority: spec.priority.as_deref().map(Arc::from),
@@ -895,12 +890,17 @@ impl Engine {
             final_decision: None,
             conflict,
             tenant_counters,
-            version_counters,
             last_class: None,
             fallback_pending: false,
             pol,
         };
         call.count(Ctr::Logical);
+        if call.route_key.is_none() {
+            // `route` names an upstream: nothing to match.
+            call.target = Arc::from(spec.route.as_str());
+            call.first_upstream = call.target.clone();
+            return call;
+        }
         // First target: the first eligible candidate (capabilities, boundary, cost, breaker).
         let m = call.match_now(&[], None);
         let target = m
@@ -918,9 +918,7 @@ impl Engine {
             e.detail = Some("initial_selection".into());
             call.engine.inner.bus.emit(e);
         }
-        if m.eligible.is_empty() && call.route_key.is_some() {
-            call.fallback_pending = true;
-        }
+        call.fallback_pending = m.eligible.is_empty();
         call
     }
 }
@@ -1023,21 +1021,15 @@ impl Call {
     }
 
     fn route(&self) -> &Route {
-        match (&self.route_key, &self.adhoc) {
-            (Some(k), _) => self.pol.policy.routes.get(k).unwrap_or_else(|| self.adhoc_fallback()),
-            (None, Some(r)) => r,
-            (None, None) => self.adhoc_fallback(),
-        }
-    }
-
-    fn adhoc_fallback(&self) -> &Route {
-        static EMPTY: std::sync::OnceLock<Route> = std::sync::OnceLock::new();
-        EMPTY.get_or_init(Route::default)
+        self.route_key
+            .as_ref()
+            .and_then(|k| self.pol.policy.routes.get(k))
+            .unwrap_or(&self.pol.adhoc)
     }
 
     fn count(&self, c: Ctr) {
         self.engine.inner.stats.local().bump(c);
-        self.version_counters.value.bump(c);
+        self.pol.counters.value.bump(c);
         if let Some(t) = &self.tenant_counters {
             t.value.bump(c);
         }
@@ -1045,7 +1037,7 @@ impl Call {
 
     fn count_stop(&self, r: Reason) {
         self.engine.inner.stats.local().stop(r);
-        self.version_counters.value.stop(r);
+        self.pol.counters.value.stop(r);
         if let Some(t) = &self.tenant_counters {
             t.value.stop(r);
         }
