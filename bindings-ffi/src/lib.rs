@@ -1,1 +1,53 @@
-//! C ABI (work in progress).
+//! # retrywise C ABI (`libretrywise`)
+//!
+//! The C entry points of retrywise: opaque `rw_engine` and `rw_call`
+//! handles, a result enum, plain C structs, strings as pointer + length and
+//! headers as arrays of name/value pairs. The header `include/retrywise.h` is
+//! generated from this crate by cbindgen (`check-header.sh`).
+//!
+//! Every decision is made by the core crate `retrywise`; this crate only
+//! converts types. Every exported function checks its pointers
+//! (`RW_ERR_NULL`), runs inside a panic boundary (`RW_ERR_PANIC`, never
+//! unwinding into C) and never aborts on bad input.
+//!
+//! The loop a C caller writes:
+//!
+//! ```text
+//! engine = rw_engine_new(policy, len, &err)
+//! rw_call_begin(engine, &spec, &call)
+//! while rw_call_next_attempt(call, &attempt) == RW_OK:
+//!     ... perform the I/O with attempt.total_timeout_ms and attempt.headers ...
+//!     rw_call_report(call, &outcome, &decision)
+//!     SUCCEEDED -> done; RETRY/FALLBACK -> sleep decision.delay_ms; STOP/RECONCILE -> surface it
+//! rw_call_free(call)
+//! ```
+
+#![allow(non_camel_case_types)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+
+mod args;
+pub mod call;
+pub mod engine;
+pub mod error;
+pub mod names;
+mod panic;
+pub mod types;
+
+pub use call::*;
+pub use engine::*;
+pub use error::*;
+pub use names::*;
+pub use types::*;
+
+// The thread-safety contract in the header, checked: an engine is shared
+// between threads, a call moves between them, an error is read from any.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    const fn movable<T: Send>() {}
+    shared::<rw_engine>();
+    shared::<rw_error>();
+    movable::<retrywise_core::Call>();
+    movable::<rw_call>();
+};

@@ -61,6 +61,7 @@ struct Window {
     requests: u64,
     retries: u64,
     params: BudgetParams,
+    last_epoch: u64,
 }
 
 impl Window {
@@ -70,14 +71,20 @@ impl Window {
             requests: 0,
             retries: 0,
             params,
+            last_epoch: u64::MAX,
         }
     }
 
     /// Drops buckets older than the window and returns the current bucket index.
+    /// O(1) while time stays in the current bucket; a full sweep only when it moved.
     fn advance(&mut self, now_ms: u64) -> usize {
         let epoch = now_ms / self.params.bucket_ms;
         let n = self.buckets.len() as u64;
         let idx = (epoch % n) as usize;
+        if self.buckets[idx].epoch == epoch && epoch == self.last_epoch {
+            return idx;
+        }
+        self.last_epoch = epoch;
         // Expire every bucket whose epoch fell out of [epoch - n + 1, epoch].
         let oldest_valid = epoch.saturating_sub(n - 1);
         for b in self.buckets.iter_mut() {

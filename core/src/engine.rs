@@ -25,7 +25,7 @@ use crate::policy::{
 };
 use crate::registry::{Registry, Slot};
 use crate::stats::{Counters, Ctr, Stats, Striped};
-use crate::telemetry::{header_allowed, BreakerChange, Event, EventBus, EventKind, Sink};
+use crate::telemetry::{header_allowed, AttemptId, BreakerChange, Event, EventBus, EventKind, Sink};
 use crate::throttle::{ThrottleCell, ThrottleParams};
 use crate::types::{Action, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
 use arc_swap::ArcSwap;
@@ -33,6 +33,7 @@ use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
+use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -182,6 +183,8 @@ struct Inner {
     ledger: Ledger,
     reconcile: Mutex<VecDeque<ReconcileItem>>,
     reconcile_dropped: AtomicU64,
+    /// Placeholder upstream name before a routed call is matched.
+    empty: Arc<str>,
 }
 
 /// The retry owner: shared by every call in the process (`Clone` is cheap).
@@ -286,9 +289,21 @@ impl EngineBuilder {
                 ledger: Ledger::default(),
                 reconcile: Mutex::new(VecDeque::new()),
                 reconcile_dropped: AtomicU64::new(0),
+                empty: Arc::from(""),
             }),
         })
     }
+}
+
+/// `prefix` and `seq` as 24 lower-case hex digits, without going through `format!`.
+fn hex_id(prefix: u32, seq: u64) -> Arc<str> {
+    const D: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 24];
+    let v = ((prefix as u128) << 64) | seq as u128;
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = D[((v >> (4 * (23 - i))) & 15) as usize];
+    }
+    Arc::from(std::str::from_utf8(&buf).unwrap_or("0"))
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -592,9 +607,11 @@ pub struct Call {
     target: Arc<str>,
     first_upstream: Arc<str>,
     target_attempts: u32,
-    tried: Vec<Arc<str>>,
+    tried: SmallVec<[Arc<str>; 2]>,
     next: Next,
-    in_flight: Vec<InFlight>,
+    in_flight: SmallVec<[InFlight; 1]>,
+    /// Counters of `target`, when already looked up.
+    target_counters: Option<Arc<Slot<Counters>>>,
     retries: u32,
     prev_wait_ms: u64,
     rng: Pcg64Mcg,
@@ -814,7 +831,7 @@ impl Engine {
         let inbound = spec.inbound;
         let id: Arc<str> = match inbound.as_ref().and_then(|b| b.request_id.as_deref()) {
             Some(parent) => Arc::from(parent),
-            None => Arc::from(format!("{:08x}{:08x}", i.id_prefix, seq).as_str()),
+            None => hex_id(i.id_prefix, seq),
         };
         let mut deadline = spec.deadline.unwrap_or(Duration::from_millis(pol.policy.deadline_ms));
         if let Some(d) = inbound.as_ref().and_then(|b| b.deadline) {
@@ -856,6 +873,16 @@ impl Engine {
                 .map(|prev| format!("idempotency key {k} was used with parameters {prev}, now {d}")),
             _ => None,
         };
+        // A call that names an upstream goes there; a routed call is matched below.
+        let (target, target_counters) = if route_key.is_none() {
+            let l = &pol.policy.limits;
+            let slot = i
+                .upstream_stats
+                .get_or_insert(&spec.route, now_ms, l.max_keys, l.idle_ms, Counters::default);
+            (slot.key.clone(), Some(slot))
+        } else {
+            (i.empty.clone(), None)
+        };
         let tenant: Option<Arc<str>> = spec.tenant.as_deref().map(Arc::from);
         let max_keys = pol.policy.limits.max_keys;
         let idle = pol.policy.limits.idle_ms;
@@ -877,12 +904,13 @@ impl Engine {
             owner,
             max_attempts,
             attempts: 0,
-            target: Arc::from(""),
-            first_upstream: Arc::from(""),
+            first_upstream: target.clone(),
+            target,
             target_attempts: 0,
-            tried: Vec::new(),
+            tried: SmallVec::new(),
             next: Next::First,
-            in_flight: Vec::new(),
+            in_flight: SmallVec::new(),
+            target_counters,
             retries: 0,
             prev_wait_ms: 0,
             rng: Pcg64Mcg::seed_from_u64(splitmix(i.seed ^ splitmix(seq))),
@@ -896,9 +924,6 @@ impl Engine {
         };
         call.count(Ctr::Logical);
         if call.route_key.is_none() {
-            // `route` names an upstream: nothing to match.
-            call.target = Arc::from(spec.route.as_str());
-            call.first_upstream = call.target.clone();
             return call;
         }
         // First target: the first eligible candidate (capabilities, boundary, cost, breaker).
@@ -1064,8 +1089,11 @@ impl Call {
         e
     }
 
-    fn attempt_id(&self, n: u32) -> String {
-        format!("{}.{}", self.id, n)
+    fn attempt_id(&self, n: u32) -> AttemptId {
+        AttemptId {
+            logical: self.id.clone(),
+            attempt: n,
+        }
     }
 
     fn breaker_cell(&self, upstream: &str, now_ms: u64) -> Option<(Arc<Slot<BreakerCell>>, Option<BreakerOverride>)> {
@@ -1085,14 +1113,14 @@ impl Call {
         if ovr == Some(BreakerOverride::Disabled) {
             return None;
         }
-        let seed = splitmix(self.engine.inner.seed ^ fnv(&key));
+        let engine_seed = self.engine.inner.seed;
         let params = &self.pol.breaker;
         let cell = self
             .engine
             .inner
             .breakers
             .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
-                BreakerCell::new(params.clone(), seed)
+                BreakerCell::new(params.clone(), splitmix(engine_seed ^ fnv(&key)))
             });
         Some((cell, ovr))
     }
@@ -1161,7 +1189,6 @@ impl Call {
     }
 
     fn finish(&mut self, d: Decision) -> Decision {
-        let now_ms = ms(self.engine.now());
         match d.action {
             Action::Succeeded => {}
             Action::Reconcile => {
@@ -1174,6 +1201,7 @@ impl Call {
             b.value.release(&self.pol.budget);
         }
         if self.engine.inner.bus.active() {
+            let now_ms = ms(self.engine.now());
             let mut e = self.event(EventKind::Decision, now_ms);
             e.action = Some(d.action);
             e.reason = Some(d.reason);
@@ -1465,7 +1493,10 @@ impl Call {
             self.tried.push(target.clone());
         }
         let number = self.attempts;
-        let counters = self.upstream_counters(&target, now_ms);
+        let counters = match self.target_counters.take() {
+            Some(c) if *c.key == *target => c,
+            _ => self.upstream_counters(&target, now_ms),
+        };
         self.count(Ctr::Attempts);
         counters.value.bump(Ctr::Attempts);
         if number == 1 {

@@ -63,7 +63,7 @@ pub use fallback::Needs;
 pub use outcome::{vendor_code_from_body, Headers, Outcome};
 pub use policy::{Format, OnFailure, Policy, PolicyError, PolicyErrors};
 pub use stats::{KeyStats, Stats};
-pub use telemetry::{Event, EventKind};
+pub use telemetry::{AttemptId, Event, EventKind};
 pub use types::{Action, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
 
 /// The README's Rust quickstart, compiled and run as a doc test.

@@ -50,6 +50,28 @@ pub struct BreakerChange {
     pub open_for_ms: u64,
 }
 
+/// An attempt's id, `<logical id>.<attempt number>`; formatted only when an
+/// event is serialized or displayed, so building an event does not allocate it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptId {
+    /// Logical request id.
+    pub logical: Arc<str>,
+    /// Attempt number.
+    pub attempt: u32,
+}
+
+impl std::fmt::Display for AttemptId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.logical, self.attempt)
+    }
+}
+
+impl Serialize for AttemptId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// One structured event. Field names follow the project vocabulary; where an
 /// OpenTelemetry HTTP attribute exists it is given too (`http.request.resend_count`, `error.type`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -67,10 +89,10 @@ pub struct Event {
     pub logical_request_id: Option<Arc<str>>,
     /// `<logical id>.<attempt>`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub attempt_id: Option<String>,
+    pub attempt_id: Option<AttemptId>,
     /// The attempt this one follows (retries) or shadows (hedges).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub parent_attempt_id: Option<String>,
+    pub parent_attempt_id: Option<AttemptId>,
     /// Attempt number, 1-based.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,

@@ -653,7 +653,10 @@ fn events_have_exact_fields_and_never_carry_credentials() {
     assert_eq!(kinds, vec![AttemptStart, AttemptEnd, Decision]);
     let start = &evs[0];
     assert_eq!(start.logical_request_id.as_deref(), Some(c.id()));
-    assert_eq!(start.attempt_id.as_deref(), Some(format!("{}.1", c.id()).as_str()));
+    assert_eq!(
+        start.attempt_id.as_ref().map(|a| a.to_string()),
+        Some(format!("{}.1", c.id()))
+    );
     assert_eq!(start.attempt, Some(1));
     assert_eq!(start.resend_count, Some(0));
     assert_eq!(start.upstream.as_deref(), Some("up"));

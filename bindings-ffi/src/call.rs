@@ -1,0 +1,475 @@
+//! `rw_call`: one logical request — begin, next attempt, report, cancel, free.
+//! Every decision is the core's; this module only converts types and keeps
+//! the strings the C caller borrows alive.
+
+use crate::args;
+use crate::engine::rw_engine;
+use crate::panic::{ffi_boundary, try_arg};
+use crate::types::*;
+use retrywise_core::{Attempt, Call, CallSpec, Decision, Headers, Inbound, Outcome, Stopped};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One logical request.
+///
+/// Thread safety: a call belongs to one thread at a time — it may move
+/// between threads, but two threads must not use it concurrently.
+/// Ownership: created by `rw_call_begin`, freed by `rw_call_free`. Strings
+/// and arrays in an `rw_attempt` / `rw_decision` are owned by the call (see
+/// those types for how long they stay valid).
+pub struct rw_call {
+    call: Call,
+    /// Set when a panic was caught inside this call: its state is unknown.
+    poisoned: bool,
+    att_upstream: Option<Arc<str>>,
+    att_request_id: Option<Arc<str>>,
+    att_headers: Vec<(&'static str, String)>,
+    att_views: Views,
+    att_detail: Option<String>,
+    dec_upstream: Option<Arc<str>>,
+    dec_detail: Option<String>,
+    dec_excluded: Vec<(String, String)>,
+    dec_excluded_views: Vec<rw_header>,
+}
+
+// SAFETY: the core's `Call` is `Send` (checked in lib.rs); the only non-Send
+// fields are the `rw_header` views, whose raw pointers point into strings
+// owned by this same `rw_call` (`att_headers`, `dec_excluded`) and move with it.
+unsafe impl Send for rw_call {}
+
+const DETAIL_NULL: &str = "a required argument is NULL";
+const DETAIL_INVALID: &str = "invalid argument: enum value out of range or string not UTF-8";
+const DETAIL_PANIC: &str = "a panic was caught inside this call; it is unusable: free it and begin a new one";
+
+/// Fills the core's spec from a C spec (in place: a `CallSpec` is large).
+///
+/// # Safety
+/// Every pointer in `s` is NULL or valid as documented on `rw_call_spec`.
+unsafe fn fill_spec(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), rw_result> {
+    let owned = |x: Option<&str>| x.map(str::to_string);
+    // SAFETY: pointers in `s` are valid per the caller's contract (so for every read below).
+    spec.route = unsafe { args::req_str(s.route) }?.to_string();
+    spec.idempotency = rw_idempotency::core_from_code(s.idempotency).ok_or(rw_result::RwErrInvalidArg)?;
+    if s.deadline_ms > 0 {
+        spec.deadline = Some(Duration::from_millis(s.deadline_ms));
+    }
+    // SAFETY: as above.
+    unsafe {
+        spec.tenant = owned(args::opt_str(s.tenant)?);
+        spec.task = owned(args::opt_str(s.task)?);
+        spec.priority = owned(args::opt_str(s.priority)?);
+        spec.idempotency_key = owned(args::opt_str(s.idempotency_key)?);
+        spec.params_digest = owned(args::opt_str(s.params_digest)?);
+    }
+    if s.inbound_headers_len > 0 {
+        // SAFETY: as above.
+        let inbound = unsafe { args::headers(s.inbound_headers, s.inbound_headers_len) }?;
+        let h: Headers = inbound.into_iter().collect();
+        if let Some(i) = Inbound::from_headers(&h).map_err(|_| rw_result::RwErrInbound)? {
+            spec.inbound = Some(i);
+        }
+    }
+    let needs = &mut spec.needs;
+    if s.capabilities_len > 0 {
+        // SAFETY: as above.
+        let caps = unsafe { args::slice(s.capabilities, s.capabilities_len) }?;
+        for c in caps {
+            // SAFETY: as above.
+            needs.capabilities.push(unsafe { args::req_str(*c) }?.to_string());
+        }
+    }
+    needs.input_tokens = (s.input_tokens > 0).then_some(s.input_tokens);
+    needs.max_output_tokens = (s.max_output_tokens > 0).then_some(s.max_output_tokens);
+    // SAFETY: as above.
+    needs.data_boundary = owned(unsafe { args::opt_str(s.data_boundary) }?);
+    needs.max_cost = (s.max_cost > 0.0).then_some(s.max_cost);
+    Ok(())
+}
+
+/// Converts a C outcome into the core's.
+///
+/// # Safety
+/// Every pointer in `o` is NULL or valid as documented on `rw_outcome`.
+unsafe fn outcome_from(o: &rw_outcome) -> Result<Outcome, rw_result> {
+    let mut out = Outcome {
+        status: (o.status != 0).then_some(o.status),
+        ok: o.ok,
+        input_tokens: (o.input_tokens > 0).then_some(o.input_tokens),
+        ..Outcome::default()
+    };
+    if o.error_kind != rw_error_kind::None as i32 {
+        out.error = Some(rw_error_kind::core_from_code(o.error_kind).ok_or(rw_result::RwErrInvalidArg)?);
+    }
+    if o.phase != rw_phase::None as i32 {
+        out.phase = Some(rw_phase::core_from_code(o.phase).ok_or(rw_result::RwErrInvalidArg)?);
+    }
+    if o.effect != rw_effect::Unset as i32 {
+        out.effect = Some(rw_effect::core_from_code(o.effect).ok_or(rw_result::RwErrInvalidArg)?);
+    }
+    if o.headers_len > 0 {
+        // SAFETY: pointers in `o` are valid per the caller's contract.
+        let headers = unsafe { args::headers(o.headers, o.headers_len) }?;
+        out.headers = headers.into_iter().collect();
+    }
+    // SAFETY: as above.
+    out.vendor_code = unsafe { args::opt_str(o.vendor_code) }?.map(str::to_string);
+    Ok(out)
+}
+
+fn views(pairs: &[(impl AsRef<str>, impl AsRef<str>)], into: &mut Vec<rw_header>) {
+    into.clear();
+    into.extend(pairs.iter().map(|(n, v)| rw_header {
+        name: rw_str::of(n.as_ref()),
+        value: rw_str::of(v.as_ref()),
+    }));
+}
+
+/// C views of an attempt's outbound headers. The core sends at most four
+/// (`retrywise-deadline-ms`, `retrywise-request-id`, `retrywise-attempt`,
+/// `idempotency-key`): they live inline in the boxed call (which never
+/// moves), so the hot path allocates nothing here.
+struct Views {
+    inline: [rw_header; 4],
+    spill: Vec<rw_header>,
+}
+
+impl Default for Views {
+    fn default() -> Self {
+        let empty = rw_header {
+            name: rw_str::NONE,
+            value: rw_str::NONE,
+        };
+        Views {
+            inline: [empty; 4],
+            spill: Vec::new(),
+        }
+    }
+}
+
+impl Views {
+    /// Points the views at `pairs` and returns (pointer, length) for C.
+    fn set(&mut self, pairs: &[(&'static str, String)]) -> (*const rw_header, usize) {
+        let view = |(n, v): &(&'static str, String)| rw_header {
+            name: rw_str::of(n),
+            value: rw_str::of(v),
+        };
+        if pairs.is_empty() {
+            (std::ptr::null(), 0)
+        } else if pairs.len() <= self.inline.len() {
+            for (slot, p) in self.inline.iter_mut().zip(pairs) {
+                *slot = view(p);
+            }
+            (self.inline.as_ptr(), pairs.len())
+        } else {
+            self.spill.clear();
+            self.spill.extend(pairs.iter().map(view));
+            (self.spill.as_ptr(), self.spill.len())
+        }
+    }
+}
+
+/// Whole milliseconds, saturating (u64 arithmetic: cheaper than `as_millis`'s u128).
+fn ms(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(d.subsec_millis()))
+}
+
+impl rw_call {
+    fn new(call: Call) -> rw_call {
+        rw_call {
+            call,
+            poisoned: false,
+            att_upstream: None,
+            att_request_id: None,
+            att_headers: Vec::new(),
+            att_views: Views::default(),
+            att_detail: None,
+            dec_upstream: None,
+            dec_detail: None,
+            dec_excluded: Vec::new(),
+            dec_excluded_views: Vec::new(),
+        }
+    }
+
+    /// Keeps the attempt's strings in the call and returns the C view of them.
+    fn attempt(&mut self, a: Attempt) -> rw_attempt {
+        self.att_headers = a.headers();
+        let (headers, headers_len) = self.att_views.set(&self.att_headers);
+        self.att_detail = None;
+        let upstream = rw_str::of(&a.upstream);
+        let request_id = rw_str::of(&a.request_id);
+        let out = rw_attempt {
+            number: a.number,
+            upstream,
+            request_id,
+            connect_timeout_ms: ms(a.timeouts.connect),
+            first_byte_timeout_ms: ms(a.timeouts.first_byte),
+            idle_timeout_ms: ms(a.timeouts.idle),
+            total_timeout_ms: ms(a.timeouts.total),
+            remaining_ms: ms(a.remaining),
+            headers,
+            headers_len,
+            hedge: a.hedge,
+            fallback: a.fallback,
+            ..rw_attempt::stopped(rw_reason::Success)
+        };
+        // The Arcs keep the bytes `upstream` and `request_id` point to alive.
+        self.att_upstream = Some(a.upstream);
+        self.att_request_id = Some(a.request_id);
+        out
+    }
+
+    fn stopped(&mut self, s: Stopped) -> rw_attempt {
+        self.att_detail = s.detail;
+        rw_attempt {
+            stop_class: rw_error_class::of(s.class),
+            on_failure: rw_on_failure::of(s.on_failure),
+            detail: rw_str::of_opt(self.att_detail.as_deref()),
+            ..rw_attempt::stopped(s.reason.into())
+        }
+    }
+
+    /// Keeps the decision's strings in the call and returns the C view of them.
+    fn decision(&mut self, d: Decision) -> rw_decision {
+        self.dec_upstream = d.upstream;
+        self.dec_detail = d.detail;
+        self.dec_excluded = d.excluded;
+        if !(self.dec_excluded.is_empty() && self.dec_excluded_views.is_empty()) {
+            views(&self.dec_excluded, &mut self.dec_excluded_views);
+        }
+        rw_decision {
+            action: d.action.into(),
+            delay_ms: ms(d.delay),
+            error_class: rw_error_class::of(d.class),
+            reason: d.reason.into(),
+            upstream: rw_str::of_opt(self.dec_upstream.as_deref()),
+            wait_source: d.wait_source.into(),
+            retry_after_ms: d
+                .retry_after
+                .map_or(-1, |r| i64::try_from(r.as_millis()).unwrap_or(i64::MAX)),
+            on_failure: rw_on_failure::of(d.on_failure),
+            attempt: d.attempt,
+            hedge: d.hedge,
+            detail: rw_str::of_opt(self.dec_detail.as_deref()),
+            excluded: if self.dec_excluded_views.is_empty() {
+                std::ptr::null()
+            } else {
+                self.dec_excluded_views.as_ptr()
+            },
+            excluded_len: self.dec_excluded_views.len(),
+        }
+    }
+}
+
+/// Begins one logical request on `engine`. On `RW_OK`, `*out` is a new call
+/// the caller frees with `rw_call_free`; on any other result `*out` is NULL.
+/// Everything `spec` points to is copied; it need not outlive this call.
+///
+/// Returns `RW_ERR_NULL` (`engine`, `spec` or `out` NULL, or a string/array
+/// pointer NULL with a non-zero length), `RW_ERR_INVALID_ARG` (bad
+/// `idempotency`, a string that is not UTF-8), `RW_ERR_INBOUND` (a malformed
+/// propagation header in `inbound_headers`) or `RW_ERR_PANIC`.
+///
+/// Thread safety: may be called on a shared engine from any thread; the new
+/// call belongs to the calling thread until handed over.
+///
+/// # Safety
+/// `engine` is NULL or live; `spec` is NULL or a readable `rw_call_spec`
+/// whose pointers are valid as documented there; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rw_call_begin(
+    engine: *const rw_engine,
+    spec: *const rw_call_spec,
+    out: *mut *mut rw_call,
+) -> rw_result {
+    ffi_boundary! {
+        if out.is_null() {
+            return rw_result::RwErrNull;
+        }
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        // SAFETY: NULL or live / readable, per the contract.
+        let (Some(h), Some(spec)) = (unsafe { engine.as_ref() }, unsafe { spec.as_ref() }) else {
+            return rw_result::RwErrNull;
+        };
+        let mut core_spec = CallSpec::default();
+        // SAFETY: the spec's pointers are valid per the contract.
+        try_arg!(unsafe { fill_spec(&mut core_spec, spec) });
+        let call = Box::new(rw_call::new(h.engine.begin(core_spec)));
+        // SAFETY: as above.
+        unsafe { out.write(Box::into_raw(call)) };
+        rw_result::RwOk
+    }
+}
+
+/// On an error result, writes the fail-safe attempt (a stop with reason
+/// `invalid_state` and a detail naming the error) when `out` is not NULL.
+///
+/// # Safety
+/// `out` is NULL or writable.
+unsafe fn fail_attempt(out: *mut rw_attempt, r: rw_result) -> rw_result {
+    if let (Some(why), false) = (error_detail(r), out.is_null()) {
+        let mut a = rw_attempt::stopped(rw_reason::InvalidState);
+        a.detail = rw_str::of(why);
+        // SAFETY: non-NULL and writable per the caller's contract.
+        unsafe { out.write(a) };
+    }
+    r
+}
+
+/// Like [`fail_attempt`], for decisions: a Stop with reason `invalid_state`.
+///
+/// # Safety
+/// `out` is NULL or writable.
+unsafe fn fail_decision(out: *mut rw_decision, r: rw_result) -> rw_result {
+    if let (Some(why), false) = (error_detail(r), out.is_null()) {
+        // SAFETY: non-NULL and writable per the caller's contract.
+        unsafe { out.write(rw_decision::error(rw_str::of(why))) };
+    }
+    r
+}
+
+/// The detail string of an error result (static), `None` for `RW_OK` / `RW_STOPPED`.
+fn error_detail(r: rw_result) -> Option<&'static str> {
+    match r {
+        rw_result::RwOk | rw_result::RwStopped => None,
+        rw_result::RwErrNull => Some(DETAIL_NULL),
+        rw_result::RwErrPanic => Some(DETAIL_PANIC),
+        _ => Some(DETAIL_INVALID),
+    }
+}
+
+/// Asks for the next attempt. `RW_OK`: make the attempt described by `*out`
+/// (upstream, timeouts, headers to send). `RW_STOPPED`: no attempt may start;
+/// `out->stop_reason` (and `stop_class`, `on_failure`, `detail`) say why —
+/// e.g. `RW_REASON_CALL_FINISHED` after a final decision, `RW_REASON_DEADLINE_EXCEEDED`,
+/// `RW_REASON_BREAKER_OPEN`. Strings and headers in `*out` are owned by the
+/// call and valid until the next `rw_call_next_attempt` or `rw_call_free`.
+///
+/// On an error result (`RW_ERR_NULL`, `RW_ERR_PANIC`), `*out` (when `out` is
+/// not NULL) is a stop with reason `RW_REASON_INVALID_STATE` and a detail.
+/// After `RW_ERR_PANIC` the call is unusable (every later use returns
+/// `RW_ERR_PANIC`): free it; the engine stays usable.
+///
+/// Thread safety: not concurrently with any other function on the same call.
+///
+/// # Safety
+/// `call` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rw_call_next_attempt(call: *mut rw_call, out: *mut rw_attempt) -> rw_result {
+    let r = ffi_boundary! {
+        // SAFETY: NULL or a live call used by this thread only, per the contract.
+        let (Some(h), false) = (unsafe { call.as_mut() }, out.is_null()) else { return rw_result::RwErrNull };
+        if h.poisoned {
+            return rw_result::RwErrPanic;
+        }
+        // Stays set if the core panics: the call's state is then unknown.
+        h.poisoned = true;
+        let (a, r) = match h.call.next_attempt() {
+            Ok(a) => (h.attempt(a), rw_result::RwOk),
+            Err(s) => (h.stopped(s), rw_result::RwStopped),
+        };
+        h.poisoned = false;
+        // SAFETY: non-NULL (checked) and writable per the contract.
+        unsafe { out.write(a) };
+        r
+    };
+    // SAFETY: `out` is NULL or writable, per the contract.
+    unsafe { fail_attempt(out, r) }
+}
+
+/// Reports what the attempt returned by the last `rw_call_next_attempt` met,
+/// and returns the decision in `*out`: `RW_ACTION_SUCCEEDED` (done),
+/// `RW_ACTION_RETRY` / `RW_ACTION_FALLBACK` (sleep `delay_ms`, then call
+/// `rw_call_next_attempt` again), `RW_ACTION_STOP` / `RW_ACTION_RECONCILE`
+/// (surface it with its reason). Strings in `*out` are owned by the call and
+/// valid until the next `rw_call_report`, `rw_call_cancel` or `rw_call_free`.
+/// `outcome` and what it points to are only read during this call.
+///
+/// Returns `RW_ERR_NULL`, `RW_ERR_INVALID_ARG` (enum value out of range,
+/// vendor code not UTF-8; the attempt stays in flight, report it again) or
+/// `RW_ERR_PANIC` (the call is unusable from then on: free it; the engine
+/// stays usable). On any result but `RW_OK`, `*out` (when `out` is not NULL)
+/// is a Stop with reason `RW_REASON_INVALID_STATE` and a detail, so a caller
+/// that ignores the result still stops.
+///
+/// Thread safety: not concurrently with any other function on the same call.
+///
+/// # Safety
+/// `call` is NULL or live; `outcome` is NULL or a readable `rw_outcome`
+/// whose pointers are valid as documented there; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rw_call_report(
+    call: *mut rw_call,
+    outcome: *const rw_outcome,
+    out: *mut rw_decision,
+) -> rw_result {
+    let r = ffi_boundary! {
+        // SAFETY: NULL or a live call used by this thread only / readable, per the contract.
+        let (Some(h), Some(outcome), false) = (unsafe { call.as_mut() }, unsafe { outcome.as_ref() }, out.is_null()) else {
+            return rw_result::RwErrNull;
+        };
+        if h.poisoned {
+            return rw_result::RwErrPanic;
+        }
+        // SAFETY: the outcome's pointers are valid per the contract.
+        let outcome = try_arg!(unsafe { outcome_from(outcome) });
+        // Stays set if the core panics: the call's state is then unknown.
+        h.poisoned = true;
+        let d = h.call.report(&outcome);
+        let d = h.decision(d);
+        h.poisoned = false;
+        // SAFETY: non-NULL (checked) and writable per the contract.
+        unsafe { out.write(d) };
+        rw_result::RwOk
+    };
+    // SAFETY: `out` is NULL or writable, per the contract.
+    unsafe { fail_decision(out, r) }
+}
+
+/// Cancels the call: an attempt in flight is reported as cancelled and the
+/// call stops with `RW_REASON_CANCELLED` (or keeps its earlier final
+/// decision). `*out` and error results as for `rw_call_report`.
+///
+/// Thread safety: not concurrently with any other function on the same call.
+///
+/// # Safety
+/// `call` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rw_call_cancel(call: *mut rw_call, out: *mut rw_decision) -> rw_result {
+    let r = ffi_boundary! {
+        // SAFETY: NULL or a live call used by this thread only, per the contract.
+        let (Some(h), false) = (unsafe { call.as_mut() }, out.is_null()) else { return rw_result::RwErrNull };
+        if h.poisoned {
+            return rw_result::RwErrPanic;
+        }
+        h.poisoned = true;
+        let d = h.call.cancel();
+        let d = h.decision(d);
+        h.poisoned = false;
+        // SAFETY: non-NULL (checked) and writable per the contract.
+        unsafe { out.write(d) };
+        rw_result::RwOk
+    };
+    // SAFETY: `out` is NULL or writable, per the contract.
+    unsafe { fail_decision(out, r) }
+}
+
+/// Frees a call (an attempt still in flight gives back its breaker probe,
+/// gate slot and budget hold). Every string the call lent out becomes
+/// invalid. NULL is a no-op.
+///
+/// Thread safety: not concurrently with any other function on the same call.
+///
+/// # Safety
+/// `call` is NULL or a call from `rw_call_begin` not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn rw_call_free(call: *mut rw_call) {
+    ffi_boundary! {
+        if !call.is_null() {
+            // SAFETY: allocated by Box::into_raw in rw_call_begin and not freed yet.
+            drop(unsafe { Box::from_raw(call) });
+        }
+    }
+}

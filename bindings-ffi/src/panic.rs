@@ -1,0 +1,69 @@
+//! The panic boundary every exported function runs inside, and the value each
+//! return type yields when a panic is caught.
+//!
+//! Functions returning `rw_result` give `RW_ERR_PANIC`; functions returning
+//! pointers give NULL; sizes give 0.
+
+use crate::types::rw_result;
+use std::os::raw::c_char;
+
+/// The value a function returns after catching a panic.
+pub(crate) trait OnPanic {
+    fn on_panic() -> Self;
+}
+
+impl OnPanic for rw_result {
+    fn on_panic() -> Self {
+        rw_result::RwErrPanic
+    }
+}
+
+impl OnPanic for () {
+    fn on_panic() -> Self {}
+}
+
+impl OnPanic for usize {
+    fn on_panic() -> Self {
+        0
+    }
+}
+
+impl<T> OnPanic for *const T {
+    fn on_panic() -> Self {
+        std::ptr::null()
+    }
+}
+
+impl<T> OnPanic for *mut T {
+    fn on_panic() -> Self {
+        std::ptr::null_mut()
+    }
+}
+
+/// Static empty C string, returned by getters given NULL.
+pub(crate) const EMPTY: *const c_char = c"".as_ptr();
+
+/// Runs the body inside `catch_unwind`; a panic becomes the return type's
+/// [`OnPanic`] value and never unwinds into C. `return` inside the body
+/// returns from the function (the body is a closure returning the function's
+/// type).
+macro_rules! ffi_boundary {
+    ($($body:tt)*) => {
+        match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| { $($body)* })) {
+            Ok(ret) => ret,
+            Err(_) => $crate::panic::OnPanic::on_panic(),
+        }
+    };
+}
+
+/// Unwraps a `Result<T, rw_result>` inside a boundary body, returning the error.
+macro_rules! try_arg {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return e,
+        }
+    };
+}
+
+pub(crate) use {ffi_boundary, try_arg};

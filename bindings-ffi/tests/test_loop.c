@@ -1,0 +1,537 @@
+/*
+ * C tests of libretrywise: the decision loop through the C ABI.
+ *
+ * Built by bindings-ffi/ci.sh with gcc -Wall -Wextra -Werror, linked both
+ * dynamically and statically, and run under valgrind --leak-check=full.
+ * Exit status 0 when every check passes.
+ */
+#include "retrywise.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    checks++;                                                                  \
+    if (!(cond)) {                                                             \
+      failures++;                                                              \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_RC(expr, want)                                                   \
+  do {                                                                         \
+    rw_result rc_ = (expr);                                                    \
+    checks++;                                                                  \
+    if (rc_ != (want)) {                                                       \
+      failures++;                                                              \
+      fprintf(stderr, "%s:%d: %s returned %s, want %s\n", __FILE__, __LINE__,  \
+              #expr, rw_result_name(rc_), rw_result_name(want));               \
+    }                                                                          \
+  } while (0)
+
+/* rw_str equals a C string. */
+static int str_eq(rw_str s, const char *want) {
+  size_t n = strlen(want);
+  return s.ptr != NULL && s.len == n && memcmp(s.ptr, want, n) == 0;
+}
+
+/* rw_str from a NUL-terminated string (NULL stays NULL). */
+static rw_str str_of(const char *s) {
+  rw_str r = {s, s ? strlen(s) : 0};
+  return r;
+}
+
+/* Value of header `name` in the attempt's outbound headers, or an empty rw_str. */
+static rw_str header(const rw_attempt *a, const char *name) {
+  for (size_t i = 0; i < a->headers_len; i++) {
+    if (str_eq(a->headers[i].name, name)) return a->headers[i].value;
+  }
+  rw_str none = {NULL, 0};
+  return none;
+}
+
+static rw_engine *engine_with(const char *policy, int manual_clock) {
+  rw_engine_options opts = {.seed = 42, .has_seed = true, .manual_clock = manual_clock != 0};
+  rw_error *err = NULL;
+  rw_engine *e = rw_engine_new_with(policy, policy ? strlen(policy) : 0, &opts, &err);
+  if (e == NULL) {
+    fprintf(stderr, "engine: %s\n", rw_error_message(err));
+    rw_error_free(err);
+    exit(2);
+  }
+  CHECK(err == NULL);
+  return e;
+}
+
+static rw_call *begin(rw_engine *e, const char *route, uint64_t deadline_ms) {
+  rw_call_spec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.route = str_of(route);
+  spec.deadline_ms = deadline_ms;
+  rw_call *c = NULL;
+  CHECK_RC(rw_call_begin(e, &spec, &c), RW_OK);
+  CHECK(c != NULL);
+  return c;
+}
+
+static rw_result report_status(rw_call *c, uint16_t status, rw_decision *d) {
+  rw_outcome o = RW_OUTCOME_INIT;
+  o.status = status;
+  return rw_call_report(c, &o, d);
+}
+
+/* ---- scenarios ---------------------------------------------------------- */
+
+static void test_success(void) {
+  rw_engine *e = rw_engine_new(NULL, 0, NULL); /* default policy */
+  CHECK(e != NULL);
+  rw_call *c = begin(e, "openai/gpt-4o", 10000);
+  rw_attempt a;
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK(a.number == 1);
+  CHECK(str_eq(a.upstream, "openai/gpt-4o"));
+  CHECK(a.request_id.len > 0);
+  CHECK(a.total_timeout_ms > 0 && a.total_timeout_ms <= 10000);
+  CHECK(a.connect_timeout_ms <= a.total_timeout_ms);
+  CHECK(!a.fallback && !a.hedge);
+  CHECK(header(&a, "retrywise-attempt").len == 1 && header(&a, "retrywise-attempt").ptr[0] == '1');
+  CHECK(header(&a, "retrywise-deadline-ms").len > 0);
+  CHECK(header(&a, "retrywise-request-id").len == a.request_id.len);
+
+  rw_decision d;
+  CHECK_RC(report_status(c, 200, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_SUCCEEDED);
+  CHECK(d.reason == RW_REASON_SUCCESS);
+  CHECK(d.error_class == RW_ERROR_CLASS_NONE);
+  CHECK(d.retry_after_ms == -1);
+  CHECK(d.attempt == 1);
+  CHECK(d.on_failure == RW_ON_FAILURE_NONE);
+  CHECK(str_eq(d.upstream, "openai/gpt-4o"));
+
+  /* The call is over: no further attempt. */
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_STOPPED);
+  CHECK(a.stop_reason == RW_REASON_CALL_FINISHED);
+  CHECK(a.number == 0);
+
+  char *json = NULL;
+  CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
+  CHECK(json != NULL && strstr(json, "\"policy_version\":\"default\"") != NULL);
+  rw_string_free(json);
+
+  rw_call_free(c);
+  rw_engine_free(e);
+}
+
+static void test_503_then_success(void) {
+  rw_engine *e = engine_with(NULL, 1);
+  rw_call *c = begin(e, "openai/gpt-4o", 10000);
+  rw_attempt a;
+  rw_decision d;
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK(a.number == 1);
+  CHECK_RC(report_status(c, 503, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_RETRY);
+  CHECK(d.reason == RW_REASON_RETRYABLE_STATUS);
+  CHECK(d.error_class == RW_ERROR_CLASS_TRANSIENT);
+  CHECK(d.wait_source == RW_WAIT_SOURCE_JITTER);
+  CHECK(d.delay_ms <= 250); /* full jitter, base 250 ms, first retry */
+  CHECK(str_eq(d.upstream, "openai/gpt-4o"));
+  CHECK(strcmp(rw_reason_name(d.reason), "retryable_status") == 0);
+  CHECK(strcmp(rw_action_name(d.action), "retry") == 0);
+  CHECK(strcmp(rw_class_name(d.error_class), "transient") == 0);
+  uint64_t first_delay = d.delay_ms;
+
+  CHECK_RC(rw_engine_advance_clock(e, d.delay_ms), RW_OK);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK(a.number == 2);
+  CHECK(str_eq(header(&a, "retrywise-attempt"), "2"));
+  CHECK(a.remaining_ms == 10000 - first_delay);
+  CHECK_RC(report_status(c, 200, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_SUCCEEDED);
+  CHECK(d.attempt == 2);
+  rw_call_free(c);
+
+  /* Same seed, same clock, same inputs: the same delay (replayable decisions). */
+  rw_engine *e2 = engine_with(NULL, 1);
+  rw_call *c2 = begin(e2, "openai/gpt-4o", 10000);
+  CHECK_RC(rw_call_next_attempt(c2, &a), RW_OK);
+  CHECK_RC(report_status(c2, 503, &d), RW_OK);
+  CHECK(d.delay_ms == first_delay);
+  rw_call_free(c2);
+  rw_engine_free(e2);
+
+  char *json = NULL;
+  CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
+  CHECK(json != NULL && strstr(json, "\"retries\":1") != NULL);
+  rw_string_free(json);
+  rw_engine_free(e);
+}
+
+static void test_401_stops(void) {
+  rw_engine *e = engine_with(NULL, 1);
+  rw_call *c = begin(e, "anthropic/claude", 10000);
+  rw_attempt a;
+  rw_decision d;
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(report_status(c, 401, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_STOP);
+  CHECK(d.reason == RW_REASON_AUTH_ERROR);
+  CHECK(d.error_class == RW_ERROR_CLASS_AUTH_OR_POLICY);
+  CHECK(d.on_failure == RW_ON_FAILURE_FAIL);
+  CHECK(d.delay_ms == 0);
+  CHECK(strcmp(rw_reason_name(d.reason), "auth_error") == 0);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_STOPPED);
+  CHECK(a.stop_reason == RW_REASON_AUTH_ERROR);
+  CHECK(a.stop_class == RW_ERROR_CLASS_AUTH_OR_POLICY);
+  rw_call_free(c);
+  rw_engine_free(e);
+}
+
+static void test_retry_after(void) {
+  rw_engine *e = engine_with(NULL, 1);
+  rw_attempt a;
+  rw_decision d;
+  rw_header h[1] = {{str_of("Retry-After"), str_of("30")}};
+
+  /* 429 with Retry-After: 30 s and a 5 s deadline: stop now, do not sleep past the deadline. */
+  rw_call *c = begin(e, "openai/gpt-4o", 5000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  rw_outcome o = RW_OUTCOME_INIT;
+  o.status = 429;
+  o.headers = h;
+  o.headers_len = 1;
+  CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_STOP);
+  CHECK(d.reason == RW_REASON_RETRY_AFTER_EXCEEDS_DEADLINE);
+  CHECK(d.error_class == RW_ERROR_CLASS_RATE_LIMIT);
+  CHECK(d.retry_after_ms == 30000);
+  CHECK(d.detail.ptr != NULL && d.detail.len > 0);
+  rw_call_free(c);
+
+  /* Retry-After: 2 s within a 30 s deadline: wait exactly what the server said. */
+  h[0].value = str_of("2");
+  c = begin(e, "openai/gpt-4o", 30000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_RETRY);
+  CHECK(d.reason == RW_REASON_RATE_LIMITED);
+  CHECK(d.wait_source == RW_WAIT_SOURCE_RETRY_AFTER);
+  CHECK(d.delay_ms == 2000);
+  CHECK(d.retry_after_ms == 2000);
+  rw_call_free(c);
+
+  /* The manual clock runs the deadline out between attempts. */
+  c = begin(e, "openai/gpt-4o", 5000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(report_status(c, 503, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_RETRY);
+  CHECK_RC(rw_engine_advance_clock(e, 4800), RW_OK);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_STOPPED);
+  CHECK(a.stop_reason == RW_REASON_DEADLINE_EXCEEDED);
+  CHECK(a.detail.len > 0);
+  rw_call_free(c);
+  rw_engine_free(e);
+}
+
+static void test_policies(void) {
+  rw_error *err = NULL;
+  /* JSON with a rule broken: the message names the field. */
+  const char *bad = "{\"breaker\": {\"failure_rate\": 1.5}}";
+  rw_engine *e = rw_engine_new(bad, strlen(bad), &err);
+  CHECK(e == NULL);
+  CHECK(err != NULL);
+  CHECK(rw_error_result(err) == RW_ERR_POLICY);
+  CHECK(strstr(rw_error_message(err), "breaker.failure_rate") != NULL);
+  CHECK(strcmp(rw_error_path(err), "breaker.failure_rate") == 0);
+  CHECK(rw_error_message_len(err) == strlen(rw_error_message(err)));
+  rw_error_free(err);
+
+  /* YAML, unknown field. */
+  const char *unknown = "max_attempts: 2\nbreaker:\n  failure_ratio: 0.5\n";
+  err = NULL;
+  CHECK(rw_engine_new(unknown, strlen(unknown), &err) == NULL);
+  CHECK(rw_error_result(err) == RW_ERR_POLICY);
+  CHECK(strstr(rw_error_message(err), "failure_ratio") != NULL);
+  rw_error_free(err);
+
+  /* Errors are optional to receive. */
+  CHECK(rw_engine_new(bad, strlen(bad), NULL) == NULL);
+
+  /* Not UTF-8. */
+  const char bytes[] = {'{', (char)0xff, '}'};
+  err = NULL;
+  CHECK(rw_engine_new(bytes, sizeof bytes, &err) == NULL);
+  CHECK(rw_error_result(err) == RW_ERR_INVALID_ARG);
+  rw_error_free(err);
+
+  /* TOML and YAML documents that validate; max_attempts = 2 is enforced. */
+  const char *toml = "version = \"toml-1\"\nmax_attempts = 2\n[breaker]\nfailure_rate = 0.4\n";
+  e = rw_engine_new(toml, strlen(toml), &err);
+  CHECK(e != NULL && err == NULL);
+  rw_call *c = begin(e, "u", 10000);
+  rw_attempt a;
+  rw_decision d;
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(report_status(c, 503, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_RETRY);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(report_status(c, 503, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_STOP);
+  CHECK(d.reason == RW_REASON_MAX_ATTEMPTS);
+  rw_call_free(c);
+
+  /* Reload: a bad policy leaves the old one in force; a good one replaces it. */
+  err = NULL;
+  CHECK_RC(rw_engine_reload(e, bad, strlen(bad), &err), RW_ERR_POLICY);
+  CHECK(err != NULL && strcmp(rw_error_path(err), "breaker.failure_rate") == 0);
+  rw_error_free(err);
+  char *json = NULL;
+  CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
+  CHECK(strstr(json, "\"policy_version\":\"toml-1\"") != NULL);
+  rw_string_free(json);
+  const char *yaml = "version: yaml-2\nmax_attempts: 1\n";
+  err = NULL;
+  CHECK_RC(rw_engine_reload(e, yaml, strlen(yaml), &err), RW_OK);
+  CHECK(err == NULL);
+  CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
+  CHECK(strstr(json, "\"policy_version\":\"yaml-2\"") != NULL);
+  rw_string_free(json);
+
+  /* Kill switch: retries off -> a retryable failure stops. */
+  CHECK_RC(rw_engine_reload(e, NULL, 0, NULL), RW_OK);
+  CHECK_RC(rw_engine_set_mode(e, false, false, false), RW_OK);
+  c = begin(e, "u", 10000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(report_status(c, 503, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_STOP);
+  CHECK(d.reason == RW_REASON_RETRIES_DISABLED);
+  rw_call_free(c);
+  CHECK_RC(rw_engine_set_mode(e, true, true, true), RW_OK);
+
+  /* No manual clock on this engine. */
+  CHECK_RC(rw_engine_advance_clock(e, 1), RW_ERR_INVALID_STATE);
+  rw_engine_free(e);
+}
+
+static void test_null_and_invalid_args(void) {
+  rw_engine *e = engine_with(NULL, 1);
+  rw_call *c = NULL;
+  rw_attempt a;
+  rw_decision d;
+  rw_call_spec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.route = str_of("u");
+  char *json = (char *)&spec; /* must be reset to NULL */
+
+  CHECK_RC(rw_call_begin(NULL, &spec, &c), RW_ERR_NULL);
+  CHECK(c == NULL);
+  CHECK_RC(rw_call_begin(e, NULL, &c), RW_ERR_NULL);
+  CHECK_RC(rw_call_begin(e, &spec, NULL), RW_ERR_NULL);
+  CHECK_RC(rw_call_next_attempt(NULL, &a), RW_ERR_NULL);
+  CHECK(a.stop_reason == RW_REASON_INVALID_STATE);
+  CHECK_RC(rw_call_report(NULL, NULL, &d), RW_ERR_NULL);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_INVALID_STATE);
+  CHECK_RC(rw_call_report(NULL, NULL, NULL), RW_ERR_NULL);
+  CHECK_RC(rw_call_cancel(NULL, NULL), RW_ERR_NULL);
+  CHECK_RC(rw_engine_stats_json(NULL, &json), RW_ERR_NULL);
+  CHECK(json == NULL);
+  CHECK_RC(rw_engine_stats_json(e, NULL), RW_ERR_NULL);
+  CHECK_RC(rw_engine_reload(NULL, NULL, 0, NULL), RW_ERR_NULL);
+  CHECK_RC(rw_engine_set_mode(NULL, true, true, true), RW_ERR_NULL);
+  CHECK_RC(rw_engine_advance_clock(NULL, 1), RW_ERR_NULL);
+  CHECK(rw_error_result(NULL) == RW_ERR_NULL);
+  CHECK(strcmp(rw_error_message(NULL), "") == 0);
+  CHECK(rw_error_message_len(NULL) == 0);
+  CHECK(strcmp(rw_error_path(NULL), "") == 0);
+  rw_error *err = NULL;
+  CHECK(rw_engine_new(NULL, 5, &err) == NULL);
+  CHECK(rw_error_result(err) == RW_ERR_NULL);
+  rw_error_free(err);
+  /* Frees accept NULL. */
+  rw_call_free(NULL);
+  rw_engine_free(NULL);
+  rw_error_free(NULL);
+  rw_string_free(NULL);
+  /* Names of unknown codes are NULL. */
+  CHECK(rw_reason_name(-5) == NULL && rw_reason_name(36) == NULL);
+  CHECK(rw_action_name(99) == NULL);
+  CHECK(strcmp(rw_class_name(RW_ERROR_CLASS_NONE), "none") == 0);
+  CHECK(strcmp(rw_result_name(RW_ERR_PANIC), "RW_ERR_PANIC") == 0);
+  CHECK(strcmp(rw_wait_source_name(RW_WAIT_SOURCE_JITTER), "jitter") == 0);
+
+  /* Strings: NULL with a length, not UTF-8, bad enum values. */
+  spec.tenant.ptr = NULL;
+  spec.tenant.len = 3;
+  CHECK_RC(rw_call_begin(e, &spec, &c), RW_ERR_NULL);
+  spec.tenant = str_of("\xc3\x28");
+  CHECK_RC(rw_call_begin(e, &spec, &c), RW_ERR_INVALID_ARG);
+  spec.tenant = str_of("acme");
+  spec.idempotency = 7;
+  CHECK_RC(rw_call_begin(e, &spec, &c), RW_ERR_INVALID_ARG);
+  spec.idempotency = RW_IDEMPOTENCY_KEYED;
+  rw_header bad_inbound[1] = {{str_of("retrywise-deadline-ms"), str_of("soon")}};
+  spec.inbound_headers = bad_inbound;
+  spec.inbound_headers_len = 1;
+  CHECK_RC(rw_call_begin(e, &spec, &c), RW_ERR_INBOUND);
+  spec.inbound_headers_len = 0;
+  spec.inbound_headers = NULL;
+  spec.idempotency_key = str_of("order-17");
+  CHECK_RC(rw_call_begin(e, &spec, &c), RW_OK);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK(str_eq(header(&a, "idempotency-key"), "order-17"));
+
+  rw_outcome o = RW_OUTCOME_INIT;
+  o.status = 503;
+  CHECK_RC(rw_call_report(c, NULL, &d), RW_ERR_NULL);
+  CHECK_RC(rw_call_report(c, &o, NULL), RW_ERR_NULL);
+  o.error_kind = 12;
+  CHECK_RC(rw_call_report(c, &o, &d), RW_ERR_INVALID_ARG);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_INVALID_STATE && d.detail.len > 0);
+  o.error_kind = RW_ERROR_KIND_NONE;
+  o.phase = -2;
+  CHECK_RC(rw_call_report(c, &o, &d), RW_ERR_INVALID_ARG);
+  o.phase = RW_PHASE_NONE;
+  o.effect = 4;
+  CHECK_RC(rw_call_report(c, &o, &d), RW_ERR_INVALID_ARG);
+  o.effect = RW_EFFECT_UNSET;
+  o.vendor_code.ptr = NULL;
+  o.vendor_code.len = 1;
+  CHECK_RC(rw_call_report(c, &o, &d), RW_ERR_NULL);
+  o.vendor_code = str_of("\xff");
+  CHECK_RC(rw_call_report(c, &o, &d), RW_ERR_INVALID_ARG);
+  o.vendor_code.ptr = NULL;
+  o.vendor_code.len = 0;
+  o.headers = NULL;
+  o.headers_len = 2;
+  CHECK_RC(rw_call_report(c, &o, &d), RW_ERR_NULL);
+  o.headers_len = 0;
+  /* The attempt is still in flight after rejected reports: report it properly. */
+  CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_RETRY);
+  CHECK(d.attempt == 1);
+
+  /* Machine error with an explicit phase: a connect failure is retried. */
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  rw_outcome conn = RW_OUTCOME_INIT;
+  conn.error_kind = RW_ERROR_KIND_CONNECT;
+  conn.phase = RW_PHASE_BEFORE_SEND;
+  CHECK_RC(rw_call_report(c, &conn, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_RETRY && d.reason == RW_REASON_RETRYABLE_ERROR);
+
+  /* Cancel ends the call. */
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(rw_call_cancel(c, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_CANCELLED);
+  rw_call_free(c);
+  rw_engine_free(e);
+}
+
+static void test_panic_boundary(void) {
+  const char *policy = "testing:\n  panic_on_vendor_code: boom\n";
+  rw_engine *e = engine_with(policy, 1);
+  rw_call *c = begin(e, "openai/gpt-4o", 10000);
+  rw_attempt a;
+  rw_decision d;
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  rw_outcome o = RW_OUTCOME_INIT;
+  o.status = 500;
+  o.vendor_code = str_of("boom");
+  fprintf(stderr, "(a panic message from the test hook is expected next)\n");
+  CHECK_RC(rw_call_report(c, &o, &d), RW_ERR_PANIC);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_INVALID_STATE);
+  /* The call is poisoned; using it again is a clean error, not UB. */
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_ERR_PANIC);
+  CHECK_RC(rw_call_report(c, &o, &d), RW_ERR_PANIC);
+  rw_call_free(c);
+
+  /* The engine stays usable: new calls run the loop to success. */
+  for (int i = 0; i < 3; i++) {
+    c = begin(e, "openai/gpt-4o", 10000);
+    CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+    CHECK_RC(report_status(c, 503, &d), RW_OK);
+    CHECK(d.action == RW_ACTION_RETRY);
+    CHECK_RC(rw_engine_advance_clock(e, d.delay_ms), RW_OK);
+    CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+    CHECK_RC(report_status(c, 200, &d), RW_OK);
+    CHECK(d.action == RW_ACTION_SUCCEEDED);
+    rw_call_free(c);
+  }
+  char *json = NULL;
+  CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
+  CHECK(json != NULL);
+  rw_string_free(json);
+  rw_engine_free(e);
+}
+
+/* An engine shared by several threads, each running its own calls. */
+#define THREADS 4
+#define CALLS_PER_THREAD 200
+
+static void *worker(void *arg) {
+  rw_engine *e = (rw_engine *)arg;
+  long ok = 0;
+  for (int i = 0; i < CALLS_PER_THREAD; i++) {
+    rw_call_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.route = str_of("shared/upstream");
+    spec.tenant = str_of("t");
+    rw_call *c = NULL;
+    if (rw_call_begin(e, &spec, &c) != RW_OK) continue;
+    rw_attempt a;
+    rw_decision d;
+    while (rw_call_next_attempt(c, &a) == RW_OK) {
+      rw_outcome o = RW_OUTCOME_INIT;
+      o.status = (i % 10 == 0 && a.number == 1) ? 503 : 200;
+      if (rw_call_report(c, &o, &d) != RW_OK) break;
+      if (d.action == RW_ACTION_SUCCEEDED) {
+        ok++;
+        break;
+      }
+      if (d.action != RW_ACTION_RETRY) break;
+    }
+    rw_call_free(c);
+  }
+  return (void *)ok;
+}
+
+static void test_threads(void) {
+  rw_engine *e = engine_with(NULL, 1);
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++) CHECK(pthread_create(&t[i], NULL, worker, e) == 0);
+  long total = 0;
+  for (int i = 0; i < THREADS; i++) {
+    void *r = NULL;
+    CHECK(pthread_join(t[i], &r) == 0);
+    total += (long)r;
+  }
+  CHECK(total == (long)THREADS * CALLS_PER_THREAD);
+  char *json = NULL;
+  CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
+  CHECK(json != NULL && strstr(json, "\"logical_requests\":800") != NULL);
+  rw_string_free(json);
+  rw_engine_free(e);
+}
+
+int main(void) {
+  printf("libretrywise %s\n", rw_version());
+  test_success();
+  test_503_then_success();
+  test_401_stops();
+  test_retry_after();
+  test_policies();
+  test_null_and_invalid_args();
+  test_panic_boundary();
+  test_threads();
+  if (failures) {
+    fprintf(stderr, "FAIL: %d of %d checks failed\n", failures, checks);
+    return 1;
+  }
+  printf("ok: %d checks passed\n", checks);
+  return 0;
+}

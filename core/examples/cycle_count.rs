@@ -1,0 +1,38 @@
+//! Runs N decision cycles of one kind, for instruction counting under
+//! callgrind (`bench/callgrind`), which is stable on noisy machines.
+//!
+//! Usage: `cycle_count <success|success-no-ring|retry> <N>`
+
+use retrywise::{CallSpec, Engine, Outcome, Policy};
+use std::hint::black_box;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let kind = args.next().unwrap_or_else(|| "success".into());
+    let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let yaml = match kind.as_str() {
+        "success" => "",
+        "success-no-ring" => "telemetry: {ring_size: 0}",
+        "retry" => "budget: {ratio: 1.0, min_per_sec: 0}\nbreaker: {failure_rate: null}",
+        other => {
+            eprintln!("unknown kind {other:?}: expected success, success-no-ring or retry");
+            std::process::exit(2);
+        }
+    };
+    let engine = Engine::builder(Policy::from_str_any(yaml).expect("policy"))
+        .seed(1)
+        .read_env(false)
+        .build()
+        .expect("engine");
+    let outcome = if kind == "retry" {
+        Outcome::status(503)
+    } else {
+        Outcome::success()
+    };
+    for _ in 0..n {
+        let mut call = engine.begin(CallSpec::new("openai/gpt-4o"));
+        let attempt = call.next_attempt().expect("attempt");
+        black_box(&attempt);
+        black_box(call.report(&outcome));
+    }
+}
