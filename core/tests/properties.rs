@@ -245,3 +245,65 @@ impl NowMs for ManualClock {
         self.now().as_millis() as u64
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Through the engine: every attempt a routed call makes (first or
+    /// fallback) goes to an upstream with the required capabilities, inside
+    /// the data boundary, under the cost cap, and not forced open.
+    #[test]
+    fn engine_fallbacks_only_pick_eligible_upstreams(caps in prop::collection::vec(prop::collection::vec(0usize..3, 0..3), 2..6),
+                                                     boundaries in prop::collection::vec(0usize..2, 6),
+                                                     costs in prop::collection::vec(0u32..40, 6),
+                                                     forced_open in prop::collection::vec(any::<bool>(), 6),
+                                                     require in prop::collection::vec(0usize..3, 0..2),
+                                                     outcomes in prop::collection::vec(outcome_strategy(), 1..8),
+                                                     seed in any::<u64>()) {
+        let names = ["streaming", "tool_calling", "json_schema"];
+        let bnames = ["eu", "us"];
+        let mut p = Policy { max_attempts: 8, ..Policy::default() };
+        p.budget.enabled = false;
+        let mut cands = Vec::new();
+        for (i, c) in caps.iter().enumerate() {
+            p.upstreams.insert(format!("u{i}"), retrywise::policy::Upstream {
+                provider: format!("p{i}"),
+                model: format!("m{i}"),
+                capabilities: c.iter().map(|x| names[*x].to_string()).collect(),
+                data_boundary: Some(bnames[boundaries[i]].to_string()),
+                cost_output_per_mtok: costs[i] as f64,
+                ..Default::default()
+            });
+            if forced_open[i] {
+                p.breaker.overrides.insert(format!("u{i}"), retrywise::policy::BreakerOverride::ForceOpen);
+            }
+            cands.push(format!("u{i}"));
+        }
+        let route = Route {
+            candidates: cands,
+            require: require.iter().map(|x| names[*x].to_string()).collect(),
+            data_boundary: Some("eu".into()),
+            max_cost_per_call: Some(0.02),
+            attempts_per_upstream: 1,
+            ..Route::default()
+        };
+        p.routes.insert("r".into(), route.clone());
+        let needs = Needs { max_output_tokens: Some(1_000), ..Needs::default() };
+        let clock = ManualClock::new();
+        let e = Engine::builder(p.clone()).clock(Arc::new(clock.clone())).seed(seed).read_env(false).build().unwrap();
+        let mut c = e.begin(CallSpec::new("r").needs(needs.clone()));
+        for o in &outcomes {
+            let Ok(a) = c.next_attempt() else { break };
+            let up = &p.upstreams[&*a.upstream];
+            for r in &route.require {
+                prop_assert!(up.capabilities.contains(r), "{} lacks {}", a.upstream, r);
+            }
+            prop_assert_eq!(up.data_boundary.as_deref(), Some("eu"));
+            prop_assert!(retrywise::fallback::estimated_cost(up, &needs) <= 0.02);
+            prop_assert!(!forced_open[a.upstream[1..].parse::<usize>().unwrap()], "{} is forced open", a.upstream);
+            let d = c.report(o);
+            if d.is_final() { break; }
+            clock.advance(d.delay);
+        }
+    }
+}
