@@ -1,1 +1,1047 @@
+//! Node binding of the retrywise core: type translation only.
+//!
+//! This is the *lean native API* (`native.js` / `native.d.ts`). The idiomatic
+//! JS API in `index.js` wraps it. Every decision is made by the `retrywise`
+//! crate; this file converts types, keeps a few values for lazy getters and
+//! turns panics into JS errors.
+//!
+//! Crossing cost: N-API calls cost tens of nanoseconds each and building a JS
+//! object from Rust costs one call per property. So the hot methods
+//! (`nextAttempt`, `report*`, `cancel`, `nextHedge`) return one number and write
+//! their numeric fields (enum codes, milliseconds) into a `Float64Array` the JS
+//! layer handed to the engine once (the *scratch* buffer, layout below). Strings
+//! (upstream names, details, headers) are fetched only when the JS side needs them;
+//! upstream names are interned per engine and cached by the JS side.
+//!
+//! Scratch layout (indices into the `Float64Array`):
+//! - attempt (`nextAttempt` returned `ATTEMPT`, `nextHedge` returned `HEDGE_START`):
+//!   `[1] number, [2] upstream index (-1: call upstreamOfAttempt), [3] connect ms,
+//!   [4] first byte ms, [5] idle ms, [6] total ms, [7] remaining ms, [8] flags (1 hedge, 2 fallback)`
+//! - stopped (`nextAttempt` returned `STOPPED`):
+//!   `[1] reason code, [2] error class code or -1, [3] on_failure code or -1, [4] 1 when a detail exists`
+//! - decision (`report*`, `cancel`): `[0] action code, [1] delay ms, [2] class code or -1,
+//!   [3] reason code, [4] upstream index (-1 none, -2: call decisionUpstream), [5] wait source code,
+//!   [6] retry-after ms or -1, [7] on_failure code or -1, [8] attempt number, [9] flags
+//!   (1 hedge, 2 detail present, 4 exclusions present)`
+//! - hedge wait (`nextHedge` returned `HEDGE_AFTER`): `[1] ms to wait`;
+//!   no hedge (`HEDGE_NO`): `[1] reason code`
+//!
+//! Calls are kept in a slab inside the engine and named by numeric handles
+//! (see [`NativeEngine`]); JS releases them explicitly or when its wrapper is
+//! garbage-collected. Every entry point runs inside a panic boundary.
 
+#![deny(clippy::all)]
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use retrywise::idempotency::{derive_key, params_digest as core_params_digest};
+use retrywise::{
+    Action, Attempt, Call, CallSpec, Clock, Decision, EffectState, Engine, ErrorClass, ErrorKind, Event, Headers,
+    HedgePlan, Idempotency, Inbound, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy, PolicyErrors, Reason,
+    Stopped, SystemClock, WaitSource,
+};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+const SCRATCH_LEN: usize = 32;
+
+/// `nextAttempt` result: an attempt was admitted (fields in scratch).
+const ATTEMPT: i32 = 0;
+/// `nextAttempt` result: no attempt may start (stop fields in scratch).
+const STOPPED: i32 = 1;
+/// `nextHedge` results.
+const HEDGE_START: i32 = 0;
+const HEDGE_AFTER: i32 = 2;
+const HEDGE_NO: i32 = 3;
+
+/// Upstream names interned per engine (the JS side caches them by index).
+const MAX_INTERNED: usize = 256;
+
+// ---------------------------------------------------------------------------
+// Errors and the panic boundary
+// ---------------------------------------------------------------------------
+
+fn throw(env: &Env, code: &str, msg: &str) -> Error {
+    let _ = env.throw_error(msg, Some(code));
+    Error::new(Status::PendingException, msg.to_string())
+}
+
+fn throw_type(env: &Env, msg: &str) -> Error {
+    let _ = env.throw_type_error(msg, Some("ERR_INVALID_ARG_TYPE"));
+    Error::new(Status::PendingException, msg.to_string())
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Runs `f` inside a panic boundary: a Rust panic becomes a JS `Error` with
+/// code `ERR_RETRYWISE_PANIC` instead of aborting the process.
+fn guard<T>(env: &Env, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(throw(
+            env,
+            "ERR_RETRYWISE_PANIC",
+            &format!("retrywise panicked: {}", panic_message(&*p)),
+        )),
+    }
+}
+
+fn policy_error(env: &Env, errs: &PolicyErrors) -> Error {
+    let list: Vec<serde_json::Value> = errs
+        .0
+        .iter()
+        .map(|e| serde_json::json!({ "path": e.path, "message": e.message }))
+        .collect();
+    throw(env, "ERR_RETRYWISE_POLICY", &serde_json::Value::Array(list).to_string())
+}
+
+// ---------------------------------------------------------------------------
+// Shared per-engine state
+// ---------------------------------------------------------------------------
+
+/// The scratch buffer: a JS `Float64Array` kept alive by this struct, written
+/// through a raw pointer (the JS side reads it right after each call, on the
+/// same thread).
+struct Scratch {
+    _keep: Float64Array,
+    ptr: *mut f64,
+}
+
+// SAFETY: the buffer is only touched from the JS thread that owns the engine
+// (napi classes are not shared across threads); Send/Sync only let it sit in an Arc.
+unsafe impl Send for Scratch {}
+unsafe impl Sync for Scratch {}
+
+impl Scratch {
+    #[inline]
+    fn set(&self, i: usize, v: f64) {
+        debug_assert!(i < SCRATCH_LEN);
+        // SAFETY: i < SCRATCH_LEN and the constructor checked the buffer length.
+        unsafe { *self.ptr.add(i) = v }
+    }
+}
+
+#[derive(Default)]
+struct Interner {
+    names: Mutex<Vec<Arc<str>>>,
+}
+
+impl Interner {
+    /// Index of `u`, interning it when there is room; -1 when the table is full.
+    fn index(&self, u: &Arc<str>) -> f64 {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, n) in names.iter().enumerate() {
+            if Arc::ptr_eq(n, u) || **n == **u {
+                return i as f64;
+            }
+        }
+        if names.len() < MAX_INTERNED {
+            names.push(u.clone());
+            return (names.len() - 1) as f64;
+        }
+        -1.0
+    }
+
+    fn name(&self, i: u32) -> Option<String> {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.get(i as usize).map(|s| s.to_string())
+    }
+}
+
+struct Shared {
+    scratch: Scratch,
+    interner: Interner,
+}
+
+fn class_code(c: Option<ErrorClass>) -> f64 {
+    c.map_or(-1.0, |c| c.code() as f64)
+}
+
+fn on_failure_code(o: Option<OnFailure>) -> f64 {
+    match o {
+        None => -1.0,
+        Some(OnFailure::Fail) => 0.0,
+        Some(OnFailure::ManualReview) => 1.0,
+    }
+}
+
+fn ms_f64(d: std::time::Duration) -> f64 {
+    d.as_millis() as f64
+}
+
+// ---------------------------------------------------------------------------
+// Engine
+// ---------------------------------------------------------------------------
+
+/// Lean native engine. Use `Engine` from `index.js` instead.
+///
+/// Calls live in a slab inside the engine and JS holds a numeric handle:
+/// creating a wrapped N-API object per call (and finalizing it) costs more
+/// than the whole decision cycle. `release(handle)` drops a call (giving back
+/// what an unfinished one holds, exactly as dropping a core `Call` does).
+#[napi]
+pub struct NativeEngine {
+    engine: Engine,
+    manual: Option<ManualClock>,
+    shared: Shared,
+    pending: Arc<Mutex<Vec<Event>>>,
+    sink: Option<u64>,
+    slab: Vec<Entry>,
+    free: Vec<u32>,
+}
+
+struct Entry {
+    gen: u32,
+    call: Option<CallState>,
+}
+
+/// Handles are `generation * 2^22 + index` (exact in an f64).
+const IDX_BITS: f64 = 4_194_304.0;
+const MAX_CALLS: usize = 4_194_304;
+
+/// `kind` values for the constructor's `policy` argument.
+const POLICY_NONE: u32 = 0;
+const POLICY_JSON: u32 = 1;
+const POLICY_TEXT: u32 = 2;
+const POLICY_FILE: u32 = 3;
+
+fn load_policy(env: &Env, kind: u32, text: Option<String>) -> Result<Policy> {
+    let text = text.unwrap_or_default();
+    let r = match kind {
+        POLICY_NONE => Ok(Policy::default()),
+        // A JS object arrives as JSON text: parsing text (rather than a serde
+        // Value) lets the core name the field of an unknown-field error.
+        POLICY_JSON => Policy::parse(&text, retrywise::Format::Json),
+        POLICY_TEXT => Policy::from_str_any(&text),
+        POLICY_FILE => Policy::from_file(std::path::Path::new(&text)),
+        _ => return Err(throw_type(env, "policy kind must be 0..3")),
+    };
+    r.map_err(|e| policy_error(env, &e))
+}
+
+#[napi]
+impl NativeEngine {
+    /// `scratch`: a `Float64Array` of at least 32 elements. `kind`: 0 default
+    /// policy, 1 JSON text of a policy object, 2 JSON/YAML/TOML text, 3 a file path.
+    /// `seed`: decimal u64 string. `manualClock`: use a `ManualClock`.
+    #[napi(constructor)]
+    pub fn new(
+        env: Env,
+        mut scratch: Float64Array,
+        kind: u32,
+        policy: Option<String>,
+        seed: Option<String>,
+        manual_clock: bool,
+    ) -> Result<Self> {
+        guard(&env, || {
+            if scratch.len() < SCRATCH_LEN {
+                return Err(throw_type(
+                    &env,
+                    "scratch must be a Float64Array of at least 32 elements",
+                ));
+            }
+            let policy = load_policy(&env, kind, policy)?;
+            let mut b = Engine::builder(policy);
+            let manual = if manual_clock {
+                let c = ManualClock::new();
+                b = b.clock(Arc::new(c.clone()) as Arc<dyn Clock>);
+                Some(c)
+            } else {
+                b = b.clock(Arc::new(SystemClock::new()) as Arc<dyn Clock>);
+                None
+            };
+            if let Some(s) = seed {
+                let v: u64 = s
+                    .trim()
+                    .parse()
+                    .map_err(|_| throw_type(&env, &format!("opts.seed must be an integer in [0, 2^64), got {s}")))?;
+                b = b.seed(v);
+            }
+            let engine = b.build().map_err(|e| policy_error(&env, &e))?;
+            // SAFETY: length checked above; the Float64Array keeps its buffer alive.
+            let ptr = unsafe { scratch.as_mut().as_mut_ptr() };
+            Ok(NativeEngine {
+                engine,
+                manual,
+                shared: Shared {
+                    scratch: Scratch { _keep: scratch, ptr },
+                    interner: Interner::default(),
+                },
+                pending: Arc::new(Mutex::new(Vec::new())),
+                sink: None,
+                slab: Vec::new(),
+                free: Vec::new(),
+            })
+        })
+    }
+
+    /// Begins a call: the fast path (route, deadline, idempotency, tenant).
+    /// `deadlineMs` < 0 means the policy default; `idempotency` is a code.
+    /// Returns the call's handle.
+    #[napi]
+    pub fn begin(
+        &mut self,
+        env: Env,
+        route: String,
+        deadline_ms: f64,
+        idempotency: u32,
+        tenant: Option<String>,
+    ) -> Result<f64> {
+        guard(&env, || {
+            let mut spec = CallSpec::new(route);
+            if deadline_ms >= 0.0 {
+                spec.deadline = Some(std::time::Duration::from_micros((deadline_ms * 1000.0) as u64));
+            }
+            spec.idempotency =
+                Idempotency::from_code(idempotency as u8).ok_or_else(|| throw_type(&env, "bad idempotency code"))?;
+            spec.tenant = tenant;
+            self.start(&env, spec)
+        })
+    }
+
+    /// Begins a call with every field. `extra` is JSON:
+    /// `{tenant, task, priority, idempotencyKey, params, paramsDigest,
+    ///   needs: {capabilities, inputTokens, maxOutputTokens, dataBoundary, maxCost},
+    ///   inboundHeaders: [[name, value], ...]}`.
+    /// `parent` (a handle, < 0 for none) / `parentAttempt` (0 = latest): an enclosing
+    /// call of this engine (nesting); the new call inherits what is left of its
+    /// deadline, its ids and key, and is a non-owner.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin_ex(
+        &mut self,
+        env: Env,
+        route: String,
+        deadline_ms: f64,
+        idempotency: u32,
+        extra: String,
+        parent: f64,
+        parent_attempt: u32,
+    ) -> Result<f64> {
+        guard(&env, || {
+            let mut spec = CallSpec::new(route);
+            if deadline_ms >= 0.0 {
+                spec.deadline = Some(std::time::Duration::from_micros((deadline_ms * 1000.0) as u64));
+            }
+            spec.idempotency =
+                Idempotency::from_code(idempotency as u8).ok_or_else(|| throw_type(&env, "bad idempotency code"))?;
+            let x: serde_json::Value =
+                serde_json::from_str(&extra).map_err(|e| throw_type(&env, &format!("spec: {e}")))?;
+            let s = |k: &str| x.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            spec.tenant = s("tenant");
+            spec.task = s("task");
+            spec.priority = s("priority");
+            spec.idempotency_key = s("idempotencyKey");
+            spec.params_digest = s("paramsDigest");
+            if let Some(p) = x.get("params") {
+                spec.params_digest = Some(core_params_digest(p));
+            }
+            if let Some(n) = x.get("needs").filter(|n| n.is_object()) {
+                let u = |k: &str| n.get(k).and_then(|v| v.as_f64()).map(|f| f.max(0.0) as u64);
+                spec.needs = Needs {
+                    capabilities: n
+                        .get("capabilities")
+                        .and_then(|c| c.as_array())
+                        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                        .unwrap_or_default(),
+                    input_tokens: u("inputTokens"),
+                    max_output_tokens: u("maxOutputTokens"),
+                    data_boundary: n.get("dataBoundary").and_then(|v| v.as_str()).map(str::to_string),
+                    max_cost: n.get("maxCost").and_then(|v| v.as_f64()),
+                };
+            }
+            if parent >= 0.0 {
+                let p = self.get(&env, parent)?;
+                spec.inbound = Some(p.inbound_for(parent_attempt));
+            } else if let Some(h) = x.get("inboundHeaders").and_then(|h| h.as_array()) {
+                let headers = pairs_to_headers(h);
+                match Inbound::from_headers(&headers) {
+                    Ok(i) => spec.inbound = i,
+                    Err(e) => return Err(throw(&env, "ERR_RETRYWISE_INBOUND", &e.to_string())),
+                }
+            }
+            self.start(&env, spec)
+        })
+    }
+
+    fn start(&mut self, env: &Env, spec: CallSpec) -> Result<f64> {
+        let call = self.engine.begin(spec);
+        let st = CallState {
+            call,
+            attempts: Vec::new(),
+            detail: None,
+            excluded: Vec::new(),
+            upstream: None,
+        };
+        let idx = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                if self.slab.len() >= MAX_CALLS {
+                    return Err(throw(
+                        env,
+                        "ERR_RETRYWISE_TOO_MANY_CALLS",
+                        "more than 4 194 304 live calls: release finished calls",
+                    ));
+                }
+                self.slab.push(Entry { gen: 0, call: None });
+                self.slab.len() - 1
+            }
+        };
+        let e = &mut self.slab[idx];
+        e.gen = e.gen.wrapping_add(1) & 0x7fff_ffff;
+        e.call = Some(st);
+        Ok(e.gen as f64 * IDX_BITS + idx as f64)
+    }
+
+    #[inline]
+    fn slot(&mut self, h: f64) -> Option<&mut CallState> {
+        if h.is_nan() || h < 0.0 {
+            return None;
+        }
+        let hi = h as u64;
+        let idx = (hi & (MAX_CALLS as u64 - 1)) as usize;
+        let gen = (hi >> 22) as u32;
+        match self.slab.get_mut(idx) {
+            Some(e) if e.gen == gen => e.call.as_mut(),
+            _ => None,
+        }
+    }
+
+    fn get(&mut self, env: &Env, h: f64) -> Result<&mut CallState> {
+        match self.slot(h) {
+            Some(c) => Ok(c),
+            None => Err(throw(env, "ERR_RETRYWISE_RELEASED", "this call was released")),
+        }
+    }
+
+    /// Drops a call (an unfinished one gives back its probe permits, gate
+    /// slots and budget holds, as dropping a core `Call` does). Idempotent.
+    #[napi]
+    pub fn release(&mut self, env: Env, h: f64) -> Result<()> {
+        guard(&env, || {
+            if self.slot(h).is_some() {
+                let idx = (h as u64 & (MAX_CALLS as u64 - 1)) as usize;
+                self.slab[idx].call = None;
+                self.free.push(idx as u32);
+            }
+            Ok(())
+        })
+    }
+
+    /// Live (unreleased) calls.
+    #[napi]
+    pub fn live_calls(&self) -> u32 {
+        (self.slab.len() - self.free.len()) as u32
+    }
+
+    /// Admits the next attempt of call `h` (`0`, fields in scratch) or says
+    /// why none may start (`1`, stop fields in scratch).
+    #[napi]
+    pub fn next_attempt(&mut self, env: Env, h: f64) -> Result<i32> {
+        guard(&env, || {
+            let sh = &self.shared as *const Shared;
+            let c = self.get(&env, h)?;
+            // SAFETY: `shared` and the slab are distinct fields of self.
+            let sh = unsafe { &*sh };
+            match c.call.next_attempt() {
+                Ok(a) => {
+                    c.put_attempt(sh, a);
+                    Ok(ATTEMPT)
+                }
+                Err(st) => {
+                    c.put_stopped(sh, st);
+                    Ok(STOPPED)
+                }
+            }
+        })
+    }
+
+    /// Reports a bare HTTP status for the latest attempt (the fast path); returns the action code.
+    #[napi]
+    pub fn report_status(&mut self, env: Env, h: f64, status: u32) -> Result<i32> {
+        guard(&env, || {
+            if !(100..=999).contains(&status) {
+                return Err(throw_type(
+                    &env,
+                    &format!("outcome.status must be an HTTP status (100-999), got {status}"),
+                ));
+            }
+            let (c, sh) = self.split(&env, h)?;
+            let d = c.call.report(&Outcome::status(status as u16));
+            Ok(c.put_decision(sh, d))
+        })
+    }
+
+    /// Reports a success with no status (a transport with no HTTP status); returns the action code.
+    #[napi]
+    pub fn report_ok(&mut self, env: Env, h: f64) -> Result<i32> {
+        guard(&env, || {
+            let (c, sh) = self.split(&env, h)?;
+            let d = c.call.report(&Outcome::success());
+            Ok(c.put_decision(sh, d))
+        })
+    }
+
+    /// Reports a full outcome. Numbers < 0 mean absent; enum fields are codes.
+    /// `headers` is a flat `[name, value, ...]` list. `body` feeds
+    /// `vendor_code_from_body` when `vendorCode` is absent. `attempt` 0 = the latest.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn report(
+        &mut self,
+        env: Env,
+        h: f64,
+        status: f64,
+        error: i32,
+        phase: i32,
+        effect: i32,
+        vendor_code: Option<String>,
+        headers: Option<Vec<String>>,
+        input_tokens: f64,
+        body: Option<String>,
+        attempt: u32,
+        ok: bool,
+    ) -> Result<i32> {
+        guard(&env, || {
+            let o = outcome(
+                &env,
+                status,
+                error,
+                phase,
+                effect,
+                vendor_code,
+                headers,
+                input_tokens,
+                body,
+                ok,
+            )?;
+            let (c, sh) = self.split(&env, h)?;
+            let d = if attempt > 0 {
+                c.call.report_attempt(attempt, &o)
+            } else {
+                c.call.report(&o)
+            };
+            Ok(c.put_decision(sh, d))
+        })
+    }
+
+    /// Cancels call `h`; the decision goes to scratch; returns the action code.
+    #[napi]
+    pub fn cancel(&mut self, env: Env, h: f64) -> Result<i32> {
+        guard(&env, || {
+            let (c, sh) = self.split(&env, h)?;
+            let d = c.call.cancel();
+            Ok(c.put_decision(sh, d))
+        })
+    }
+
+    /// Whether a hedged attempt may start: `0` start (attempt in scratch),
+    /// `2` ask again after scratch[1] ms, `3` no (reason code in scratch[1]).
+    #[napi]
+    pub fn next_hedge(&mut self, env: Env, h: f64) -> Result<i32> {
+        guard(&env, || {
+            let (c, sh) = self.split(&env, h)?;
+            match c.call.next_hedge() {
+                HedgePlan::Start(a) => {
+                    c.put_attempt(sh, a);
+                    Ok(HEDGE_START)
+                }
+                HedgePlan::After(d) => {
+                    sh.scratch.set(1, d.as_secs_f64() * 1000.0);
+                    Ok(HEDGE_AFTER)
+                }
+                HedgePlan::No(r) => {
+                    sh.scratch.set(1, r.code() as f64);
+                    Ok(HEDGE_NO)
+                }
+            }
+        })
+    }
+
+    /// Propagation headers of attempt `n` (0 = latest) of call `h` as a flat `[name, value, ...]` list.
+    #[napi]
+    pub fn attempt_headers(&mut self, env: Env, h: f64, n: u32) -> Result<Vec<String>> {
+        guard(&env, || {
+            let c = self.get(&env, h)?;
+            let mut out = Vec::new();
+            if let Some(a) = c.find_attempt(n) {
+                for (k, v) in a.headers() {
+                    out.push(k.to_string());
+                    out.push(v);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Upstream of attempt `n` (0 = latest); for names that were not interned.
+    #[napi]
+    pub fn upstream_of_attempt(&mut self, env: Env, h: f64, n: u32) -> Result<Option<String>> {
+        let c = self.get(&env, h)?;
+        Ok(c.find_attempt(n).map(|a| a.upstream.to_string()))
+    }
+
+    /// Upstream of the last decision (for names that were not interned).
+    #[napi]
+    pub fn decision_upstream(&mut self, env: Env, h: f64) -> Result<Option<String>> {
+        let c = self.get(&env, h)?;
+        Ok(c.upstream.as_deref().map(str::to_string))
+    }
+
+    /// Detail of the last decision or stop of call `h`.
+    #[napi]
+    pub fn detail(&mut self, env: Env, h: f64) -> Result<Option<String>> {
+        let c = self.get(&env, h)?;
+        Ok(c.detail.clone())
+    }
+
+    /// Exclusions of the last decision as a flat `[upstream, why, ...]` list.
+    #[napi]
+    pub fn excluded(&mut self, env: Env, h: f64) -> Result<Vec<String>> {
+        let c = self.get(&env, h)?;
+        Ok(c.excluded.iter().flat_map(|(a, b)| [a.clone(), b.clone()]).collect())
+    }
+
+    /// Facts about call `h` as JSON: `{id, attempts, remainingMs, owner, finished, policyVersion, target}`.
+    #[napi]
+    pub fn call_info(&mut self, env: Env, h: f64) -> Result<String> {
+        let c = self.get(&env, h)?;
+        let call = &c.call;
+        Ok(serde_json::json!({
+            "id": call.id(),
+            "attempts": call.attempts(),
+            "remainingMs": call.remaining().as_millis() as u64,
+            "owner": call.is_owner(),
+            "finished": call.is_finished(),
+            "policyVersion": call.policy_version(),
+            "target": call.target(),
+        })
+        .to_string())
+    }
+
+    /// Logical request id of call `h`.
+    #[napi]
+    pub fn call_id(&mut self, env: Env, h: f64) -> Result<String> {
+        let c = self.get(&env, h)?;
+        Ok(c.call.id().to_string())
+    }
+
+    /// Physical attempts call `h` started so far.
+    #[napi]
+    pub fn call_attempts(&mut self, env: Env, h: f64) -> Result<u32> {
+        let c = self.get(&env, h)?;
+        Ok(c.call.attempts())
+    }
+
+    /// Time left before call `h`'s deadline, ms.
+    #[napi]
+    pub fn call_remaining_ms(&mut self, env: Env, h: f64) -> Result<f64> {
+        let c = self.get(&env, h)?;
+        Ok(c.call.remaining().as_secs_f64() * 1000.0)
+    }
+
+    fn split(&mut self, env: &Env, h: f64) -> Result<(&mut CallState, &Shared)> {
+        let sh = &self.shared as *const Shared;
+        let c = self.get(env, h)?;
+        // SAFETY: `shared` is a field of self distinct from the slab that `c` borrows.
+        Ok((c, unsafe { &*sh }))
+    }
+
+    /// Name of an interned upstream index.
+    #[napi]
+    pub fn upstream_name(&self, i: u32) -> Option<String> {
+        self.shared.interner.name(i)
+    }
+
+    /// Engine stats as JSON.
+    #[napi]
+    pub fn stats(&self, env: Env) -> Result<String> {
+        guard(&env, || {
+            Ok(serde_json::to_string(&self.engine.stats()).unwrap_or_default())
+        })
+    }
+
+    /// Prometheus text exposition.
+    #[napi]
+    pub fn prometheus(&self, env: Env) -> Result<String> {
+        guard(&env, || Ok(self.engine.prometheus()))
+    }
+
+    /// The event ring buffer as JSON (oldest first).
+    #[napi]
+    pub fn events(&self, env: Env) -> Result<String> {
+        guard(&env, || {
+            Ok(serde_json::to_string(&self.engine.events()).unwrap_or_default())
+        })
+    }
+
+    /// Takes the event ring buffer as JSON.
+    #[napi]
+    pub fn drain_events(&self, env: Env) -> Result<String> {
+        guard(&env, || {
+            Ok(serde_json::to_string(&self.engine.drain_events()).unwrap_or_default())
+        })
+    }
+
+    /// Starts or stops collecting events for JS listeners.
+    #[napi]
+    pub fn set_listening(&mut self, env: Env, on: bool) -> Result<()> {
+        guard(&env, || {
+            match (on, self.sink) {
+                (true, None) => {
+                    let q = self.pending.clone();
+                    let id = self.engine.on_event(Arc::new(move |e: &Event| {
+                        let mut g = q.lock().unwrap_or_else(|p| p.into_inner());
+                        if g.len() < 100_000 {
+                            g.push(e.clone());
+                        }
+                    }));
+                    self.sink = Some(id);
+                }
+                (false, Some(id)) => {
+                    self.engine.remove_sink(id);
+                    self.sink = None;
+                    self.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+    }
+
+    /// Events collected for listeners since the last call, as JSON; `null` when none.
+    #[napi]
+    pub fn take_events(&self, env: Env) -> Result<Option<String>> {
+        guard(&env, || {
+            let evs = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+            if evs.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(serde_json::to_string(&evs).unwrap_or_default()))
+        })
+    }
+
+    /// Swaps the policy (same `kind` values as the constructor).
+    #[napi]
+    pub fn reload(&self, env: Env, kind: u32, policy: Option<String>) -> Result<()> {
+        guard(&env, || {
+            let p = load_policy(&env, kind, policy)?;
+            self.engine.reload(p).map_err(|e| policy_error(&env, &e))
+        })
+    }
+
+    /// Kill switch: bit 1 retries, 2 fallback, 4 hedging.
+    #[napi]
+    pub fn set_mode(&self, env: Env, retries: bool, fallback: bool, hedging: bool) -> Result<()> {
+        guard(&env, || {
+            self.engine.set_mode(Mode {
+                retries,
+                fallback,
+                hedging,
+            });
+            Ok(())
+        })
+    }
+
+    /// Current mode as bits (1 retries, 2 fallback, 4 hedging).
+    #[napi]
+    pub fn mode(&self) -> u32 {
+        let m = self.engine.mode();
+        m.retries as u32 | (m.fallback as u32) << 1 | (m.hedging as u32) << 2
+    }
+
+    /// The reconcile list as JSON.
+    #[napi]
+    pub fn reconcile_list(&self, env: Env) -> Result<String> {
+        guard(&env, || {
+            Ok(serde_json::to_string(&self.engine.reconcile_list()).unwrap_or_default())
+        })
+    }
+
+    /// Takes the reconcile list, as JSON.
+    #[napi]
+    pub fn drain_reconcile(&self, env: Env) -> Result<String> {
+        guard(&env, || {
+            Ok(serde_json::to_string(&self.engine.drain_reconcile()).unwrap_or_default())
+        })
+    }
+
+    /// Breaker state name of an upstream.
+    #[napi]
+    pub fn breaker_state(&self, env: Env, upstream: String) -> Result<String> {
+        guard(&env, || Ok(self.engine.breaker_state(&upstream).as_str().to_string()))
+    }
+
+    /// The policy in force, as JSON.
+    #[napi]
+    pub fn policy(&self, env: Env) -> Result<String> {
+        guard(&env, || {
+            Ok(serde_json::to_string(&self.engine.policy()).unwrap_or_default())
+        })
+    }
+
+    /// Version string of the policy in force.
+    #[napi]
+    pub fn policy_version(&self) -> String {
+        self.engine.policy_version()
+    }
+
+    /// Moves the manual clock forward; throws unless built with `manualClock`.
+    #[napi]
+    pub fn advance_clock(&self, env: Env, ms: f64) -> Result<()> {
+        guard(&env, || match &self.manual {
+            Some(c) => {
+                if ms.is_nan() || ms < 0.0 || !ms.is_finite() {
+                    return Err(throw_type(&env, "ms must be a finite number >= 0"));
+                }
+                c.advance(std::time::Duration::from_micros((ms * 1000.0) as u64));
+                Ok(())
+            }
+            None => Err(throw(
+                &env,
+                "ERR_RETRYWISE_NO_MANUAL_CLOCK",
+                "advanceClock needs an engine built with { manualClock: true }",
+            )),
+        })
+    }
+}
+
+fn pairs_to_headers(h: &[serde_json::Value]) -> Headers {
+    let mut out = Headers::new();
+    for p in h {
+        if let Some(a) = p.as_array() {
+            if let (Some(k), Some(v)) = (a.first().and_then(|v| v.as_str()), a.get(1).and_then(|v| v.as_str())) {
+                out.insert(k, v);
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Call state
+// ---------------------------------------------------------------------------
+
+/// One call in the engine's slab, plus what lazy getters need.
+struct CallState {
+    call: Call,
+    /// Attempts in flight (at most two with hedging; a few kept), for headers and nesting.
+    attempts: Vec<Attempt>,
+    detail: Option<String>,
+    excluded: Vec<(String, String)>,
+    upstream: Option<Arc<str>>,
+}
+
+impl CallState {
+    fn put_attempt(&mut self, sh: &Shared, a: Attempt) {
+        let s = &sh.scratch;
+        s.set(1, a.number as f64);
+        s.set(2, sh.interner.index(&a.upstream));
+        s.set(3, ms_f64(a.timeouts.connect));
+        s.set(4, ms_f64(a.timeouts.first_byte));
+        s.set(5, ms_f64(a.timeouts.idle));
+        s.set(6, ms_f64(a.timeouts.total));
+        s.set(7, ms_f64(a.remaining));
+        s.set(8, (a.hedge as u8 | (a.fallback as u8) << 1) as f64);
+        if self.attempts.len() >= 4 {
+            self.attempts.remove(0);
+        }
+        self.attempts.push(a);
+    }
+
+    fn put_stopped(&mut self, sh: &Shared, st: Stopped) {
+        let s = &sh.scratch;
+        s.set(1, st.reason.code() as f64);
+        s.set(2, class_code(st.class));
+        s.set(3, on_failure_code(st.on_failure));
+        s.set(4, st.detail.is_some() as u8 as f64);
+        self.detail = st.detail;
+    }
+
+    fn put_decision(&mut self, sh: &Shared, d: Decision) -> i32 {
+        let s = &sh.scratch;
+        s.set(0, d.action.code() as f64);
+        s.set(1, ms_f64(d.delay));
+        s.set(2, class_code(d.class));
+        s.set(3, d.reason.code() as f64);
+        s.set(
+            4,
+            match &d.upstream {
+                None => -1.0,
+                Some(u) => {
+                    let i = sh.interner.index(u);
+                    if i < 0.0 {
+                        -2.0
+                    } else {
+                        i
+                    }
+                }
+            },
+        );
+        s.set(5, d.wait_source.code() as f64);
+        s.set(6, d.retry_after.map_or(-1.0, ms_f64));
+        s.set(7, on_failure_code(d.on_failure));
+        s.set(8, d.attempt as f64);
+        s.set(
+            9,
+            (d.hedge as u8 | (d.detail.is_some() as u8) << 1 | (!d.excluded.is_empty() as u8) << 2) as f64,
+        );
+        // Attempts that were reported are no longer in flight.
+        if d.is_final() {
+            self.attempts.clear();
+        } else {
+            let n = d.attempt;
+            self.attempts.retain(|a| a.number != n);
+        }
+        self.detail = d.detail;
+        self.excluded = d.excluded;
+        self.upstream = d.upstream;
+        d.action.code() as i32
+    }
+
+    fn find_attempt(&self, n: u32) -> Option<&Attempt> {
+        if n > 0 {
+            self.attempts.iter().rev().find(|a| a.number == n)
+        } else {
+            self.attempts.last()
+        }
+    }
+
+    /// What a call nested inside attempt `n` (0: the latest) inherits: the
+    /// enclosing call's ids and key (`Attempt::inbound`), with the deadline
+    /// replaced by what is left of the enclosing call's deadline *now*.
+    fn inbound_for(&self, n: u32) -> Inbound {
+        let remaining = self.call.remaining();
+        match self.find_attempt(n) {
+            Some(a) => {
+                let mut i = a.inbound();
+                i.deadline = Some(remaining);
+                i
+            }
+            None => Inbound {
+                deadline: Some(remaining),
+                request_id: Some(self.call.id().to_string()),
+                attempt: None,
+                idempotency_key: None,
+            },
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn outcome(
+    env: &Env,
+    status: f64,
+    error: i32,
+    phase: i32,
+    effect: i32,
+    vendor_code: Option<String>,
+    headers: Option<Vec<String>>,
+    input_tokens: f64,
+    body: Option<String>,
+    ok: bool,
+) -> Result<Outcome> {
+    let mut o = Outcome::default();
+    if status >= 0.0 {
+        if !(100.0..=999.0).contains(&status) {
+            return Err(throw_type(
+                env,
+                &format!("outcome.status must be an HTTP status (100-999), got {status}"),
+            ));
+        }
+        o.status = Some(status as u16);
+    }
+    if error >= 0 {
+        o.error = Some(ErrorKind::from_code(error as u8).ok_or_else(|| throw_type(env, "bad error code"))?);
+    }
+    if phase >= 0 {
+        o.phase = Some(Phase::from_code(phase as u8).ok_or_else(|| throw_type(env, "bad phase code"))?);
+    }
+    if effect >= 0 {
+        o.effect = Some(EffectState::from_code(effect as u8).ok_or_else(|| throw_type(env, "bad effect code"))?);
+    }
+    if let Some(h) = headers {
+        let mut it = h.iter();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            o.headers.insert(k, v);
+        }
+    }
+    o.vendor_code = match vendor_code {
+        Some(v) => Some(v),
+        None => body.and_then(|b| retrywise::vendor_code_from_body(b.as_bytes())),
+    };
+    if input_tokens >= 0.0 {
+        o.input_tokens = Some(input_tokens as u64);
+    }
+    o.ok = ok;
+    Ok(o)
+}
+
+// ---------------------------------------------------------------------------
+// Free functions
+// ---------------------------------------------------------------------------
+
+/// Stable names of every vocabulary enum, indexed by code, plus the scratch
+/// layout constants, as JSON (read once when the module loads).
+#[napi]
+pub fn vocab() -> String {
+    serde_json::json!({
+        "version": retrywise::VERSION,
+        "errorClass": ErrorClass::NAMES,
+        "phase": Phase::NAMES,
+        "errorKind": ErrorKind::NAMES,
+        "idempotency": Idempotency::NAMES,
+        "effect": EffectState::NAMES,
+        "action": Action::NAMES,
+        "waitSource": WaitSource::NAMES,
+        "reason": Reason::NAMES,
+        "onFailure": ["fail", "manual_review"],
+        "scratchLen": SCRATCH_LEN,
+    })
+    .to_string()
+}
+
+/// SHA-256 (hex) of the canonical JSON of `paramsJson` (object keys sorted).
+#[napi]
+pub fn params_digest(env: Env, params_json: String) -> Result<String> {
+    guard(&env, || {
+        let v: serde_json::Value =
+            serde_json::from_str(&params_json).map_err(|e| throw_type(&env, &format!("params: {e}")))?;
+        Ok(core_params_digest(&v))
+    })
+}
+
+/// `rw1_` + 32 hex digits of SHA-256(tenant ␀ operation ␀ digest).
+#[napi]
+pub fn derive_idempotency_key(tenant: String, operation: String, digest: String) -> String {
+    derive_key(&tenant, &operation, &digest)
+}
+
+/// Vendor error code of an OpenAI- or Anthropic-style error body.
+#[napi]
+pub fn vendor_code_from_body(body: String) -> Option<String> {
+    retrywise::vendor_code_from_body(body.as_bytes())
+}
+
+/// The JSON Schema of the policy document.
+#[napi]
+pub fn policy_schema() -> String {
+    Policy::json_schema().to_string()
+}
+
+/// Validates a policy without building an engine; throws like the constructor.
+#[napi]
+pub fn check_policy(env: Env, kind: u32, policy: Option<String>) -> Result<String> {
+    guard(&env, || {
+        let p = load_policy(&env, kind, policy)?;
+        Ok(serde_json::to_string(&p).unwrap_or_default())
+    })
+}

@@ -1,0 +1,82 @@
+'use strict'
+// Shared test helpers: a tiny local HTTP upstream and the fault server launcher.
+const http = require('node:http')
+const path = require('node:path')
+const fs = require('node:fs')
+const { spawn } = require('node:child_process')
+const readline = require('node:readline')
+
+/** Starts an HTTP server on 127.0.0.1 with `handler(req, res, n)` (n = 1-based request count). */
+async function localServer(handler) {
+  const seen = []
+  const server = http.createServer((req, res) => {
+    const chunks = []
+    req.on('data', (c) => chunks.push(c))
+    req.on('end', () => {
+      const rec = { method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') }
+      seen.push(rec)
+      handler(req, res, seen.length, rec)
+    })
+  })
+  await new Promise((r) => server.listen(0, '127.0.0.1', r))
+  const { port } = server.address()
+  return {
+    url: `http://127.0.0.1:${port}`,
+    seen,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections()
+        server.close(() => r())
+      }),
+  }
+}
+
+/** Path of the fault server binary built by `cargo build -p retrywise-fault-server`. */
+function faultServerBin() {
+  if (process.env.RETRYWISE_FAULT_SERVER) return process.env.RETRYWISE_FAULT_SERVER
+  const root = path.resolve(__dirname, '..', '..')
+  const dirs = [process.env.CARGO_TARGET_DIR, path.join(root, 'target')].filter(Boolean)
+  for (const d of dirs) {
+    for (const prof of ['debug', 'release']) {
+      const p = path.join(path.resolve(root, d), prof, 'retrywise-fault-server')
+      if (fs.existsSync(p)) return p
+    }
+  }
+  return null
+}
+
+/** Starts the fault server; resolves `{ base, addr, counts(), requests(q), reset(), stop() }`. */
+async function startFaultServer() {
+  const bin = faultServerBin()
+  if (!bin) throw new Error('retrywise-fault-server not built: run `cargo build -p retrywise-fault-server` (or set RETRYWISE_FAULT_SERVER)')
+  const proc = spawn(bin, ['--exit-on-stdin-close'], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const rl = readline.createInterface({ input: proc.stdout })
+  const addr = await new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error('fault server did not start within 10 s')), 10_000)
+    rl.once('line', (line) => {
+      clearTimeout(t)
+      const m = /^LISTENING (\S+)$/.exec(line.trim())
+      if (m) resolve(m[1])
+      else reject(new Error(`unexpected fault server line: ${line}`))
+    })
+    proc.once('exit', (code) => reject(new Error(`fault server exited with ${code}`)))
+  })
+  const base = `http://${addr}`
+  const get = async (p) => (await fetch(base + p)).json()
+  return {
+    addr,
+    base,
+    url: (spec) => `${base}/s/${spec}/v1`,
+    counts: () => get('/control/counts'),
+    requests: (q = '') => get('/control/requests' + q),
+    reset: async () => (await fetch(base + '/control/reset', { method: 'POST' })).json(),
+    stop: () =>
+      new Promise((r) => {
+        proc.once('exit', () => r())
+        proc.stdin.end()
+        setTimeout(() => proc.kill('SIGTERM'), 2000).unref()
+      }),
+  }
+}
+
+module.exports = { localServer, startFaultServer, faultServerBin }

@@ -1,0 +1,171 @@
+'use strict'
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const rw = require('..')
+const { Engine, StoppedError } = rw
+
+const fast = { backoff: { base_ms: 1, cap_ms: 5 } }
+
+function httpError(status, headers) {
+  const e = new Error(`HTTP ${status}`)
+  e.status = status
+  if (headers) e.headers = headers
+  return e
+}
+
+test('run: retries a thrown 503 and resolves with the value', async () => {
+  const e = new Engine(fast)
+  const seen = []
+  const v = await e.run(
+    async (a) => {
+      seen.push([a.number, a.headers['retrywise-attempt'], a.signal instanceof AbortSignal])
+      if (a.number < 3) throw httpError(503)
+      return 'done'
+    },
+    { route: 'u', deadlineMs: 5000 },
+  )
+  assert.equal(v, 'done')
+  assert.deepEqual(seen, [
+    [1, '1', true],
+    [2, '2', true],
+    [3, '3', true],
+  ])
+  assert.equal(e.liveCalls, 0)
+})
+
+test('run: gives up with StoppedError carrying the last failure as cause', async () => {
+  const e = new Engine(fast)
+  let n = 0
+  await assert.rejects(
+    e.run(async () => {
+      n++
+      throw httpError(503)
+    }),
+    (err) => err instanceof StoppedError && err.reason === 'max_attempts' && err.errorClass === 'transient' && err.attempts === 3 && err.cause.status === 503,
+  )
+  assert.equal(n, 3)
+  n = 0
+  await assert.rejects(
+    e.run(async () => {
+      n++
+      throw httpError(401)
+    }),
+    (err) => err.reason === 'auth_error' && err.action === 'stop',
+  )
+  assert.equal(n, 1)
+})
+
+test('run: network error codes map to error kinds (undici-style cause chain)', async () => {
+  const e = new Engine(fast)
+  let n = 0
+  const v = await e.run(async () => {
+    n++
+    if (n === 1) throw new TypeError('fetch failed', { cause: Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }) })
+    return n
+  })
+  assert.equal(v, 2)
+  const u = new Engine(fast)
+  await assert.rejects(
+    u.run(
+      async () => {
+        throw new TypeError('fetch failed', { cause: Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }) })
+      },
+      { idempotency: 'unsafe' },
+    ),
+    (err) => err.action === 'reconcile' && err.reason === 'effect_unknown',
+  )
+  assert.equal(u.reconcileList().length, 1)
+})
+
+test('run: Retry-After from an error object; too long for the deadline stops at once', async () => {
+  const e = new Engine()
+  const t0 = Date.now()
+  let n = 0
+  await assert.rejects(
+    e.run(
+      async () => {
+        n++
+        throw httpError(429, new Headers({ 'retry-after': '3600' }))
+      },
+      { deadlineMs: 5000 },
+    ),
+    (err) => err.reason === 'retry_after_exceeds_deadline',
+  )
+  assert.equal(n, 1)
+  assert.ok(Date.now() - t0 < 1000)
+})
+
+test('run: a non-2xx Response is a failure; classify() maps values', async () => {
+  const e = new Engine(fast)
+  let n = 0
+  const r = await e.run(async () => (++n < 2 ? new Response('busy', { status: 503 }) : new Response('ok', { status: 200 })))
+  assert.equal(await r.text(), 'ok')
+  assert.equal(n, 2)
+  n = 0
+  const v = await e.run(async () => ({ code: ++n < 3 ? 'busy' : 'ok' }), { classify: (x) => (x.code === 'busy' ? { status: 503 } : undefined) })
+  assert.deepEqual(v, { code: 'ok' })
+  await assert.rejects(
+    e.run(async () => new Response('nope', { status: 400 })),
+    (err) => err.reason === 'invalid_request' && err.response.status === 400,
+  )
+})
+
+test('run: the attempt timer ends an attempt that ignores its signal, within the deadline', async () => {
+  const e = new Engine({ min_attempt_ms: 50 })
+  const t0 = Date.now()
+  let aborted = false
+  await assert.rejects(
+    e.run(
+      (a) =>
+        new Promise(() => {
+          a.signal.addEventListener('abort', () => (aborted = true))
+        }),
+      { deadlineMs: 300 },
+    ),
+    (err) => err instanceof StoppedError && err.reason === 'deadline_exceeded' && err.cause.code === 'ERR_RETRYWISE_TIMEOUT',
+  )
+  const dt = Date.now() - t0
+  assert.ok(dt >= 290 && dt < 600, `took ${dt} ms`)
+  assert.ok(aborted)
+})
+
+test('run: AbortSignal aborts the attempt and reports it as cancelled', async () => {
+  const e = new Engine()
+  const ac = new AbortController()
+  const seen = []
+  e.onEvent((ev) => seen.push(ev))
+  setTimeout(() => ac.abort(new Error('user gave up')), 50)
+  const t0 = Date.now()
+  await assert.rejects(
+    e.run((a) => new Promise(() => {}), { signal: ac.signal, deadlineMs: 10_000 }),
+    (err) => err.message === 'user gave up',
+  )
+  assert.ok(Date.now() - t0 < 1000)
+  assert.ok(seen.some((ev) => ev.kind === 'decision' && ev.reason === 'cancelled'))
+  assert.equal(e.stats().stops.cancelled, 1)
+  assert.equal(e.liveCalls, 0)
+})
+
+test('run: AbortSignal aborts the sleep between attempts', async () => {
+  const e = new Engine({ backoff: { base_ms: 5000, cap_ms: 5000, kind: 'equal' } })
+  const ac = new AbortController()
+  let n = 0
+  setTimeout(() => ac.abort(), 100)
+  const t0 = Date.now()
+  await assert.rejects(
+    e.run(
+      async () => {
+        n++
+        throw httpError(503)
+      },
+      { signal: ac.signal, deadlineMs: 20_000 },
+    ),
+    (err) => err.name === 'AbortError',
+  )
+  assert.equal(n, 1)
+  assert.ok(Date.now() - t0 < 1000)
+  assert.equal(e.stats().stops.cancelled, 1)
+  const pre = new AbortController()
+  pre.abort()
+  await assert.rejects(e.run(async () => 1, { signal: pre.signal }), (err) => err.name === 'AbortError')
+})

@@ -1,0 +1,86 @@
+// A typed usage example; `npm run typecheck` checks it with tsc --noEmit.
+import { OpenAI } from 'openai'
+import {
+  Engine,
+  StoppedError,
+  PolicyError,
+  wrapFetch,
+  decisionOf,
+  paramsDigest,
+  deriveIdempotencyKey,
+  type Attempt,
+  type Decision,
+  type Outcome,
+  type RetrywiseEvent,
+} from 'retrywise'
+
+const engine = new Engine({ max_attempts: 3, deadline_ms: 20_000 }, { seed: 1n })
+const fromYaml = new Engine('max_attempts: 2\n')
+void fromYaml
+
+// The idiomatic loop: engine.run owns retries, waits and the deadline.
+async function withRun(): Promise<string> {
+  const ac = new AbortController()
+  return engine.run(
+    async (attempt: Attempt) => {
+      const res = await fetch('http://127.0.0.1:1/v1/chat/completions', {
+        method: 'POST',
+        headers: attempt.headers,
+        signal: attempt.signal,
+      })
+      if (!res.ok) throw Object.assign(new Error(`HTTP ${res.status}`), { status: res.status, headers: res.headers })
+      return res.text()
+    },
+    { route: 'openai/gpt-4o-mini', deadlineMs: 10_000, signal: ac.signal },
+  )
+}
+
+// The explicit decision loop.
+function explicitLoop(): Decision {
+  const call = engine.begin({ route: 'openai/gpt-4o-mini', deadlineMs: 5_000, idempotency: 'keyed', idempotencyKey: deriveIdempotencyKey('acme', 'chat', paramsDigest({ a: 1 })) })
+  try {
+    for (;;) {
+      const a = call.nextAttempt()
+      const outcome: Outcome = a.number === 1 ? { status: 503, headers: { 'retry-after': '1' } } : { status: 200 }
+      const d = call.report(outcome)
+      if (d.action === 'succeeded' || d.action === 'stop' || d.action === 'reconcile') return d
+    }
+  } catch (e) {
+    if (e instanceof StoppedError) console.log(e.reason, e.errorClass, e.detail)
+    throw e
+  } finally {
+    call.release()
+  }
+}
+
+// The openai recipe: the SDK's own retries off, retrywise owns them.
+const openai = new OpenAI({
+  apiKey: 'test',
+  baseURL: 'http://127.0.0.1:1/v1',
+  maxRetries: 0,
+  fetch: wrapFetch(engine, fetch, { route: 'openai/gpt-4o-mini', deadlineMs: 30_000 }),
+})
+
+async function chat(): Promise<string | null> {
+  const r = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+  return r.choices[0]?.message.content ?? null
+}
+
+const off: () => void = engine.onEvent((ev: RetrywiseEvent) => {
+  if (ev.kind === 'decision') console.log(ev.action, ev.reason, ev['error.type'])
+})
+off()
+
+try {
+  engine.reload({ max_attempts: 0 })
+} catch (e) {
+  if (e instanceof PolicyError) console.log(e.path, e.errors.length)
+}
+
+engine.setMode({ retries: false })
+const amplification: number = engine.stats().amplification
+const text: string = engine.prometheus()
+const state = engine.breakerState('openai/gpt-4o-mini')
+const items = engine.reconcileList().map((i) => i.logical_request_id)
+const maybe: Decision | null = decisionOf(new Response(null))
+void [withRun, explicitLoop, chat, amplification, text, state, items, maybe]
