@@ -441,6 +441,8 @@ pub struct Attempt {
     pub fallback: bool,
     margin: Duration,
     propagate: bool,
+    /// Attempt number sent downstream: the owner's attempt number for a non-owner call.
+    wire_number: u32,
 }
 
 impl Attempt {
@@ -457,7 +459,7 @@ impl Attempt {
             self.remaining,
             self.margin,
             &self.request_id,
-            self.number,
+            self.wire_number,
             self.idempotency_key.as_deref(),
         )
     }
@@ -621,6 +623,8 @@ pub struct Call {
     tenant_counters: Option<Arc<Slot<Counters>>>,
     last_class: Option<ErrorClass>,
     fallback_pending: bool,
+    /// The owner's attempt number, for a call running under an inbound owner.
+    inbound_attempt: Option<u32>,
 }
 
 impl std::fmt::Debug for Call {
@@ -920,6 +924,7 @@ impl Engine {
             tenant_counters,
             last_class: None,
             fallback_pending: false,
+            inbound_attempt: inbound.as_ref().and_then(|b| b.attempt),
             pol,
         };
         call.count(Ctr::Logical);
@@ -1554,6 +1559,7 @@ impl Call {
             hedge,
             margin: Duration::from_millis(p.propagation.safety_margin_ms),
             propagate: p.propagation.enabled,
+            wire_number: self.inbound_attempt.unwrap_or(number),
         })
     }
 

@@ -676,6 +676,33 @@ pub enum OnFailure {
     ManualReview,
 }
 
+impl OnFailure {
+    /// Stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Fail => "fail",
+            OnFailure::ManualReview => "manual_review",
+        }
+    }
+
+    /// Stable numeric code (0 fail, 1 manual_review), shared by the C ABI and Node.
+    pub fn code(self) -> u8 {
+        match self {
+            OnFailure::Fail => 0,
+            OnFailure::ManualReview => 1,
+        }
+    }
+
+    /// Variant for a numeric code.
+    pub fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(OnFailure::Fail),
+            1 => Some(OnFailure::ManualReview),
+            _ => None,
+        }
+    }
+}
+
 /// A route: candidates in preference order and the rules for moving between them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -798,7 +825,8 @@ impl Policy {
 
     /// Builds a policy from a JSON value (bindings pass dicts / objects this way).
     pub fn from_json_value(value: serde_json::Value) -> Result<Policy, PolicyErrors> {
-        let policy: Policy = serde_json::from_value(value).map_err(|e| one_error(String::new(), e))?;
+        let policy: Policy = serde_json::from_value(value.clone())
+            .map_err(|e| one_error(locate_json_error(&value, &e.to_string()), e))?;
         policy.validate()?;
         Ok(policy)
     }
@@ -1256,6 +1284,16 @@ mod tests {
         assert_eq!(err.first().path, "budget.ratio");
         let err = Policy::from_str_any(r#"{"max_attempts":0,"deadline_ms":0}"#).unwrap_err();
         assert!(err.0.len() >= 2, "{err}");
+    }
+
+    #[test]
+    fn json_values_keep_field_paths() {
+        let err = Policy::from_json_value(serde_json::json!({"breaker": {"failure_rat": 0.5}})).unwrap_err();
+        assert_eq!(err.first().path, "breaker.failure_rat");
+        assert_eq!(
+            OnFailure::from_code(OnFailure::ManualReview.code()),
+            Some(OnFailure::ManualReview)
+        );
     }
 
     #[test]

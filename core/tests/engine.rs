@@ -379,6 +379,9 @@ fn downstream_engine_is_a_non_owner() {
         assert_eq!(inner.id(), outer.id());
         let ia = inner.next_attempt().unwrap();
         assert!(ia.remaining <= a.remaining - Duration::from_millis(50));
+        // Downstream sees the owner's attempt number, not a fresh 1.
+        let wire: std::collections::BTreeMap<_, _> = ia.headers().into_iter().collect();
+        assert_eq!(wire["retrywise-attempt"], a.number.to_string());
         physical += 1;
         let id = inner.report(&Outcome::status(503).header("retry-after", "1"));
         assert_eq!((id.action, id.reason), (Action::Stop, Reason::NotOwner));
