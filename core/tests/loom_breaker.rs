@@ -2,7 +2,7 @@
 //! of threads acquiring, recording and releasing probes, probes in flight
 //! never exceed `half_open_probes`, and none is leaked.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p retrywise --release --test loom_breaker`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p retrywise --test loom_breaker`
 #![cfg(loom)]
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
