@@ -94,22 +94,25 @@ if [ "${RW_CI_BENCH:-0}" = 1 ]; then
     "$OUT/bench"
 fi
 
-step "Rust unit tests (cargo test -p retrywise-ffi)"
-(cd "$ROOT" && cargo test -p retrywise-ffi)
+# scripts/test-all already ran these for the whole workspace (RETRYWISE_FFI_RUST_CHECKS=0).
+if [ "${RETRYWISE_FFI_RUST_CHECKS:-1}" != 0 ]; then
+    step "Rust unit tests (cargo test -p retrywise-ffi)"
+    (cd "$ROOT" && cargo test -p retrywise-ffi)
 
-step "cargo fmt --check and clippy (bindings-ffi)"
-(cd "$ROOT" && cargo fmt -p retrywise-ffi --check)
-# Clippy lints path dependencies too; only findings in bindings-ffi fail this
-# step (the core crate has its own lint gate).
-CLIPPY_LOG="$OUT/clippy.log"
-(cd "$ROOT" && cargo clippy -p retrywise-ffi --all-targets --message-format=short) >"$CLIPPY_LOG" 2>&1 || {
-    cat "$CLIPPY_LOG"
-    echo "ci: cargo clippy failed" >&2
-    exit 1
-}
-if grep -E '^bindings-ffi/.*(warning|error)' "$CLIPPY_LOG"; then
-    echo "ci: clippy findings in bindings-ffi" >&2
-    exit 1
+    step "cargo fmt --check and clippy (bindings-ffi)"
+    (cd "$ROOT" && cargo fmt -p retrywise-ffi --check)
+    # Clippy lints path dependencies too; only findings in bindings-ffi fail this
+    # step (the core crate has its own lint gate).
+    CLIPPY_LOG="$OUT/clippy.log"
+    (cd "$ROOT" && cargo clippy -p retrywise-ffi --all-targets --message-format=short) >"$CLIPPY_LOG" 2>&1 || {
+        cat "$CLIPPY_LOG"
+        echo "ci: cargo clippy failed" >&2
+        exit 1
+    }
+    if grep -E '^bindings-ffi/.*(warning|error)' "$CLIPPY_LOG"; then
+        echo "ci: clippy findings in bindings-ffi" >&2
+        exit 1
+    fi
 fi
 
 printf '\nci: bindings-ffi OK\n'
