@@ -1,1 +1,997 @@
+//! `retrywise._retrywise`: the native half of the Python package. It only
+//! translates types between Python and the `retrywise` core; every decision
+//! is the core's. Each entry point that enters the core runs with the GIL
+//! released (other threads keep running while this one decides) and inside
+//! a panic boundary (a core panic surfaces as `retrywise.InternalError`, and
+//! the engine stays usable).
 
+mod convert;
+
+use convert::{
+    body_bytes, bool_arg, from_json, int_arg, name_arg, req_str, str_arg, to_headers, to_json, to_needs, to_py,
+    type_name,
+};
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
+use retrywise::engine::HedgePlan;
+use retrywise::telemetry::Sink;
+use retrywise::{
+    Action, Attempt, Call, CallSpec, Decision, Engine, ErrorClass, Event, Inbound, ManualClock, Mode, OnFailure,
+    Outcome, Policy, PolicyErrors, Stopped,
+};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+// ---------------------------------------------------------------- errors --
+
+/// The Python exception classes live in `retrywise/_errors.py` (plain Python,
+/// so they carry typed attributes and docstrings); looked up once.
+fn err_class<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+) -> PyResult<&'py Bound<'py, PyType>> {
+    cell.import(py, "retrywise._errors", name)
+}
+
+static INTERNAL_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static POLICY_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static STOPPED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn internal_error(py: Python<'_>, message: String) -> PyErr {
+    match err_class(py, &INTERNAL_ERROR, "InternalError").and_then(|c| c.call1((message.clone(),))) {
+        Ok(e) => PyErr::from_value(e),
+        Err(_) => PyRuntimeError::new_err(message),
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("retrywise internal error (a bug; the engine is still usable): {what}")
+}
+
+fn policy_error(py: Python<'_>, errs: &PolicyErrors) -> PyErr {
+    let first = errs.first();
+    let build = || -> PyResult<Bound<'_, PyAny>> {
+        let list = PyList::empty(py);
+        for e in &errs.0 {
+            list.append((e.path.as_str(), e.message.as_str()))?;
+        }
+        let kw = PyDict::new(py);
+        kw.set_item("path", first.path.as_str())?;
+        kw.set_item("message", first.message.as_str())?;
+        kw.set_item("errors", list)?;
+        err_class(py, &POLICY_ERROR, "PolicyError")?.call((errs.to_string(),), Some(&kw))
+    };
+    match build() {
+        Ok(e) => PyErr::from_value(e),
+        Err(e) => e,
+    }
+}
+
+fn on_failure_str(o: Option<OnFailure>) -> Option<&'static str> {
+    o.map(OnFailure::as_str)
+}
+
+fn stopped_error(py: Python<'_>, s: &Stopped) -> PyErr {
+    let build = || -> PyResult<Bound<'_, PyAny>> {
+        let kw = PyDict::new(py);
+        kw.set_item("reason", s.reason.as_str())?;
+        kw.set_item("error_class", s.class.map(ErrorClass::as_str))?;
+        kw.set_item("detail", s.detail.as_deref())?;
+        kw.set_item("on_failure", on_failure_str(s.on_failure))?;
+        err_class(py, &STOPPED, "Stopped")?.call((s.to_string(),), Some(&kw))
+    };
+    match build() {
+        Ok(e) => PyErr::from_value(e),
+        Err(e) => e,
+    }
+}
+
+/// Runs `f` with the GIL released and inside a panic boundary.
+fn guarded<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> PyResult<T> {
+    py.detach(|| catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_message(&*p)))
+        .map_err(|m| internal_error(py, m))
+}
+
+/// Same boundary, GIL held: for calls that need Python objects inside.
+fn guarded_gil<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(internal_error(py, panic_message(&*p))),
+    }
+}
+
+// ---------------------------------------------------------------- policy --
+
+/// A policy argument: `None` (defaults), a dict, or a JSON/YAML/TOML string.
+fn policy_from(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Policy> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(Policy::default());
+    };
+    let parsed = if let Ok(s) = obj.cast::<PyString>() {
+        let text = s.to_str()?.to_owned();
+        guarded(py, move || Policy::from_str_any(&text))?
+    } else if let Ok(b) = obj.cast::<PyBytes>() {
+        let text = std::str::from_utf8(b.as_bytes())
+            .map_err(|e| PyValueError::new_err(format!("argument 'policy': not UTF-8: {e}")))?
+            .to_owned();
+        guarded(py, move || Policy::from_str_any(&text))?
+    } else if obj.is_instance_of::<PyDict>() || obj.hasattr(pyo3::intern!(py, "items"))? {
+        let value = to_json(obj, "policy")?;
+        guarded(py, move || Policy::from_json_value(value))?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "argument 'policy': expected a dict or a JSON/YAML/TOML string (use Engine.from_file for a path), got {}",
+            type_name(obj)
+        )));
+    };
+    parsed.map_err(|e| policy_error(py, &e))
+}
+
+// ---------------------------------------------------------------- engine --
+
+/// The shared retry owner: one per process, safe to share across threads.
+#[pyclass(module = "retrywise._retrywise", name = "Engine", subclass, frozen)]
+pub struct PyEngine {
+    engine: Engine,
+    clock: Option<ManualClock>,
+}
+
+/// The context variable holding the attempt in progress in this context:
+/// a call begun while it is set is nested under that attempt.
+static CURRENT_ATTEMPT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn current_attempt(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    CURRENT_ATTEMPT
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            let kw = PyDict::new(py);
+            kw.set_item("default", py.None())?;
+            Ok(py
+                .import("contextvars")?
+                .getattr("ContextVar")?
+                .call(("retrywise_current_attempt",), Some(&kw))?
+                .unbind())
+        })
+        .map(|v| v.bind(py))
+}
+
+fn mode_dict<'py>(py: Python<'py>, m: Mode) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("retries", m.retries)?;
+    d.set_item("fallback", m.fallback)?;
+    d.set_item("hedging", m.hedging)?;
+    Ok(d)
+}
+
+impl PyEngine {
+    fn build(py: Python<'_>, policy: Policy, seed: Option<u64>, manual_clock: bool) -> PyResult<Self> {
+        let clock = manual_clock.then(ManualClock::new);
+        let mut b = Engine::builder(policy);
+        if let Some(s) = seed {
+            b = b.seed(s);
+        }
+        if let Some(c) = &clock {
+            b = b.clock(Arc::new(c.clone()));
+        }
+        let engine = guarded(py, move || b.build())?.map_err(|e| policy_error(py, &e))?;
+        Ok(PyEngine { engine, clock })
+    }
+}
+
+#[pymethods]
+impl PyEngine {
+    #[new]
+    #[pyo3(signature = (policy=None, *, seed=None, manual_clock=None))]
+    fn new(
+        py: Python<'_>,
+        policy: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+        manual_clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let seed = int_arg::<u64>("seed", seed)?;
+        let manual_clock = bool_arg("manual_clock", manual_clock)?.unwrap_or(false);
+        let policy = policy_from(py, policy)?;
+        Self::build(py, policy, seed, manual_clock)
+    }
+
+    /// An engine whose policy is read from a file (`.json`, `.yaml`/`.yml`, `.toml`).
+    #[classmethod]
+    #[pyo3(signature = (path, *, seed=None, manual_clock=None))]
+    fn from_file<'py>(
+        cls: &Bound<'py, PyType>,
+        path: &Bound<'py, PyAny>,
+        seed: Option<&Bound<'py, PyAny>>,
+        manual_clock: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = cls.py();
+        let path: std::path::PathBuf = path.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "argument 'path': expected str or os.PathLike, got {}",
+                type_name(path)
+            ))
+        })?;
+        let seed = int_arg::<u64>("seed", seed)?;
+        let manual_clock = bool_arg("manual_clock", manual_clock)?.unwrap_or(false);
+        let policy = guarded(py, move || Policy::from_file(&path))?.map_err(|e| policy_error(py, &e))?;
+        // Built through `cls` so subclasses (the package's `Engine`) come back as themselves.
+        let text = serde_json::to_string(&policy).map_err(|e| internal_error(py, e.to_string()))?;
+        let kw = PyDict::new(py);
+        kw.set_item("seed", seed)?;
+        kw.set_item("manual_clock", manual_clock)?;
+        cls.call((text,), Some(&kw))
+    }
+
+    /// Begins one logical request.
+    #[pyo3(signature = (route, *, deadline_ms=None, idempotency=None, tenant=None, task=None, idempotency_key=None, priority=None,
+                        params=None, needs=None, inbound_headers=None, parent=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn begin(
+        &self,
+        py: Python<'_>,
+        route: &Bound<'_, PyAny>,
+        deadline_ms: Option<&Bound<'_, PyAny>>,
+        idempotency: Option<&Bound<'_, PyAny>>,
+        tenant: Option<&Bound<'_, PyAny>>,
+        task: Option<&Bound<'_, PyAny>>,
+        idempotency_key: Option<&Bound<'_, PyAny>>,
+        priority: Option<&Bound<'_, PyAny>>,
+        params: Option<&Bound<'_, PyAny>>,
+        needs: Option<&Bound<'_, PyAny>>,
+        inbound_headers: Option<&Bound<'_, PyAny>>,
+        parent: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyCall> {
+        let route = req_str("route", route)?;
+        let mut spec = CallSpec::new(route);
+        spec.deadline = int_arg::<u64>("deadline_ms", deadline_ms)?.map(Duration::from_millis);
+        if let Some(i) = name_arg("idempotency", idempotency)? {
+            spec.idempotency = i;
+        }
+        spec.tenant = str_arg("tenant", tenant)?;
+        spec.task = str_arg("task", task)?;
+        spec.idempotency_key = str_arg("idempotency_key", idempotency_key)?;
+        spec.priority = str_arg("priority", priority)?;
+        if let Some(p) = params.filter(|p| !p.is_none()) {
+            let v = to_json(p, "params")?;
+            spec.params_digest = Some(retrywise::idempotency::params_digest(&v));
+        }
+        if let Some(n) = needs.filter(|n| !n.is_none()) {
+            spec.needs = to_needs(n)?;
+        }
+        // Nesting: explicit inbound headers, else an explicit parent attempt,
+        // else the attempt active in this context (see `retrywise._context`).
+        if let Some(h) = inbound_headers.filter(|h| !h.is_none()) {
+            let h = to_headers(h, "inbound_headers")?;
+            spec.inbound = Inbound::from_headers(&h)
+                .map_err(|e| PyValueError::new_err(format!("argument 'inbound_headers': {e}")))?;
+        }
+        if spec.inbound.is_none() {
+            let p = match parent.filter(|p| !p.is_none()) {
+                Some(p) => p.clone(),
+                None => current_attempt(py)?.call_method0(pyo3::intern!(py, "get"))?,
+            };
+            if !p.is_none() {
+                let a = p.cast::<PyAttempt>().map_err(|_| {
+                    PyTypeError::new_err(format!("argument 'parent': expected Attempt, got {}", type_name(&p)))
+                })?;
+                spec.inbound = Some(a.get().attempt.inbound());
+            }
+        }
+        let engine = &self.engine;
+        let call = guarded(py, move || engine.begin(spec))?;
+        Ok(PyCall::new(call))
+    }
+
+    /// A snapshot of every counter (logical vs physical, stops by reason, per upstream/tenant/version).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let engine = &self.engine;
+        let s = guarded(py, move || engine.stats())?;
+        to_py(py, &s)
+    }
+
+    /// Prometheus text exposition of `stats()`.
+    fn prometheus(&self, py: Python<'_>) -> PyResult<String> {
+        let engine = &self.engine;
+        guarded(py, move || engine.prometheus())
+    }
+
+    /// Registers `callback(event: dict)`; returns an id for `remove_sink`.
+    /// The callback runs on the deciding thread; an exception in it is
+    /// reported through `sys.unraisablehook` and never reaches the decision.
+    fn on_event(&self, py: Python<'_>, callback: Bound<'_, PyAny>) -> PyResult<u64> {
+        if !callback.is_callable() {
+            return Err(PyTypeError::new_err("argument 'callback': expected a callable"));
+        }
+        let cb: Py<PyAny> = callback.unbind();
+        let sink: Sink = Arc::new(move |ev: &Event| {
+            Python::attach(|py| {
+                let f = cb.bind(py);
+                if let Err(e) = to_py(py, ev).and_then(|d| f.call1((d,)).map(|_| ())) {
+                    e.write_unraisable(py, Some(f));
+                }
+            })
+        });
+        let engine = &self.engine;
+        guarded(py, move || engine.on_event(sink))
+    }
+
+    /// Removes an event callback; true when it existed.
+    fn remove_sink(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let id = int_arg::<u64>("id", Some(id))?.unwrap_or(0);
+        let engine = &self.engine;
+        guarded(py, move || engine.remove_sink(id))
+    }
+
+    /// The events in the ring buffer, oldest first, as dicts.
+    fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let engine = &self.engine;
+        let ev = guarded(py, move || engine.events())?;
+        to_py(py, &ev)
+    }
+
+    /// Takes the events out of the ring buffer.
+    fn drain_events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let engine = &self.engine;
+        let ev = guarded(py, move || engine.drain_events())?;
+        to_py(py, &ev)
+    }
+
+    /// Swaps the policy atomically; calls already begun keep theirs. An invalid policy raises `PolicyError` and changes nothing.
+    fn reload(&self, py: Python<'_>, policy: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let policy = policy_from(py, policy)?;
+        let engine = &self.engine;
+        guarded_gil(py, || engine.reload(policy).map_err(|e| policy_error(py, &e)))
+    }
+
+    /// Flips the kill switch; unspecified switches keep their state.
+    #[pyo3(signature = (*, retries=None, fallback=None, hedging=None))]
+    fn set_mode(
+        &self,
+        py: Python<'_>,
+        retries: Option<&Bound<'_, PyAny>>,
+        fallback: Option<&Bound<'_, PyAny>>,
+        hedging: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let (retries, fallback, hedging) = (
+            bool_arg("retries", retries)?,
+            bool_arg("fallback", fallback)?,
+            bool_arg("hedging", hedging)?,
+        );
+        let engine = &self.engine;
+        guarded_gil(py, || {
+            let mut m = engine.mode();
+            m.retries = retries.unwrap_or(m.retries);
+            m.fallback = fallback.unwrap_or(m.fallback);
+            m.hedging = hedging.unwrap_or(m.hedging);
+            engine.set_mode(m);
+            Ok(())
+        })
+    }
+
+    /// The kill-switch state: `{"retries": bool, "fallback": bool, "hedging": bool}`.
+    fn mode<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        mode_dict(py, guarded_gil(py, || Ok(self.engine.mode()))?)
+    }
+
+    /// Calls whose effect is unknown, oldest first.
+    fn reconcile_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let engine = &self.engine;
+        let v = guarded(py, move || engine.reconcile_list())?;
+        to_py(py, &v)
+    }
+
+    /// Takes the reconcile list (the caller now owns reconciling them).
+    fn drain_reconcile<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let engine = &self.engine;
+        let v = guarded(py, move || engine.drain_reconcile())?;
+        to_py(py, &v)
+    }
+
+    /// Breaker state of an upstream: closed, open, half_open, forced_open, forced_closed, disabled, metrics_only.
+    fn breaker_state(&self, py: Python<'_>, upstream: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+        let upstream = req_str("upstream", upstream)?;
+        let engine = &self.engine;
+        guarded(py, move || engine.breaker_state(&upstream).as_str())
+    }
+
+    /// The policy in force, as a dict.
+    fn policy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let engine = &self.engine;
+        let p = guarded(py, move || engine.policy())?;
+        to_py(py, &p)
+    }
+
+    /// Version string of the policy in force.
+    #[getter]
+    fn policy_version(&self, py: Python<'_>) -> PyResult<String> {
+        guarded_gil(py, || Ok(self.engine.policy_version()))
+    }
+
+    /// True when built with `manual_clock=True`.
+    #[getter]
+    fn manual_clock(&self) -> bool {
+        self.clock.is_some()
+    }
+
+    /// Moves the manual clock forward (testing hook for conformance vectors).
+    fn advance_clock(&self, ms: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ms = int_arg::<u64>("ms", Some(ms))?.unwrap_or(0);
+        match &self.clock {
+            Some(c) => {
+                c.advance_ms(ms);
+                Ok(())
+            }
+            None => Err(PyRuntimeError::new_err(
+                "advance_clock needs an engine built with manual_clock=True",
+            )),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<retrywise.Engine policy_version={:?}>", self.engine.policy_version())
+    }
+}
+
+// ------------------------------------------------------------------ call --
+
+/// One logical request. Methods lock it with the GIL released, so two
+/// threads touching one call never deadlock with an event callback.
+#[pyclass(module = "retrywise._retrywise", name = "Call", frozen)]
+pub struct PyCall {
+    call: Mutex<Call>,
+    /// Token of the thread deciding on this call right now (0 = none): an event
+    /// callback that reaches back into the call being decided gets an error
+    /// instead of a self-deadlock.
+    busy: AtomicUsize,
+}
+
+thread_local! {
+    static THREAD_TOKEN: u8 = const { 0 };
+}
+
+fn thread_token() -> usize {
+    THREAD_TOKEN.with(|t| t as *const u8 as usize)
+}
+
+struct Busy<'a>(&'a AtomicUsize);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+impl PyCall {
+    fn new(call: Call) -> Self {
+        PyCall {
+            call: Mutex::new(call),
+            busy: AtomicUsize::new(0),
+        }
+    }
+
+    fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Call) -> T + Send) -> PyResult<T> {
+        let me = thread_token();
+        if self.busy.load(Ordering::Acquire) == me {
+            return Err(PyRuntimeError::new_err(
+                "this call is deciding on this thread: an event callback cannot use it",
+            ));
+        }
+        guarded(py, || {
+            let mut call = self.call.lock();
+            self.busy.store(me, Ordering::Release);
+            let _busy = Busy(&self.busy);
+            f(&mut call)
+        })
+    }
+}
+
+#[pymethods]
+impl PyCall {
+    /// The next attempt to make, or raises `retrywise.Stopped` saying why none may start.
+    fn next_attempt(&self, py: Python<'_>) -> PyResult<PyAttempt> {
+        match self.with(py, |c| c.next_attempt())? {
+            Ok(attempt) => Ok(PyAttempt { attempt }),
+            Err(s) => Err(stopped_error(py, &s)),
+        }
+    }
+
+    /// Reports the outcome of the attempt in flight (or of `attempt`, with hedging) and returns the decision.
+    #[pyo3(signature = (status=None, error=None, headers=None, phase=None, vendor_code=None, effect=None, input_tokens=None, body=None, *, ok=None, attempt=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &self,
+        py: Python<'_>,
+        status: Option<&Bound<'_, PyAny>>,
+        error: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        phase: Option<&Bound<'_, PyAny>>,
+        vendor_code: Option<&Bound<'_, PyAny>>,
+        effect: Option<&Bound<'_, PyAny>>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        body: Option<&Bound<'_, PyAny>>,
+        ok: Option<&Bound<'_, PyAny>>,
+        attempt: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyDecision> {
+        let mut o = Outcome {
+            status: int_arg::<u16>("status", status)?,
+            error: name_arg("error", error)?,
+            phase: name_arg("phase", phase)?,
+            effect: name_arg("effect", effect)?,
+            vendor_code: str_arg("vendor_code", vendor_code)?,
+            input_tokens: int_arg::<u64>("input_tokens", input_tokens)?,
+            ok: bool_arg("ok", ok)?.unwrap_or(false),
+            ..Outcome::default()
+        };
+        let attempt = int_arg::<u32>("attempt", attempt)?;
+        if let Some(h) = headers.filter(|h| !h.is_none()) {
+            o.headers = to_headers(h, "headers")?;
+        }
+        let body = match body.filter(|b| !b.is_none() && o.vendor_code.is_none()) {
+            Some(b) => Some(body_bytes(b)?),
+            None => None,
+        };
+        let decision = self.with(py, move |c| {
+            if let Some(b) = body {
+                o.vendor_code = retrywise::vendor_code_from_body(&b);
+            }
+            match attempt {
+                Some(n) => c.report_attempt(n, &o),
+                None => c.report(&o),
+            }
+        })?;
+        Ok(PyDecision { d: decision })
+    }
+
+    /// Cancels the call: attempts in flight are reported as cancelled; returns the final decision.
+    fn cancel(&self, py: Python<'_>) -> PyResult<PyDecision> {
+        Ok(PyDecision {
+            d: self.with(py, |c| c.cancel())?,
+        })
+    }
+
+    /// Whether a hedged attempt may start now (`action` start / after / no).
+    fn next_hedge(&self, py: Python<'_>) -> PyResult<PyHedgePlan> {
+        Ok(match self.with(py, |c| c.next_hedge())? {
+            HedgePlan::Start(a) => PyHedgePlan {
+                action: "start",
+                attempt: Some(a),
+                after: None,
+                reason: None,
+            },
+            HedgePlan::After(d) => PyHedgePlan {
+                action: "after",
+                attempt: None,
+                after: Some(d),
+                reason: None,
+            },
+            HedgePlan::No(r) => PyHedgePlan {
+                action: "no",
+                attempt: None,
+                after: None,
+                reason: Some(r.as_str()),
+            },
+        })
+    }
+
+    /// Logical request id.
+    #[getter]
+    fn id(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |c| c.id().to_string())
+    }
+
+    /// Physical attempts started so far.
+    #[getter]
+    fn attempts(&self, py: Python<'_>) -> PyResult<u32> {
+        self.with(py, |c| c.attempts())
+    }
+
+    /// Seconds left before the deadline.
+    #[getter]
+    fn remaining_s(&self, py: Python<'_>) -> PyResult<f64> {
+        self.with(py, |c| c.remaining().as_secs_f64())
+    }
+
+    /// True once a final decision was made.
+    #[getter]
+    fn is_finished(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |c| c.is_finished())
+    }
+
+    /// False when an enclosing retrywise call owns retries.
+    #[getter]
+    fn is_owner(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |c| c.is_owner())
+    }
+
+    /// Upstream the next attempt goes to.
+    #[getter]
+    fn target(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |c| c.target().to_string())
+    }
+
+    /// Policy version this call runs under.
+    #[getter]
+    fn policy_version(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |c| c.policy_version().to_string())
+    }
+
+    /// The final decision, once the call is over.
+    #[getter]
+    fn final_decision(&self, py: Python<'_>) -> PyResult<Option<PyDecision>> {
+        Ok(self
+            .with(py, |c| c.final_decision().cloned())?
+            .map(|d| PyDecision { d }))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let (id, n, fin) = self.with(py, |c| (c.id().to_string(), c.attempts(), c.is_finished()))?;
+        Ok(format!("<retrywise.Call id={id} attempts={n} finished={fin}>"))
+    }
+}
+
+// --------------------------------------------------------------- attempt --
+
+/// Per-attempt timeouts, each clamped to what is left of the deadline.
+#[pyclass(module = "retrywise._retrywise", name = "Timeouts", frozen)]
+pub struct PyTimeouts {
+    t: retrywise::AttemptTimeouts,
+}
+
+fn ms_of(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[pymethods]
+impl PyTimeouts {
+    /// Connect timeout, seconds.
+    #[getter]
+    fn connect(&self) -> f64 {
+        self.t.connect.as_secs_f64()
+    }
+    /// Request sent → first byte, seconds.
+    #[getter]
+    fn first_byte(&self) -> f64 {
+        self.t.first_byte.as_secs_f64()
+    }
+    /// Longest gap between stream chunks, seconds.
+    #[getter]
+    fn idle(&self) -> f64 {
+        self.t.idle.as_secs_f64()
+    }
+    /// The whole attempt, seconds.
+    #[getter]
+    fn total(&self) -> f64 {
+        self.t.total.as_secs_f64()
+    }
+    #[getter]
+    fn connect_ms(&self) -> u64 {
+        ms_of(self.t.connect)
+    }
+    #[getter]
+    fn first_byte_ms(&self) -> u64 {
+        ms_of(self.t.first_byte)
+    }
+    #[getter]
+    fn idle_ms(&self) -> u64 {
+        ms_of(self.t.idle)
+    }
+    #[getter]
+    fn total_ms(&self) -> u64 {
+        ms_of(self.t.total)
+    }
+    /// `{"connect": s, "first_byte": s, "idle": s, "total": s}`.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("connect", self.connect())?;
+        d.set_item("first_byte", self.first_byte())?;
+        d.set_item("idle", self.idle())?;
+        d.set_item("total", self.total())?;
+        Ok(d)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "<retrywise.Timeouts connect={:.3} first_byte={:.3} idle={:.3} total={:.3}>",
+            self.connect(),
+            self.first_byte(),
+            self.idle(),
+            self.total()
+        )
+    }
+}
+
+/// One physical attempt to make now.
+#[pyclass(module = "retrywise._retrywise", name = "Attempt", frozen)]
+pub struct PyAttempt {
+    attempt: Attempt,
+}
+
+#[pymethods]
+impl PyAttempt {
+    /// 1-based attempt number (hedges and fallbacks included).
+    #[getter]
+    fn number(&self) -> u32 {
+        self.attempt.number
+    }
+    /// Upstream to call.
+    #[getter]
+    fn upstream(&self) -> &str {
+        &self.attempt.upstream
+    }
+    /// Timeouts for this attempt.
+    #[getter]
+    fn timeouts(&self) -> PyTimeouts {
+        PyTimeouts {
+            t: self.attempt.timeouts,
+        }
+    }
+    /// Propagation headers to send with this attempt.
+    #[getter]
+    fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in guarded_gil(py, || Ok(self.attempt.headers()))? {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+    /// True for a hedged (parallel) attempt.
+    #[getter]
+    fn hedge(&self) -> bool {
+        self.attempt.hedge
+    }
+    /// True when this attempt goes to another upstream than the first one.
+    #[getter]
+    fn fallback(&self) -> bool {
+        self.attempt.fallback
+    }
+    /// Logical request id.
+    #[getter]
+    fn request_id(&self) -> &str {
+        &self.attempt.request_id
+    }
+    /// Business idempotency key, unchanged across attempts.
+    #[getter]
+    fn idempotency_key(&self) -> Option<&str> {
+        self.attempt.idempotency_key.as_deref()
+    }
+    /// Seconds left before the deadline when the attempt started.
+    #[getter]
+    fn remaining_s(&self) -> f64 {
+        self.attempt.remaining.as_secs_f64()
+    }
+    /// Milliseconds left before the deadline when the attempt started.
+    #[getter]
+    fn remaining_ms(&self) -> u64 {
+        ms_of(self.attempt.remaining)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "<retrywise.Attempt number={} upstream={:?} remaining_s={:.3}>",
+            self.attempt.number,
+            &*self.attempt.upstream,
+            self.attempt.remaining.as_secs_f64()
+        )
+    }
+}
+
+// -------------------------------------------------------------- decision --
+
+/// What the caller must do after reporting an attempt.
+#[pyclass(module = "retrywise._retrywise", name = "Decision", frozen)]
+pub struct PyDecision {
+    d: Decision,
+}
+
+#[pymethods]
+impl PyDecision {
+    /// "succeeded" | "retry" | "fallback" | "stop" | "reconcile".
+    #[getter]
+    fn action<'py>(&self, py: Python<'py>) -> &Bound<'py, PyString> {
+        match self.d.action {
+            Action::Succeeded => pyo3::intern!(py, "succeeded"),
+            Action::Retry => pyo3::intern!(py, "retry"),
+            Action::Fallback => pyo3::intern!(py, "fallback"),
+            Action::Stop => pyo3::intern!(py, "stop"),
+            Action::Reconcile => pyo3::intern!(py, "reconcile"),
+        }
+    }
+    /// Seconds to wait before the next attempt (retry / fallback).
+    #[getter]
+    fn delay_s(&self) -> f64 {
+        self.d.delay.as_secs_f64()
+    }
+    /// The delay in whole milliseconds.
+    #[getter]
+    fn delay_ms(&self) -> u64 {
+        self.d.delay_ms()
+    }
+    /// Error class of the reported outcome; None on success.
+    #[getter]
+    fn error_class(&self) -> Option<&'static str> {
+        self.d.class.map(ErrorClass::as_str)
+    }
+    /// Stable reason code.
+    #[getter]
+    fn reason(&self) -> &'static str {
+        self.d.reason.as_str()
+    }
+    /// Upstream of the next attempt (retry / fallback) or of the reported one.
+    #[getter]
+    fn upstream(&self) -> Option<&str> {
+        self.d.upstream.as_deref()
+    }
+    /// "none" | "retry_after" | "jitter".
+    #[getter]
+    fn wait_source(&self) -> &'static str {
+        self.d.wait_source.as_str()
+    }
+    /// The server's wait hint, seconds, when it sent one.
+    #[getter]
+    fn retry_after_s(&self) -> Option<f64> {
+        self.d.retry_after.map(|d| d.as_secs_f64())
+    }
+    /// The server's wait hint in whole milliseconds (truncated), when it sent one.
+    #[getter]
+    fn retry_after_ms(&self) -> Option<u64> {
+        self.d.retry_after.map(ms_of)
+    }
+    /// "fail" | "manual_review" on stops.
+    #[getter]
+    fn on_failure(&self) -> Option<&'static str> {
+        on_failure_str(self.d.on_failure)
+    }
+    /// Extra detail (refusing scope, ignored Retry-After, ...).
+    #[getter]
+    fn detail(&self) -> Option<&str> {
+        self.d.detail.as_deref()
+    }
+    /// The reported attempt's number.
+    #[getter]
+    fn attempt(&self) -> u32 {
+        self.d.attempt
+    }
+    /// The reported attempt was a hedge.
+    #[getter]
+    fn hedge(&self) -> bool {
+        self.d.hedge
+    }
+    /// Candidates excluded for a fallback: `[(upstream, why), ...]`.
+    #[getter]
+    fn excluded(&self) -> Vec<(String, String)> {
+        self.d.excluded.clone()
+    }
+    /// True when the call is over (succeeded, stop, reconcile).
+    #[getter]
+    fn is_final(&self) -> bool {
+        self.d.is_final()
+    }
+    /// Every field as a dict.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("action", self.d.action.as_str())?;
+        d.set_item("delay_s", self.delay_s())?;
+        d.set_item("delay_ms", self.delay_ms())?;
+        d.set_item("error_class", self.error_class())?;
+        d.set_item("reason", self.reason())?;
+        d.set_item("upstream", self.upstream())?;
+        d.set_item("wait_source", self.wait_source())?;
+        d.set_item("retry_after_s", self.retry_after_s())?;
+        d.set_item("retry_after_ms", self.retry_after_ms())?;
+        d.set_item("on_failure", self.on_failure())?;
+        d.set_item("detail", self.detail())?;
+        d.set_item("attempt", self.d.attempt)?;
+        d.set_item("hedge", self.d.hedge)?;
+        d.set_item("excluded", self.excluded())?;
+        Ok(d)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "<retrywise.Decision action={} reason={} delay_s={:.3} error_class={}>",
+            self.d.action,
+            self.d.reason,
+            self.delay_s(),
+            self.d.class.map(ErrorClass::as_str).unwrap_or("None")
+        )
+    }
+}
+
+/// Whether a hedged attempt may start (`call.next_hedge()`).
+#[pyclass(module = "retrywise._retrywise", name = "HedgePlan", frozen)]
+pub struct PyHedgePlan {
+    action: &'static str,
+    attempt: Option<Attempt>,
+    after: Option<Duration>,
+    reason: Option<&'static str>,
+}
+
+#[pymethods]
+impl PyHedgePlan {
+    /// "start" (make `attempt` now) | "after" (ask again in `after_s`) | "no" (see `reason`).
+    #[getter]
+    fn action(&self) -> &'static str {
+        self.action
+    }
+    /// The hedged attempt to start, when `action == "start"`.
+    #[getter]
+    fn attempt(&self) -> Option<PyAttempt> {
+        self.attempt.clone().map(|attempt| PyAttempt { attempt })
+    }
+    /// Seconds until a hedge may start, when `action == "after"`.
+    #[getter]
+    fn after_s(&self) -> Option<f64> {
+        self.after.map(|d| d.as_secs_f64())
+    }
+    /// Why no hedge, when `action == "no"`.
+    #[getter]
+    fn reason(&self) -> Option<&'static str> {
+        self.reason
+    }
+    fn __repr__(&self) -> String {
+        format!("<retrywise.HedgePlan action={}>", self.action)
+    }
+}
+
+// ---------------------------------------------------------------- module --
+
+/// SHA-256 (hex) of the canonical JSON form of `params` (key order does not matter).
+#[pyfunction]
+fn params_digest(py: Python<'_>, params: &Bound<'_, PyAny>) -> PyResult<String> {
+    let v = to_json(params, "params")?;
+    guarded(py, move || retrywise::idempotency::params_digest(&v))
+}
+
+/// A stable idempotency key (`rw1_...`) for tenant + operation + params digest.
+#[pyfunction]
+fn derive_idempotency_key(
+    py: Python<'_>,
+    tenant: &Bound<'_, PyAny>,
+    operation: &Bound<'_, PyAny>,
+    digest: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let tenant = req_str("tenant", tenant)?;
+    let operation = req_str("operation", operation)?;
+    let digest = req_str("digest", digest)?;
+    guarded(py, move || {
+        retrywise::idempotency::derive_key(&tenant, &operation, &digest)
+    })
+}
+
+/// Vendor error code from an OpenAI- or Anthropic-style error body, if any.
+#[pyfunction]
+fn vendor_code_from_body(py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    let b = body_bytes(body)?;
+    guarded(py, move || retrywise::vendor_code_from_body(&b))
+}
+
+/// The JSON Schema of the policy document.
+#[pyfunction]
+fn policy_schema(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let v = guarded(py, Policy::json_schema)?;
+    from_json(py, &v)
+}
+
+#[pymodule]
+fn _retrywise(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyEngine>()?;
+    m.add_class::<PyCall>()?;
+    m.add_class::<PyAttempt>()?;
+    m.add_class::<PyTimeouts>()?;
+    m.add_class::<PyDecision>()?;
+    m.add_class::<PyHedgePlan>()?;
+    m.add_function(wrap_pyfunction!(params_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(derive_idempotency_key, m)?)?;
+    m.add_function(wrap_pyfunction!(vendor_code_from_body, m)?)?;
+    m.add_function(wrap_pyfunction!(policy_schema, m)?)?;
+    m.add("__version__", retrywise::version())?;
+    m.add("current_attempt", current_attempt(py)?)?;
+    Ok(())
+}

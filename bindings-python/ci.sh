@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# CI for the Python binding, on a machine with only python3 (>= 3.10) + pip and cargo:
+#   1. a virtualenv with maturin, pytest, pytest-asyncio, httpx, openai, anthropic
+#      (+ ruff, mypy and the benchmark's peers),
+#   2. `pip install ./bindings-python` (maturin builds the abi3 extension from crates.io),
+#   3. the fault-injection server (`cargo build -p retrywise-fault-server`),
+#   4. lint (ruff, mypy, stubtest), the pytest suite, and a quick benchmark smoke run.
+# Exits non-zero on any failure, including a pytest run that collected no test.
+#
+# Environment:
+#   RETRYWISE_PY_VENV   virtualenv to create/reuse (default: bindings-python/.venv)
+#   RETRYWISE_PY_LINT   0 to skip ruff / mypy / stubtest (default 1)
+#   RETRYWISE_PY_BENCH  0 to skip the benchmark smoke run (default 1)
+#   PYTHON              interpreter for the virtualenv (default python3)
+#   extra arguments are passed to pytest.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+VENV="${RETRYWISE_PY_VENV:-$HERE/.venv}"
+PYTHON="${PYTHON:-python3}"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "virtualenv $VENV"
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+        # Debian's python3 without python3-venv: fall back to virtualenv from PyPI.
+        rm -rf "$VENV"
+        "$PYTHON" -m pip install --quiet --user virtualenv
+        "$PYTHON" -m virtualenv --quiet "$VENV"
+    fi
+fi
+PY="$VENV/bin/python"
+# The build backend runs the venv's `maturin` executable: the venv's bin/ comes first.
+export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
+"$PY" -m pip install --quiet --upgrade pip
+"$PY" -m pip install --quiet \
+    "maturin>=1.5,<2" pytest pytest-asyncio httpx openai anthropic \
+    ruff mypy tenacity stamina backoff pybreaker
+"$PY" --version
+
+step "build and install the extension (pip install ./bindings-python)"
+"$PY" -m pip install --quiet --no-build-isolation --force-reinstall --no-deps "$HERE"
+"$PY" -c 'import retrywise; print("retrywise", retrywise.__version__, "from", retrywise.__file__)'
+
+step "build the fault server"
+(cd "$ROOT" && cargo build --quiet -p retrywise-fault-server)
+TARGET_DIR="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
+    "$PY" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+export RETRYWISE_FAULT_SERVER="$TARGET_DIR/debug/retrywise-fault-server"
+test -x "$RETRYWISE_FAULT_SERVER"
+
+cd "$HERE"
+if [ "${RETRYWISE_PY_LINT:-1}" != 0 ]; then
+    step "lint"
+    "$PY" -m ruff check .
+    "$PY" -m ruff format --check .
+    # Types of the package sources (with the native stub); stubtest checks the stub against the built extension.
+    "$PY" -m mypy --no-incremental python/retrywise
+    "$PY" -m mypy.stubtest retrywise._retrywise
+fi
+
+step "pytest"
+set +e
+# The suite imports the installed package; -p no:cacheprovider keeps the tree clean.
+"$PY" -m pytest -p no:cacheprovider -q "$@" tests
+status=$?
+set -e
+if [ "$status" = 5 ]; then
+    echo "pytest collected no test: treated as a failure" >&2
+    exit 1
+fi
+if [ "$status" != 0 ]; then
+    exit "$status"
+fi
+
+if [ "${RETRYWISE_PY_BENCH:-1}" != 0 ]; then
+    step "benchmark smoke run (bench/bench.py --quick)"
+    "$PY" bench/bench.py --quick
+fi

@@ -1,0 +1,54 @@
+"""retrywise: one retry owner for model-API calls.
+
+The Rust core decides every retry (classify, deadline, backoff, budget,
+breaker, fallback); this package translates types and adds Python idioms:
+sleeping, asyncio, exceptions, context propagation and httpx transports.
+
+    engine = retrywise.Engine({"max_attempts": 3})
+    call = engine.begin("openai/gpt-4o", deadline_ms=10_000)
+    while True:
+        attempt = call.next_attempt()          # or raises retrywise.Stopped
+        ...                                    # send with attempt.timeouts / attempt.headers
+        d = call.report(status=resp.status_code, headers=resp.headers)
+        if d.action == "succeeded": break
+        if d.action in ("retry", "fallback"): time.sleep(d.delay_s); continue
+        raise retrywise.Stopped.from_decision(d)
+
+or simply ``engine.run(fn, route=...)`` / ``await engine.run_async(fn, route=...)``,
+or ``retrywise.httpx.RetryTransport`` under the openai / anthropic SDKs.
+"""
+
+from ._engine import Engine, current_attempt
+from ._errors import InternalError, PolicyError, ReconcileRequired, RetrywiseError, Stopped
+from ._retrywise import (
+    Attempt,
+    Call,
+    Decision,
+    HedgePlan,
+    Timeouts,
+    __version__,
+    derive_idempotency_key,
+    params_digest,
+    policy_schema,
+    vendor_code_from_body,
+)
+
+__all__ = [
+    "Attempt",
+    "Call",
+    "Decision",
+    "Engine",
+    "HedgePlan",
+    "InternalError",
+    "PolicyError",
+    "ReconcileRequired",
+    "RetrywiseError",
+    "Stopped",
+    "Timeouts",
+    "__version__",
+    "current_attempt",
+    "derive_idempotency_key",
+    "params_digest",
+    "policy_schema",
+    "vendor_code_from_body",
+]

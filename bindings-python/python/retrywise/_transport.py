@@ -1,0 +1,348 @@
+"""The retry loop inside an httpx transport, shared by ``retrywise.httpx``
+(httpx) and ``retrywise.httpx2`` (httpx2, used by current openai/anthropic
+SDKs): both libraries have the same transport, stream and exception API, so
+the flavour's module is passed in.
+
+Per attempt: propagation headers and timeouts from the core are put on the
+request (``extensions["timeout"]``, never longer than the caller's own);
+error bodies are read so the core sees vendor codes; JSON bodies are read
+inside the loop (a body that breaks is still retryable); other bodies
+(server-sent events) are handed to the caller wrapped, and the outcome is
+reported when the stream ends, so output already delivered is never replayed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ._errors import Stopped
+from ._outcomes import error_kind, is_cancellation
+from ._retrywise import Attempt, Call, Decision
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+    from .types import Phase
+
+_RETRY = ("retry", "fallback")
+
+
+def _min(caller: float | None, ours: float) -> float:
+    return ours if caller is None else min(caller, ours)
+
+
+class _Driver:
+    """What the sync and async transports of one flavour share."""
+
+    def __init__(self, hx: Any, engine: Engine, route: str, call_kwargs: dict[str, Any]) -> None:
+        self.hx = hx
+        self.engine = engine
+        self.route = route
+        self.call_kwargs = call_kwargs
+
+    def begin(self) -> Call:
+        return self.engine.begin(self.route, **self.call_kwargs)
+
+    @staticmethod
+    def prepare(request: Any, attempt: Attempt, base: dict[str, Any]) -> None:
+        """Propagation headers and this attempt's timeouts on the request."""
+        headers = request.headers
+        for name, value in attempt.headers.items():
+            headers[name] = value
+        t = attempt.timeouts
+        request.extensions["timeout"] = {
+            "connect": _min(base.get("connect"), t.connect),
+            "read": _min(base.get("read"), t.first_byte),
+            "write": _min(base.get("write"), t.total),
+            "pool": _min(base.get("pool"), t.total),
+        }
+
+    @staticmethod
+    def idle_timeout(request: Any, attempt: Attempt, base: dict[str, Any]) -> None:
+        """Between stream chunks the idle timeout applies, not the first-byte one
+        (httpcore reads ``extensions["timeout"]`` again when the body is read)."""
+        timeout = dict(request.extensions.get("timeout") or {})
+        timeout["read"] = _min(base.get("read"), attempt.timeouts.idle)
+        request.extensions["timeout"] = timeout
+
+    @staticmethod
+    def is_streamed(response: Any) -> bool:
+        """Successful non-JSON bodies (server-sent events, downloads) go to the caller as a stream."""
+        ctype = response.headers.get("content-type", "")
+        return response.status_code < 400 and bool(ctype) and "json" not in ctype
+
+    def rebuild(self, response: Any, raw: bytes, request: Any) -> Any:
+        """A response over the bytes already read (the original stream is consumed)."""
+        return self.hx.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=self.hx.ByteStream(raw),
+            extensions=response.extensions,
+            request=request,
+        )
+
+    def error_body(self, response: Any, raw: bytes) -> bytes | None:
+        """The decoded body of an error response, for the vendor code."""
+        if response.status_code < 400:
+            return None
+        try:
+            body: bytes = self.hx.Response(
+                response.status_code, headers=response.headers, stream=self.hx.ByteStream(raw)
+            ).read()
+        except Exception:
+            return None
+        return body
+
+    def wait(self, decision: Decision) -> None:
+        self.engine._wait(decision)
+
+    async def wait_async(self, decision: Decision) -> None:
+        if self.engine.manual_clock:
+            self.engine.advance_clock(decision.delay_ms)
+        elif decision.delay_s > 0:
+            import anyio  # httpx's own async backend: works under asyncio and trio
+
+            await anyio.sleep(decision.delay_s)
+
+    @staticmethod
+    def give_up(stopped: Stopped, response: Any, exc: BaseException | None) -> Any:
+        """``next_attempt`` refused: surface the last failure as the caller would have seen it."""
+        stopped.response, stopped.exception = response, exc
+        if response is not None:
+            return response
+        if exc is not None:
+            _note(exc, stopped.reason)
+            raise exc
+        raise stopped
+
+    @staticmethod
+    def final(decision: Decision, response: Any, exc: BaseException | None) -> Any:
+        """Stop: the last response is returned (the SDK raises its usual error) or the
+        last exception re-raised. Reconcile: ``ReconcileRequired``, never a replay."""
+        if decision.action == "succeeded":
+            return response
+        if decision.action == "reconcile" or (response is None and exc is None):
+            raise Stopped.from_decision(decision, response=response, exception=exc) from exc
+        if response is not None:
+            return response
+        assert exc is not None
+        _note(exc, decision.reason)
+        raise exc
+
+
+def _note(exc: BaseException, reason: str) -> None:
+    add_note = getattr(exc, "add_note", None)  # Python >= 3.11
+    if add_note is not None:
+        add_note(f"retrywise: stopped ({reason})")
+
+
+class _StreamState:
+    """Reports a streamed response's outcome once: at its end, its failure, or its close."""
+
+    def __init__(self, call: Call, response: Any) -> None:
+        self.call = call
+        self.status = response.status_code
+        self.headers = response.headers
+        self.delivered = False
+        self.done = False
+
+    def success(self) -> None:
+        if not self.done:
+            self.done = True
+            self.call.report(status=self.status, headers=self.headers)
+
+    def failure(self, exc: BaseException) -> BaseException:
+        """Reports a mid-body failure; returns the exception to raise."""
+        if self.done:
+            return exc
+        self.done = True
+        if is_cancellation(exc):
+            self.call.cancel()
+            return exc
+        kind, _ = error_kind(exc, in_body=True)
+        phase: Phase = "stream_visible" if self.delivered else "stream_open"
+        decision = self.call.report(status=self.status, error=kind, headers=self.headers, phase=phase)
+        if decision.action == "reconcile":
+            stopped = Stopped.from_decision(decision, exception=exc)
+            stopped.__cause__ = exc
+            return stopped
+        _note(exc, decision.reason)
+        return exc
+
+    def closed(self) -> None:
+        """The consumer closed the stream before its end (an SDK stops at ``[DONE]``;
+        an app breaks out of the loop): the upstream answered and nothing failed, so
+        the attempt is a success as far as anyone saw."""
+        self.success()
+
+
+@functools.cache
+def _stream_types(hx: Any) -> tuple[type, type]:
+    """Stream wrappers for one httpx flavour (created once per flavour)."""
+
+    class SyncStream(hx.SyncByteStream):  # type: ignore[misc]
+        def __init__(self, inner: Any, state: _StreamState) -> None:
+            self._inner = inner
+            self._state = state
+
+        def __iter__(self) -> Iterator[bytes]:
+            state = self._state
+            try:
+                for chunk in self._inner:
+                    if chunk:
+                        state.delivered = True
+                    yield chunk
+            except GeneratorExit:
+                state.closed()
+                raise
+            except BaseException as exc:
+                err = state.failure(exc)
+                if err is exc:
+                    raise
+                raise err from exc
+            state.success()
+
+        def close(self) -> None:
+            self._state.closed()
+            self._inner.close()
+
+    class AsyncStream(hx.AsyncByteStream):  # type: ignore[misc]
+        def __init__(self, inner: Any, state: _StreamState) -> None:
+            self._inner = inner
+            self._state = state
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            state = self._state
+            try:
+                async for chunk in self._inner:
+                    if chunk:
+                        state.delivered = True
+                    yield chunk
+            except GeneratorExit:
+                state.closed()
+                raise
+            except BaseException as exc:
+                err = state.failure(exc)
+                if err is exc:
+                    raise
+                raise err from exc
+            state.success()
+
+        async def aclose(self) -> None:
+            self._state.closed()
+            await self._inner.aclose()
+
+    return SyncStream, AsyncStream
+
+
+def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
+    from ._engine import current_attempt
+
+    call = d.begin()
+    request.read()  # buffered once so every attempt can resend it
+    base = dict(request.extensions.get("timeout") or {})
+    last: Any = None
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            attempt = call.next_attempt()
+        except Stopped as stopped:
+            return d.give_up(stopped, last, last_exc)
+        d.prepare(request, attempt, base)
+        token = current_attempt.set(attempt)
+        try:
+            try:
+                response = inner.handle_request(request)
+            except BaseException as exc:
+                if is_cancellation(exc):
+                    call.cancel()
+                    raise
+                kind, phase = error_kind(exc)
+                decision = call.report(error=kind, phase=phase)
+                last, last_exc = None, exc
+            else:
+                if d.is_streamed(response):
+                    d.idle_timeout(request, attempt, base)
+                    response.stream = _stream_types(d.hx)[0](response.stream, _StreamState(call, response))
+                    return response
+                try:
+                    raw = b"".join(response.stream)
+                except BaseException as exc:
+                    response.stream.close()
+                    if is_cancellation(exc):
+                        call.cancel()
+                        raise
+                    kind, _ = error_kind(exc, in_body=True)
+                    decision = call.report(status=response.status_code, error=kind, headers=response.headers)
+                    last, last_exc = None, exc
+                else:
+                    response.stream.close()
+                    last, last_exc = d.rebuild(response, raw, request), None
+                    decision = call.report(
+                        status=response.status_code, headers=response.headers, body=d.error_body(response, raw)
+                    )
+        finally:
+            current_attempt.reset(token)
+        if decision.action in _RETRY:
+            d.wait(decision)
+            continue
+        return d.final(decision, last, last_exc)
+
+
+async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
+    from ._engine import current_attempt
+
+    call = d.begin()
+    await request.aread()
+    base = dict(request.extensions.get("timeout") or {})
+    last: Any = None
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            attempt = call.next_attempt()
+        except Stopped as stopped:
+            return d.give_up(stopped, last, last_exc)
+        d.prepare(request, attempt, base)
+        token = current_attempt.set(attempt)
+        try:
+            try:
+                response = await inner.handle_async_request(request)
+            except BaseException as exc:
+                if is_cancellation(exc):
+                    call.cancel()
+                    raise
+                kind, phase = error_kind(exc)
+                decision = call.report(error=kind, phase=phase)
+                last, last_exc = None, exc
+            else:
+                if d.is_streamed(response):
+                    d.idle_timeout(request, attempt, base)
+                    response.stream = _stream_types(d.hx)[1](response.stream, _StreamState(call, response))
+                    return response
+                try:
+                    raw = b"".join([chunk async for chunk in response.stream])
+                except BaseException as exc:
+                    await response.stream.aclose()
+                    if is_cancellation(exc):
+                        call.cancel()
+                        raise
+                    kind, _ = error_kind(exc, in_body=True)
+                    decision = call.report(status=response.status_code, error=kind, headers=response.headers)
+                    last, last_exc = None, exc
+                else:
+                    await response.stream.aclose()
+                    last, last_exc = d.rebuild(response, raw, request), None
+                    decision = call.report(
+                        status=response.status_code, headers=response.headers, body=d.error_body(response, raw)
+                    )
+        finally:
+            current_attempt.reset(token)
+        if decision.action in _RETRY:
+            try:
+                await d.wait_async(decision)
+            except BaseException:
+                call.cancel()
+                raise
+            continue
+        return d.final(decision, last, last_exc)

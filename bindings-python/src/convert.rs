@@ -1,0 +1,313 @@
+//! Type translation between Python objects and the core's types. Nothing here
+//! decides anything: it parses names, copies values and reports which
+//! argument was wrong.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::IntoPyObjectExt;
+use retrywise::{Headers, Needs};
+use std::str::FromStr;
+
+/// Parses a vocabulary name (`"safe"`, `"stream_visible"`, ...) for argument `arg`.
+pub fn parse_name<T>(arg: &str, value: &str) -> PyResult<T>
+where
+    T: FromStr<Err = retrywise::types::UnknownName>,
+{
+    T::from_str(value).map_err(|e| {
+        PyValueError::new_err(format!(
+            "argument '{arg}': {arg} must be one of {}; got {value:?}",
+            e.expected.join(", ")
+        ))
+    })
+}
+
+/// A Python value as JSON, for policies, params digests and needs.
+/// `where_` names the argument (and the path inside it) in errors.
+pub fn to_json(obj: &Bound<'_, PyAny>, where_: &str) -> PyResult<serde_json::Value> {
+    use serde_json::Value;
+    if obj.is_none() {
+        return Ok(Value::Null);
+    }
+    // bool before int: True is an int in Python.
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        if let Ok(i) = obj.extract::<i64>() {
+            return Ok(Value::from(i));
+        }
+        if let Ok(u) = obj.extract::<u64>() {
+            return Ok(Value::from(u));
+        }
+        return Err(PyValueError::new_err(format!("{where_}: integer out of range")));
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        let v = f.value();
+        return serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| PyValueError::new_err(format!("{where_}: {v} is not a finite number")));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Value::String(s.to_str()?.to_owned()));
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut m = serde_json::Map::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            let key = dict_key(&k, where_)?;
+            let child = to_json(&v, &format!("{where_}.{key}"))?;
+            m.insert(key, child);
+        }
+        return Ok(Value::Object(m));
+    }
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+        let mut out = Vec::new();
+        for (i, item) in obj.try_iter()?.enumerate() {
+            out.push(to_json(&item?, &format!("{where_}[{i}]"))?);
+        }
+        return Ok(Value::Array(out));
+    }
+    // Other mappings (MappingProxyType, custom Mapping subclasses).
+    if obj.hasattr(pyo3::intern!(obj.py(), "items"))? {
+        let d = PyDict::new(obj.py());
+        for item in obj.call_method0(pyo3::intern!(obj.py(), "items"))?.try_iter()? {
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+            d.set_item(k, v)?;
+        }
+        return to_json(d.as_any(), where_);
+    }
+    Err(PyTypeError::new_err(format!(
+        "{where_}: expected dict, list, str, int, float, bool or None, got {}",
+        obj.get_type().name()?
+    )))
+}
+
+/// The Python type name of `obj`, for error messages.
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "object".into())
+}
+
+fn dict_key(k: &Bound<'_, PyAny>, where_: &str) -> PyResult<String> {
+    match k.cast::<PyString>() {
+        Ok(s) => Ok(s.to_str()?.to_owned()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{where_}: keys must be str, got {}",
+            type_name(k)
+        ))),
+    }
+}
+
+/// JSON as Python objects (dicts, lists, str, int, float, bool, None).
+pub fn from_json<'py>(py: Python<'py>, v: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
+    use serde_json::Value;
+    Ok(match v {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.into_bound_py_any(py)?
+            } else if let Some(u) = n.as_u64() {
+                u.into_bound_py_any(py)?
+            } else {
+                n.as_f64().unwrap_or(f64::NAN).into_bound_py_any(py)?
+            }
+        }
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(a) => {
+            let l = PyList::empty(py);
+            for x in a {
+                l.append(from_json(py, x)?)?;
+            }
+            l.into_any()
+        }
+        Value::Object(m) => {
+            let d = PyDict::new(py);
+            for (k, x) in m {
+                d.set_item(k, from_json(py, x)?)?;
+            }
+            d.into_any()
+        }
+    })
+}
+
+/// Any serializable core value as Python objects.
+pub fn to_py<'py, T: serde::Serialize>(py: Python<'py>, v: &T) -> PyResult<Bound<'py, PyAny>> {
+    let j = serde_json::to_value(v).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    from_json(py, &j)
+}
+
+fn header_text(v: &Bound<'_, PyAny>, arg: &str) -> PyResult<String> {
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(s.to_str()?.to_owned());
+    }
+    // Raw header bytes are latin-1 by RFC 9110; decode byte for byte.
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(b.as_bytes().iter().map(|&c| c as char).collect());
+    }
+    if v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>() {
+        return Ok(v.str()?.to_str()?.to_owned());
+    }
+    Err(PyTypeError::new_err(format!(
+        "argument '{arg}': header names and values must be str or bytes, got {}",
+        type_name(v)
+    )))
+}
+
+/// Headers from a dict, an `httpx.Headers` (every value of a repeated
+/// header), any mapping with `.items()`, or an iterable of pairs.
+pub fn to_headers(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Headers> {
+    let py = obj.py();
+    let mut h = Headers::new();
+    if let Ok(d) = obj.cast::<PyDict>() {
+        for (k, v) in d.iter() {
+            h.insert(&header_text(&k, arg)?, &header_text(&v, arg)?);
+        }
+        return Ok(h);
+    }
+    let pairs = if obj.hasattr(pyo3::intern!(py, "multi_items"))? {
+        obj.call_method0(pyo3::intern!(py, "multi_items"))?
+    } else if obj.hasattr(pyo3::intern!(py, "items"))? {
+        obj.call_method0(pyo3::intern!(py, "items"))?
+    } else if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
+        return Err(PyTypeError::new_err(format!(
+            "argument '{arg}': expected a mapping or pairs, got {}",
+            type_name(obj)
+        )));
+    } else {
+        obj.clone()
+    };
+    let iter = pairs.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "argument '{arg}': expected a mapping or pairs, got {}",
+            type_name(obj)
+        ))
+    })?;
+    for item in iter {
+        let item = item?;
+        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item
+            .extract()
+            .map_err(|_| PyTypeError::new_err(format!("argument '{arg}': expected (name, value) pairs")))?;
+        h.insert(&header_text(&k, arg)?, &header_text(&v, arg)?);
+    }
+    Ok(h)
+}
+
+/// Response body for vendor-code extraction: bytes, bytearray, memoryview or str.
+pub fn body_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(s.to_str()?.as_bytes().to_vec());
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    if let Ok(v) = obj.extract::<Vec<u8>>() {
+        return Ok(v);
+    }
+    Err(PyTypeError::new_err(format!(
+        "argument 'body': expected bytes or str, got {}",
+        type_name(obj)
+    )))
+}
+
+/// `needs={"capabilities": [...], "input_tokens": n, "max_output_tokens": n,
+/// "data_boundary": str, "max_cost": float}`.
+pub fn to_needs(obj: &Bound<'_, PyAny>) -> PyResult<Needs> {
+    let d = obj
+        .cast::<PyDict>()
+        .map_err(|_| PyTypeError::new_err(format!("argument 'needs': expected dict, got {}", type_name(obj))))?;
+    let mut n = Needs::default();
+    for (k, v) in d.iter() {
+        let key = dict_key(&k, "needs")?;
+        let bad = |want: &str| PyTypeError::new_err(format!("argument 'needs': needs[{key:?}] must be {want}"));
+        if v.is_none() {
+            continue;
+        }
+        match key.as_str() {
+            "capabilities" => n.capabilities = v.extract::<Vec<String>>().map_err(|_| bad("a list of str"))?,
+            "input_tokens" => n.input_tokens = Some(v.extract::<u64>().map_err(|_| bad("a non-negative int"))?),
+            "max_output_tokens" => n.max_output_tokens = Some(v.extract::<u64>().map_err(|_| bad("a non-negative int"))?),
+            "data_boundary" => n.data_boundary = Some(v.extract::<String>().map_err(|_| bad("str"))?),
+            "max_cost" => n.max_cost = Some(v.extract::<f64>().map_err(|_| bad("a number"))?),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "argument 'needs': unknown key {other:?}; expected capabilities, input_tokens, max_output_tokens, data_boundary, max_cost"
+                )))
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// Argument extraction with errors that name the argument in `str(exc)`
+/// (PyO3 only adds a note, which Python 3.10 does not show): a wrong type
+/// is a `TypeError`, an int out of range a `ValueError`.
+pub fn int_arg<'py, T>(name: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<T>>
+where
+    T: pyo3::conversion::FromPyObjectOwned<'py>,
+{
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if !o.is_instance_of::<PyInt>() || o.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "argument '{name}': expected int, got {}",
+            type_name(o)
+        )));
+    }
+    o.extract::<T>().map(Some).map_err(|_| {
+        PyValueError::new_err(format!(
+            "argument '{name}': {} is out of range",
+            o.str().map(|s| s.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// An optional `str` argument.
+pub fn str_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    match o.cast::<PyString>() {
+        Ok(s) => Ok(Some(s.to_str()?.to_owned())),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "argument '{name}': expected str, got {}",
+            type_name(o)
+        ))),
+    }
+}
+
+/// An optional `bool` argument (only `True` / `False`).
+pub fn bool_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<bool>> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    match o.cast::<PyBool>() {
+        Ok(b) => Ok(Some(b.is_true())),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "argument '{name}': expected bool, got {}",
+            type_name(o)
+        ))),
+    }
+}
+
+/// An optional vocabulary name (`idempotency="safe"`), as the core's enum.
+pub fn name_arg<T>(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<T>>
+where
+    T: FromStr<Err = retrywise::types::UnknownName>,
+{
+    match str_arg(name, obj)? {
+        Some(s) => parse_name(name, &s).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// A required `str` argument (`None` is a `TypeError` too).
+pub fn req_str(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    str_arg(name, Some(obj))?.ok_or_else(|| PyTypeError::new_err(format!("argument '{name}': expected str, got None")))
+}
