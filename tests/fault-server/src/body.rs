@@ -84,10 +84,7 @@ impl Body for ScriptBody {
     type Data = Bytes;
     type Error = Cut;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
         let this = &mut *self;
         if let Some(timer) = this.sleep.as_mut() {
             if timer.as_mut().poll(cx).is_pending() {

@@ -41,10 +41,7 @@ pub async fn serve(listener: TcpListener) -> io::Result<()> {
 
 /// Serves on `listener` until `shutdown` completes, with fresh state. Open
 /// connections (including hung and streaming ones) are aborted on return.
-pub async fn serve_with_shutdown(
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> io::Result<()> {
+pub async fn serve_with_shutdown(listener: TcpListener, shutdown: impl Future<Output = ()>) -> io::Result<()> {
     serve_state(listener, Arc::new(State::new()), shutdown).await
 }
 
@@ -146,9 +143,7 @@ pub fn spawn_background() -> io::Result<(SocketAddr, ServerHandle)> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let state = Arc::new(State::new());
     let thread_state = Arc::clone(&state);
     let (tx, rx) = oneshot::channel::<()>();

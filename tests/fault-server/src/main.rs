@@ -54,14 +54,12 @@ fn parse_args() -> Result<Option<Args>, String> {
 /// stdin read would sit in the blocking pool and hold up runtime shutdown.
 fn stdin_closed() -> oneshot::Receiver<()> {
     let (tx, rx) = oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name("stdin-watch".into())
-        .spawn(move || {
-            let mut stdin = std::io::stdin().lock();
-            let mut buf = [0u8; 1024];
-            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
-            let _ = tx.send(());
-        });
+    let spawned = std::thread::Builder::new().name("stdin-watch".into()).spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 1024];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = tx.send(());
+    });
     if let Err(e) = spawned {
         // Without the watcher the flag cannot be honoured; say so rather than
         // silently turning it off. The dropped sender makes `rx` resolve.
@@ -108,10 +106,7 @@ async fn main() -> ExitCode {
     let listener = match TcpListener::bind(("127.0.0.1", args.port)).await {
         Ok(listener) => listener,
         Err(e) => {
-            eprintln!(
-                "retrywise-fault-server: cannot bind 127.0.0.1:{}: {e}",
-                args.port
-            );
+            eprintln!("retrywise-fault-server: cannot bind 127.0.0.1:{}: {e}", args.port);
             return ExitCode::FAILURE;
         }
     };
@@ -124,10 +119,7 @@ async fn main() -> ExitCode {
     };
     {
         let mut out = std::io::stdout().lock();
-        if writeln!(out, "LISTENING {addr}")
-            .and_then(|()| out.flush())
-            .is_err()
-        {
+        if writeln!(out, "LISTENING {addr}").and_then(|()| out.flush()).is_err() {
             // Nobody can learn the port: serving would only leak a process.
             return ExitCode::FAILURE;
         }

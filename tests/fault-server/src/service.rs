@@ -64,9 +64,7 @@ enum Plan {
 impl Plan {
     /// `prior` is how many requests with the same (spec, logical id) came before.
     fn decide(fault: &Fault, prior: u32) -> Plan {
-        let success = Plan::Success {
-            delay: Duration::ZERO,
-        };
+        let success = Plan::Success { delay: Duration::ZERO };
         match fault {
             Fault::Ok => success,
             Fault::Delay { ms } => Plan::Success {
@@ -226,12 +224,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
     handle_api(state, req).await
 }
 
-fn control(
-    state: &State,
-    method: &Method,
-    endpoint: &str,
-    query: Option<&str>,
-) -> Response<ResBody> {
+fn control(state: &State, method: &Method, endpoint: &str, query: Option<&str>) -> Response<ResBody> {
     let expected = match endpoint {
         "reset" => Method::POST,
         "health" | "requests" | "counts" | "closed-port" => Method::GET,
@@ -243,10 +236,7 @@ fn control(
         }
     };
     if method != expected {
-        let mut res = json_response(
-            405,
-            &json!({"error": format!("/control/{endpoint} takes {expected}")}),
-        );
+        let mut res = json_response(405, &json!({"error": format!("/control/{endpoint} takes {expected}")}));
         if let Ok(allow) = HeaderValue::from_str(expected.as_str()) {
             res.headers_mut().insert(ALLOW, allow);
         }
@@ -307,10 +297,7 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => {
             let msg = format!("request body exceeds {MAX_BODY_BYTES} bytes");
-            return Ok(json_response(
-                413,
-                &shapes::error_body(shape, 413, None, &msg),
-            ));
+            return Ok(json_response(413, &shapes::error_body(shape, 413, None, &msg)));
         }
         Err(_) => return Err(Abort("request body was not fully received")),
     };
@@ -386,8 +373,7 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
             let mut res = json_response(status, &body);
             if let Some((name, value)) = header {
                 if let Ok(value) = HeaderValue::from_str(&value) {
-                    res.headers_mut()
-                        .insert(HeaderName::from_static(name), value);
+                    res.headers_mut().insert(HeaderName::from_static(name), value);
                 }
             }
             res
@@ -413,12 +399,10 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
         Shape::Anthropic => "request-id",
     };
     if let Ok(value) = HeaderValue::from_str(&format!("rw-{seq}")) {
-        res.headers_mut()
-            .insert(HeaderName::from_static(id_header), value);
+        res.headers_mut().insert(HeaderName::from_static(id_header), value);
     }
     if let Ok(value) = HeaderValue::from_str(&spec) {
-        res.headers_mut()
-            .insert(HeaderName::from_static("x-fault-spec"), value);
+        res.headers_mut().insert(HeaderName::from_static("x-fault-spec"), value);
     }
     Ok(res)
 }
@@ -484,9 +468,7 @@ mod tests {
     fn http_date_is_parseable_and_in_the_future() {
         let text = http_date_in(30);
         let at = httpdate::parse_http_date(&text).expect("valid IMF-fixdate");
-        let ahead = at
-            .duration_since(SystemTime::now())
-            .expect("date is in the future");
+        let ahead = at.duration_since(SystemTime::now()).expect("date is in the future");
         assert!(ahead <= Duration::from_secs(30) && ahead >= Duration::from_secs(28));
     }
 }

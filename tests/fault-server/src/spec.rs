@@ -21,10 +21,7 @@ pub enum Fault {
     /// `ok`: a valid response (JSON, or SSE when the request asked to stream).
     Ok,
     /// `status:<code>[:<vendor_code>]`: always this status with a vendor error body.
-    Status {
-        code: u16,
-        vendor_code: Option<String>,
-    },
+    Status { code: u16, vendor_code: Option<String> },
     /// `flaky:<n>:<code>[:<vendor_code>]`: the first `n` requests of each logical
     /// request get `code`, later ones behave like `ok`.
     Flaky {
@@ -87,9 +84,7 @@ fn parse_status(spec: &str, raw: &str) -> Result<u16, SpecError> {
     let code: u16 = parse_num(spec, "status code", raw)?;
     // 1xx are not final responses and would break the HTTP exchange itself.
     if !(200..=599).contains(&code) {
-        return err(format!(
-            "{spec}: status code must be in 200..=599, got {code}"
-        ));
+        return err(format!("{spec}: status code must be in 200..=599, got {code}"));
     }
     Ok(code)
 }
@@ -176,9 +171,7 @@ impl FromStr for Fault {
                 arity(1, 1)?;
                 let chunks: u32 = parse_num(spec, "chunk count", args[0])?;
                 if chunks > MAX_CUT_CHUNKS {
-                    return err(format!(
-                        "{spec}: chunk count must be <= {MAX_CUT_CHUNKS}, got {chunks}"
-                    ));
+                    return err(format!("{spec}: chunk count must be <= {MAX_CUT_CHUNKS}, got {chunks}"));
                 }
                 Ok(Fault::SseCut { chunks })
             }

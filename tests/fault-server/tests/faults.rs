@@ -108,9 +108,7 @@ fn parse(raw: &[u8]) -> Reply {
 
 fn connect(addr: SocketAddr) -> TcpStream {
     let stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(READ_TIMEOUT))
-        .expect("timeout");
+    stream.set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
     stream
 }
 
@@ -151,13 +149,7 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
 }
 
 fn post_as(addr: SocketAddr, path: &str, logical_id: &str) -> Reply {
-    call(
-        addr,
-        "POST",
-        path,
-        &[("retrywise-request-id", logical_id)],
-        "{}",
-    )
+    call(addr, "POST", path, &[("retrywise-request-id", logical_id)], "{}")
 }
 
 fn get_json(addr: SocketAddr, path: &str) -> Value {
@@ -263,11 +255,7 @@ fn status_specs_return_openai_error_bodies() {
     assert_eq!(reply.json()["error"]["code"], Value::Null);
     assert_eq!(reply.json()["error"]["type"], "server_error");
 
-    let reply = post(
-        addr,
-        "/s/status:429:insufficient_quota/v1/chat/completions",
-        "{}",
-    );
+    let reply = post(addr, "/s/status:429:insufficient_quota/v1/chat/completions", "{}");
     assert_eq!(reply.status, 429);
     assert_eq!(reply.json()["error"]["code"], "insufficient_quota");
     assert_eq!(reply.json()["error"]["type"], "insufficient_quota");
@@ -336,11 +324,7 @@ fn drop_closes_without_any_response() {
 #[test]
 fn sse_cut_delivers_exactly_n_chunks_then_breaks() {
     let (addr, _server) = server();
-    let reply = post(
-        addr,
-        "/s/sse-cut:2/v1/chat/completions",
-        r#"{"stream":true}"#,
-    );
+    let reply = post(addr, "/s/sse-cut:2/v1/chat/completions", r#"{"stream":true}"#);
     assert_eq!(reply.status, 200);
     assert!(!reply.complete, "no chunked terminator");
     let data = sse_data_lines(&reply);
@@ -384,13 +368,7 @@ fn malformed_is_200_json_that_does_not_parse() {
 fn hang_never_answers_and_frees_work_when_the_client_leaves() {
     let (addr, _server) = server();
     let mut stream = connect(addr);
-    send(
-        &mut stream,
-        "POST",
-        "/s/hang/v1/chat/completions",
-        &[],
-        "{}",
-    );
+    send(&mut stream, "POST", "/s/hang/v1/chat/completions", &[], "{}");
     stream
         .set_read_timeout(Some(Duration::from_millis(300)))
         .expect("timeout");
@@ -406,10 +384,7 @@ fn hang_never_answers_and_frees_work_when_the_client_leaves() {
         if get_json(addr, "/control/health")["in_flight"] == 0 {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "hung request outlived its client"
-        );
+        assert!(Instant::now() < deadline, "hung request outlived its client");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -450,11 +425,7 @@ fn recording_captures_propagation_headers_and_reset_clears() {
 
     let plain = get_json(addr, "/control/requests?spec=ok");
     assert_eq!(plain[0]["api_path"], "/v1/models");
-    assert_eq!(
-        plain[0]["attempt"],
-        Value::Null,
-        "unparseable attempt is null"
-    );
+    assert_eq!(plain[0]["attempt"], Value::Null, "unparseable attempt is null");
     assert_eq!(plain[0]["logical_id"], Value::Null);
 
     let counts = get_json(addr, "/control/counts");
@@ -488,10 +459,7 @@ fn bad_specs_and_control_misuse_are_rejected() {
     assert_eq!(reply.status, 400);
     assert_eq!(reply.json()["error"]["code"], "invalid_fault_spec");
     // Percent-encoded colons are accepted too.
-    assert_eq!(
-        post(addr, "/s/status%3A418/v1/chat/completions", "{}").status,
-        418
-    );
+    assert_eq!(post(addr, "/s/status%3A418/v1/chat/completions", "{}").status, 418);
 
     assert_eq!(call(addr, "GET", "/control/nope", &[], "").status, 404);
     let reply = call(addr, "GET", "/control/reset", &[], "");
@@ -505,10 +473,7 @@ fn in_process_handle_exposes_state_and_stops() {
     assert_eq!(server.addr(), addr);
     let base = server.base_url("status:503");
     let path = base.trim_start_matches(&format!("http://{addr}"));
-    assert_eq!(
-        post(addr, &format!("{path}/v1/chat/completions"), "{}").status,
-        503
-    );
+    assert_eq!(post(addr, &format!("{path}/v1/chat/completions"), "{}").status, 503);
     assert_eq!(server.state().counts().total, 1);
     server.shutdown().expect("clean shutdown");
     assert!(TcpStream::connect(addr).is_err(), "listener closed");
