@@ -569,6 +569,9 @@ pub enum HedgePlan {
     No(Reason),
 }
 
+/// Budget cells holding one granted retry each, released when its attempt is reported.
+type BudgetHold = Vec<Arc<Slot<BudgetCell>>>;
+
 struct InFlight {
     number: u32,
     upstream: Arc<str>,
@@ -1802,6 +1805,44 @@ impl Call {
         }
     }
 
+    /// Takes one retry from every budget scope `target` belongs to. On a
+    /// refusal, earlier grants are refunded, the refusal is counted, and the
+    /// refusing scope key is returned. Retries and hedges share this path.
+    fn withdraw_budget(&self, target: &str, now_ms: u64) -> Result<BudgetHold, (Refusal, Arc<str>)> {
+        let p = &self.pol.policy;
+        let mut held: Vec<Arc<Slot<BudgetCell>>> = Vec::new();
+        if !p.budget.enabled {
+            return Ok(held);
+        }
+        let params = self.pol.budget;
+        for dims in &p.budget.scopes {
+            let key = scope_key(
+                dims,
+                target,
+                p,
+                self.tenant.as_deref(),
+                self.priority.as_deref(),
+                self.task.as_deref(),
+            );
+            let cell =
+                self.engine
+                    .inner
+                    .budgets
+                    .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
+                        BudgetCell::new(params)
+                    });
+            if let Err(r) = cell.value.try_withdraw(&params, now_ms) {
+                for h in &held {
+                    h.value.refund(&params, now_ms);
+                }
+                self.count(Ctr::BudgetRefusals);
+                return Err((r, cell.key.clone()));
+            }
+            held.push(cell);
+        }
+        Ok(held)
+    }
+
     fn push_reconcile(&self, d: &Decision, f: &InFlight, now_ms: u64) {
         let item = ReconcileItem {
             logical_request_id: self.id.to_string(),
@@ -1950,51 +1991,27 @@ impl Call {
             }
         };
 
-        // Budget: every scope of the target must grant; a refusal undoes earlier grants.
-        let p = &self.pol.policy;
-        let mut held: Vec<Arc<Slot<BudgetCell>>> = Vec::new();
-        if p.budget.enabled {
-            let params = self.pol.budget;
-            for dims in &p.budget.scopes {
-                let key = scope_key(
-                    dims,
-                    &target,
-                    p,
-                    self.tenant.as_deref(),
-                    self.priority.as_deref(),
-                    self.task.as_deref(),
-                );
-                let cell =
-                    self.engine
-                        .inner
-                        .budgets
-                        .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
-                            BudgetCell::new(params)
-                        });
-                if let Err(r) = cell.value.try_withdraw(&params, now_ms) {
-                    for h in &held {
-                        h.value.refund(&params, now_ms);
-                    }
-                    self.count(Ctr::BudgetRefusals);
-                    let reason = match r {
-                        Refusal::Exhausted => Reason::BudgetExhausted,
-                        Refusal::Concurrency => Reason::RetryConcurrency,
-                    };
-                    let detail = format!("scope {}", cell.key);
-                    if self.engine.inner.bus.active() {
-                        let mut e = self.event(EventKind::BudgetRefusal, now_ms);
-                        e.upstream = Some(target.clone());
-                        e.reason = Some(reason);
-                        e.detail = Some(detail.clone());
-                        e.attempt = Some(f.number);
-                        e.attempt_id = Some(self.attempt_id(f.number));
-                        self.engine.inner.bus.emit(e);
-                    }
-                    return stop(self, reason, Some(detail));
+        // Budget: every scope of the target must grant.
+        let held = match self.withdraw_budget(&target, now_ms) {
+            Ok(held) => held,
+            Err((r, key)) => {
+                let reason = match r {
+                    Refusal::Exhausted => Reason::BudgetExhausted,
+                    Refusal::Concurrency => Reason::RetryConcurrency,
+                };
+                let detail = format!("scope {key}");
+                if self.engine.inner.bus.active() {
+                    let mut e = self.event(EventKind::BudgetRefusal, now_ms);
+                    e.upstream = Some(target.clone());
+                    e.reason = Some(reason);
+                    e.detail = Some(detail.clone());
+                    e.attempt = Some(f.number);
+                    e.attempt_id = Some(self.attempt_id(f.number));
+                    self.engine.inner.bus.emit(e);
                 }
-                held.push(cell);
+                return stop(self, reason, Some(detail));
             }
-        }
+        };
         let refund = |s: &Self, held: &[Arc<Slot<BudgetCell>>]| {
             for h in held {
                 h.value.refund(&s.pol.budget, now_ms);
@@ -2122,37 +2139,9 @@ impl Call {
         } else {
             primary.clone()
         };
-        let p = &self.pol.policy;
-        let mut held = Vec::new();
-        if p.budget.enabled {
-            let params = self.pol.budget;
-            for dims in &p.budget.scopes {
-                let key = scope_key(
-                    dims,
-                    &target,
-                    p,
-                    self.tenant.as_deref(),
-                    self.priority.as_deref(),
-                    self.task.as_deref(),
-                );
-                let cell =
-                    self.engine
-                        .inner
-                        .budgets
-                        .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
-                            BudgetCell::new(params)
-                        });
-                if cell.value.try_withdraw(&params, now_ms).is_err() {
-                    for h in &held {
-                        let h: &Arc<Slot<BudgetCell>> = h;
-                        h.value.refund(&params, now_ms);
-                    }
-                    self.count(Ctr::BudgetRefusals);
-                    return HedgePlan::No(Reason::BudgetExhausted);
-                }
-                held.push(cell);
-            }
-        }
+        let Ok(held) = self.withdraw_budget(&target, now_ms) else {
+            return HedgePlan::No(Reason::BudgetExhausted);
+        };
         let saved_target = self.target.clone();
         let saved_target_attempts = self.target_attempts;
         match self.admit(target.clone(), true, true, now, remaining) {
