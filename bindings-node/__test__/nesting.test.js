@@ -88,10 +88,10 @@ test('wrapFetch inside engine.run: one physical request per outer attempt (no mu
     assert.equal(srv.seen.length, 3)
     const ids = new Set(srv.seen.map((r) => r['headers']['retrywise-request-id']))
     assert.equal(ids.size, 1)
-    // Each inner (non-owner) call numbers its own single attempt.
+    // Each inner (non-owner) call sends the owner's attempt number downstream.
     assert.deepEqual(
       srv.seen.map((r) => r.headers['retrywise-attempt']),
-      ['1', '1', '1'],
+      ['1', '2', '3'],
     )
     for (const r of srv.seen) assert.ok(Number(r.headers['retrywise-deadline-ms']) <= 5000)
   } finally {
