@@ -117,7 +117,12 @@ pub fn parse_retry_after_value(v: &str, wall_now: SystemTime) -> Result<Duration
         return parse_number(t, 1.0);
     }
     match httpdate::parse_http_date(t) {
-        Ok(at) => Ok(at.duration_since(wall_now).unwrap_or(Duration::ZERO)),
+        Ok(at) => match at.duration_since(wall_now) {
+            // A date more than a year ahead is garbage, as the same wait in seconds would be.
+            Ok(d) if d > ABSURD => Err(HintProblem::Absurd),
+            Ok(d) => Ok(d),
+            Err(_) => Ok(Duration::ZERO),
+        },
         Err(_) => Err(HintProblem::Unparseable),
     }
 }

@@ -1263,8 +1263,9 @@ impl Call {
         if let Some(d) = &self.final_decision {
             return Err(d.stopped());
         }
-        let parallel = if self.hedging_allowed() { 2 } else { 1 };
-        if self.in_flight.len() >= parallel || (!self.in_flight.is_empty() && self.next == Next::First) {
+        // Parallel attempts start only through `next_hedge`: after a failure with a
+        // sibling still in flight, the caller waits for the sibling.
+        if !self.in_flight.is_empty() {
             return Err(Stopped {
                 reason: Reason::InvalidState,
                 class: None,
