@@ -1104,19 +1104,24 @@ impl Call {
         }
     }
 
+    /// The scope key of `dims` for this call's tenant, priority and task.
+    fn scope<'a>(&self, dims: &[ScopeDim], upstream: &'a str) -> Cow<'a, str> {
+        scope_key(
+            dims,
+            upstream,
+            &self.pol.policy,
+            self.tenant.as_deref(),
+            self.priority.as_deref(),
+            self.task.as_deref(),
+        )
+    }
+
     fn breaker_cell(&self, upstream: &str, now_ms: u64) -> Option<(Arc<Slot<BreakerCell>>, Option<BreakerOverride>)> {
         let p = &self.pol.policy;
         if !p.breaker.enabled {
             return None;
         }
-        let key = scope_key(
-            &p.breaker.scope,
-            upstream,
-            p,
-            self.tenant.as_deref(),
-            self.priority.as_deref(),
-            self.task.as_deref(),
-        );
+        let key = self.scope(&p.breaker.scope, upstream);
         let ovr = breaker_override(p, &key, upstream);
         if ovr == Some(BreakerOverride::Disabled) {
             return None;
@@ -1138,14 +1143,7 @@ impl Call {
         if !p.breaker.enabled {
             return false;
         }
-        let key = scope_key(
-            &p.breaker.scope,
-            upstream,
-            p,
-            self.tenant.as_deref(),
-            self.priority.as_deref(),
-            self.task.as_deref(),
-        );
+        let key = self.scope(&p.breaker.scope, upstream);
         let ovr = breaker_override(p, &key, upstream);
         match ovr {
             Some(BreakerOverride::ForceOpen) => return true,
@@ -1325,15 +1323,7 @@ impl Call {
         let pol = self.pol.clone();
         let p = &pol.policy;
         if p.throttle.enabled {
-            let key = scope_key(
-                &p.throttle.scope,
-                &target,
-                p,
-                self.tenant.as_deref(),
-                self.priority.as_deref(),
-                self.task.as_deref(),
-            )
-            .into_owned();
+            let key = self.scope(&p.throttle.scope, &target).into_owned();
             let params = self.pol.throttle;
             let cell =
                 self.engine
@@ -1428,15 +1418,7 @@ impl Call {
         let c = &p.concurrency;
         let mut gate = None;
         if c.max_first_attempts.is_some() || c.max_retries.is_some() {
-            let key = scope_key(
-                &c.scope,
-                &target,
-                p,
-                self.tenant.as_deref(),
-                self.priority.as_deref(),
-                self.task.as_deref(),
-            )
-            .into_owned();
+            let key = self.scope(&c.scope, &target).into_owned();
             let cell = self.engine.inner.gates.get_or_insert(
                 &key,
                 now_ms,
@@ -1477,14 +1459,7 @@ impl Call {
         // The budget counts requests: one per first attempt, in every scope of the call.
         if !retry && !hedge && p.budget.enabled {
             for dims in &p.budget.scopes {
-                let key = scope_key(
-                    dims,
-                    &target,
-                    p,
-                    self.tenant.as_deref(),
-                    self.priority.as_deref(),
-                    self.task.as_deref(),
-                );
+                let key = self.scope(dims, &target);
                 let params = self.pol.budget;
                 let cell =
                     self.engine
@@ -1679,14 +1654,7 @@ impl Call {
             )
         {
             let p = &self.pol.policy;
-            let key = scope_key(
-                &p.throttle.scope,
-                &f.upstream,
-                p,
-                self.tenant.as_deref(),
-                self.priority.as_deref(),
-                self.task.as_deref(),
-            );
+            let key = self.scope(&p.throttle.scope, &f.upstream);
             if let Some(cell) = self.engine.inner.throttles.get(&key) {
                 cell.value.accepted(now_ms);
             }
@@ -1817,14 +1785,7 @@ impl Call {
         }
         let params = self.pol.budget;
         for dims in &p.budget.scopes {
-            let key = scope_key(
-                dims,
-                target,
-                p,
-                self.tenant.as_deref(),
-                self.priority.as_deref(),
-                self.task.as_deref(),
-            );
+            let key = self.scope(dims, target);
             let cell =
                 self.engine
                     .inner
