@@ -6,8 +6,7 @@ use crate::args;
 use crate::engine::rw_engine;
 use crate::panic::{ffi_boundary, try_arg};
 use crate::types::*;
-use retrywise_core::{Attempt, Call, CallSpec, Decision, Headers, Inbound, Outcome, Stopped};
-use std::sync::Arc;
+use retrywise_core::{Attempt, Call, CallSpec, Decision, Headers, Inbound, Outcome, RequestId, SmolStr, Stopped};
 use std::time::Duration;
 
 /// One logical request.
@@ -21,12 +20,12 @@ pub struct rw_call {
     call: Call,
     /// Set when a panic was caught inside this call: its state is unknown.
     poisoned: bool,
-    att_upstream: Option<Arc<str>>,
-    att_request_id: Option<Arc<str>>,
+    att_upstream: Option<SmolStr>,
+    att_request_id: Option<RequestId>,
     att_headers: Vec<(&'static str, String)>,
     att_views: Views,
     att_detail: Option<String>,
-    dec_upstream: Option<Arc<str>>,
+    dec_upstream: Option<SmolStr>,
     dec_detail: Option<String>,
     dec_excluded: Vec<(String, String)>,
     dec_excluded_views: Vec<rw_header>,
@@ -48,16 +47,16 @@ const DETAIL_PANIC: &str = "a panic was caught inside this call; it is unusable:
 unsafe fn fill_spec(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), rw_result> {
     let owned = |x: Option<&str>| x.map(str::to_string);
     // SAFETY: pointers in `s` are valid per the caller's contract (so for every read below).
-    spec.route = unsafe { args::req_str(s.route) }?.to_string();
+    spec.route = SmolStr::from(unsafe { args::req_str(s.route) }?);
     spec.idempotency = rw_idempotency::core_from_code(s.idempotency).ok_or(rw_result::RwErrInvalidArg)?;
     if s.deadline_ms > 0 {
         spec.deadline = Some(Duration::from_millis(s.deadline_ms));
     }
     // SAFETY: as above.
     unsafe {
-        spec.tenant = owned(args::opt_str(s.tenant)?);
-        spec.task = owned(args::opt_str(s.task)?);
-        spec.priority = owned(args::opt_str(s.priority)?);
+        spec.tenant = args::opt_str(s.tenant)?.map(SmolStr::from);
+        spec.task = args::opt_str(s.task)?.map(SmolStr::from);
+        spec.priority = args::opt_str(s.priority)?.map(SmolStr::from);
         spec.idempotency_key = owned(args::opt_str(s.idempotency_key)?);
         spec.params_digest = owned(args::opt_str(s.params_digest)?);
     }
@@ -197,9 +196,12 @@ impl rw_call {
         self.att_headers = a.headers();
         let (headers, headers_len) = self.att_views.set(&self.att_headers);
         self.att_detail = None;
-        let upstream = rw_str::of(&a.upstream);
-        let request_id = rw_str::of(&a.request_id);
-        let out = rw_attempt {
+        // Kept in the call first: the views below point into these fields (inline bytes).
+        self.att_upstream = Some(a.upstream);
+        self.att_request_id = Some(a.request_id);
+        let upstream = rw_str::of(self.att_upstream.as_deref().unwrap_or(""));
+        let request_id = rw_str::of(self.att_request_id.as_ref().map_or("", |r| r.as_str()));
+        rw_attempt {
             number: a.number,
             upstream,
             request_id,
@@ -213,11 +215,7 @@ impl rw_call {
             hedge: a.hedge,
             fallback: a.fallback,
             ..rw_attempt::stopped(rw_reason::Success)
-        };
-        // The Arcs keep the bytes `upstream` and `request_id` point to alive.
-        self.att_upstream = Some(a.upstream);
-        self.att_request_id = Some(a.request_id);
-        out
+        }
     }
 
     fn stopped(&mut self, s: Stopped) -> rw_attempt {

@@ -38,7 +38,7 @@ use retrywise::idempotency::{derive_key, params_digest as core_params_digest};
 use retrywise::{
     Action, Attempt, Call, CallSpec, Clock, Decision, EffectState, Engine, ErrorClass, ErrorKind, Event, Headers,
     HedgePlan, Idempotency, Inbound, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy, PolicyErrors, Reason,
-    Stopped, SystemClock, WaitSource,
+    SmolStr, Stopped, SystemClock, WaitSource,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -131,15 +131,15 @@ impl Scratch {
 
 #[derive(Default)]
 struct Interner {
-    names: Mutex<Vec<Arc<str>>>,
+    names: Mutex<Vec<SmolStr>>,
 }
 
 impl Interner {
     /// Index of `u`, interning it when there is room; -1 when the table is full.
-    fn index(&self, u: &Arc<str>) -> f64 {
+    fn index(&self, u: &SmolStr) -> f64 {
         let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
         for (i, n) in names.iter().enumerate() {
-            if Arc::ptr_eq(n, u) || **n == **u {
+            if n == u {
                 return i as f64;
             }
         }
@@ -302,7 +302,7 @@ impl NativeEngine {
             }
             spec.idempotency =
                 Idempotency::from_code(idempotency as u8).ok_or_else(|| throw_type(&env, "bad idempotency code"))?;
-            spec.tenant = tenant;
+            spec.tenant = tenant.map(SmolStr::from);
             self.start(&env, spec)
         })
     }
@@ -336,9 +336,9 @@ impl NativeEngine {
             let x: serde_json::Value =
                 serde_json::from_str(&extra).map_err(|e| throw_type(&env, &format!("spec: {e}")))?;
             let s = |k: &str| x.get(k).and_then(|v| v.as_str()).map(str::to_string);
-            spec.tenant = s("tenant");
-            spec.task = s("task");
-            spec.priority = s("priority");
+            spec.tenant = s("tenant").map(SmolStr::from);
+            spec.task = s("task").map(SmolStr::from);
+            spec.priority = s("priority").map(SmolStr::from);
             spec.idempotency_key = s("idempotencyKey");
             spec.params_digest = s("paramsDigest");
             if let Some(p) = x.get("params") {
@@ -837,7 +837,7 @@ struct CallState {
     attempts: Vec<Attempt>,
     detail: Option<String>,
     excluded: Vec<(String, String)>,
-    upstream: Option<Arc<str>>,
+    upstream: Option<SmolStr>,
 }
 
 impl CallState {

@@ -20,7 +20,7 @@ use retrywise::engine::HedgePlan;
 use retrywise::telemetry::Sink;
 use retrywise::{
     Action, Attempt, Call, CallSpec, Decision, Engine, ErrorClass, Event, Inbound, ManualClock, Mode, OnFailure,
-    Outcome, Policy, PolicyErrors, Stopped,
+    Outcome, Policy, PolicyErrors, SmolStr, Stopped,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -256,10 +256,10 @@ impl PyEngine {
         if let Some(i) = name_arg("idempotency", idempotency)? {
             spec.idempotency = i;
         }
-        spec.tenant = str_arg("tenant", tenant)?;
-        spec.task = str_arg("task", task)?;
+        spec.tenant = str_arg("tenant", tenant)?.map(SmolStr::from);
+        spec.task = str_arg("task", task)?.map(SmolStr::from);
         spec.idempotency_key = str_arg("idempotency_key", idempotency_key)?;
-        spec.priority = str_arg("priority", priority)?;
+        spec.priority = str_arg("priority", priority)?.map(SmolStr::from);
         if let Some(p) = params.filter(|p| !p.is_none()) {
             let v = to_json(p, "params")?;
             spec.params_digest = Some(retrywise::idempotency::params_digest(&v));
@@ -627,9 +627,7 @@ impl PyCall {
     /// The final decision, once the call is over.
     #[getter]
     fn final_decision(&self, py: Python<'_>) -> PyResult<Option<PyDecision>> {
-        Ok(self
-            .with(py, |c| c.final_decision().cloned())?
-            .map(|d| PyDecision { d }))
+        Ok(self.with(py, |c| c.final_decision())?.map(|d| PyDecision { d }))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -755,7 +753,7 @@ impl PyAttempt {
     /// Logical request id.
     #[getter]
     fn request_id(&self) -> &str {
-        &self.attempt.request_id
+        self.attempt.request_id.as_str()
     }
     /// Business idempotency key, unchanged across attempts.
     #[getter]

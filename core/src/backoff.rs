@@ -78,7 +78,16 @@ const ABSURD: Duration = Duration::from_secs(365 * 24 * 3600);
 /// or asctime form, relative to `wall_now`). An invalid header is skipped and
 /// the next one is tried, as Envoy does. A date in the past means "now".
 pub fn parse_retry_after(headers: &Headers, wall_now: SystemTime) -> RetryHint {
+    parse_retry_after_with(headers, || wall_now)
+}
+
+/// [`parse_retry_after`] reading the wall clock only for an HTTP-date (the
+/// engine calls this on every report; most responses carry no hint).
+pub fn parse_retry_after_with(headers: &Headers, wall_now: impl FnOnce() -> SystemTime) -> RetryHint {
     let mut hint = RetryHint::default();
+    if headers.is_empty() {
+        return hint;
+    }
     if let Some(v) = headers.get("retry-after-ms") {
         match parse_number(v, 1e-3) {
             Ok(d) => {
@@ -90,7 +99,7 @@ pub fn parse_retry_after(headers: &Headers, wall_now: SystemTime) -> RetryHint {
         }
     }
     if let Some(v) = headers.get("retry-after") {
-        match parse_retry_after_value(v, wall_now) {
+        match parse_retry_after_value_with(v, wall_now) {
             Ok(d) => {
                 hint.wait = Some(d);
                 hint.source = Some("retry-after");
@@ -108,6 +117,10 @@ pub fn parse_retry_after(headers: &Headers, wall_now: SystemTime) -> RetryHint {
 
 /// Parses one `retry-after` value: delta-seconds or an HTTP-date.
 pub fn parse_retry_after_value(v: &str, wall_now: SystemTime) -> Result<Duration, HintProblem> {
+    parse_retry_after_value_with(v, || wall_now)
+}
+
+fn parse_retry_after_value_with(v: &str, wall_now: impl FnOnce() -> SystemTime) -> Result<Duration, HintProblem> {
     let t = v.trim();
     if t.is_empty() {
         return Err(HintProblem::Unparseable);
@@ -117,7 +130,7 @@ pub fn parse_retry_after_value(v: &str, wall_now: SystemTime) -> Result<Duration
         return parse_number(t, 1.0);
     }
     match httpdate::parse_http_date(t) {
-        Ok(at) => match at.duration_since(wall_now) {
+        Ok(at) => match at.duration_since(wall_now()) {
             // A date more than a year ahead is garbage, as the same wait in seconds would be.
             Ok(d) if d > ABSURD => Err(HintProblem::Absurd),
             Ok(d) => Ok(d),

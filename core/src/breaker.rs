@@ -3,13 +3,23 @@
 //! rate is judged, failure-rate / slow-call-rate / consecutive-failure trips,
 //! open durations that grow on repeated trips (with jitter so instances do not
 //! probe in lockstep), bounded half-open probes and manual overrides.
+//!
+//! Every attempt passes through its breaker twice, so the closed state is
+//! lock-free: admission is one atomic load, and recording an outcome into a
+//! count window is one atomic increment plus a bit flip in a two-bit-per-call
+//! bitmap (failure, slow) whose popcount is the window's count. The lock is
+//! taken only to change state (trip, half-open, close), for half-open probes
+//! and for time windows. The cell keeps no copy of its parameters, only their
+//! fingerprint, so a tracked key costs about 100 bytes.
 
 use crate::policy::{Breaker as BreakerPolicy, BreakerOverride, WindowKind};
-use crate::sync::Mutex;
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Mutex};
 use crate::types::ErrorClass;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
 
 /// Breaker state as seen by callers and telemetry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -116,6 +126,12 @@ pub struct BreakerParams {
     open_jitter: f64,
     probes: u32,
     close_after: u32,
+    /// Fingerprint of the window-shaping and trip fields: a cell built for
+    /// other parameters restarts its window (keeping its state) when it sees these.
+    id: u64,
+    /// `u64::MAX / size + 1`: reduces a call's position modulo `size` with two
+    /// multiplications instead of a division (Lemire's fastmod).
+    mod_m: u64,
 }
 
 impl BreakerParams {
@@ -126,7 +142,7 @@ impl BreakerParams {
             counted[c.code() as usize % 9] = true;
         }
         let buckets = p.buckets.max(1);
-        BreakerParams {
+        let mut b = BreakerParams {
             kind: p.window,
             size: p.window_size.max(1),
             bucket_ms: (p.window_size / buckets as u64).max(1),
@@ -143,7 +159,31 @@ impl BreakerParams {
             open_jitter: p.open_jitter,
             probes: p.half_open_probes.max(1),
             close_after: p.close_after.max(1),
-        }
+            id: 0,
+            mod_m: 0,
+        };
+        b.mod_m = (u64::MAX / b.size).wrapping_add(1);
+        b.id = b.fingerprint();
+        b
+    }
+
+    fn fingerprint(&self) -> u64 {
+        let opt = |v: Option<u64>| v.map_or(u64::MAX, |x| x);
+        let words = [
+            self.kind as u64,
+            self.size,
+            self.bucket_ms,
+            self.buckets as u64,
+            self.min_calls as u64,
+            opt(self.failure_rate.map(f64::to_bits)),
+            opt(self.slow_call_ms),
+            opt(self.slow_call_rate.map(f64::to_bits)),
+            opt(self.consecutive.map(u64::from)),
+            self.counted.iter().fold(0, |a, c| a << 1 | *c as u64),
+        ];
+        words.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+            (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29)
+        })
     }
 
     /// Whether a failure of this class counts against the upstream.
@@ -156,7 +196,62 @@ impl BreakerParams {
     pub fn is_slow(&self, elapsed_ms: u64) -> bool {
         self.slow_call_ms.is_some_and(|s| elapsed_ms >= s)
     }
+
+    /// `pos mod n` for the count window; positions wrap every 2^32 calls,
+    /// which only moves where the window's ring restarts.
+    #[inline]
+    fn slot(&self, pos: u64, n: u64) -> usize {
+        let a = pos as u32 as u64;
+        if n == self.size {
+            ((self.mod_m.wrapping_mul(a) as u128 * n as u128) >> 64) as usize
+        } else {
+            (a % n) as usize
+        }
+    }
+
+    /// Bitmap words per flag for a count window of this size.
+    fn words(&self) -> usize {
+        match self.kind {
+            WindowKind::Count => self.size.div_ceil(64) as usize,
+            WindowKind::Time => 0,
+        }
+    }
+
+    /// Why the window trips, if it does.
+    #[inline]
+    fn trip_reason(
+        &self,
+        consecutive: u32,
+        calls: u64,
+        failures: impl FnOnce() -> u64,
+        slow: impl FnOnce() -> u64,
+    ) -> Option<&'static str> {
+        if let Some(c) = self.consecutive {
+            if consecutive >= c {
+                return Some("consecutive_failures");
+            }
+        }
+        if calls < self.min_calls as u64 || calls == 0 {
+            return None;
+        }
+        let n = calls as f64;
+        if let Some(r) = self.failure_rate {
+            if failures() as f64 >= r * n {
+                return Some("failure_rate");
+            }
+        }
+        if let Some(r) = self.slow_call_rate {
+            if slow() as f64 >= r * n {
+                return Some("slow_call_rate");
+            }
+        }
+        None
+    }
 }
+
+const CLOSED: u8 = 0;
+const OPEN: u8 = 1;
+const HALF_OPEN: u8 = 2;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Bucket {
@@ -166,16 +261,59 @@ struct Bucket {
     slow: u32,
 }
 
+/// A time window: the last `size` ms in `buckets` buckets (lock held).
 #[derive(Debug)]
-enum Window {
-    /// Last N calls; each byte: bit 0 failure, bit 1 slow, bit 2 present.
-    Count {
-        ring: Vec<u8>,
-        pos: usize,
-    },
-    Time {
-        buckets: Vec<Bucket>,
-    },
+struct TimeWindow {
+    buckets: Vec<Bucket>,
+    calls: u64,
+    failures: u64,
+    slow: u64,
+}
+
+impl TimeWindow {
+    fn new(p: &BreakerParams) -> Self {
+        TimeWindow {
+            buckets: vec![Bucket::default(); p.buckets as usize],
+            calls: 0,
+            failures: 0,
+            slow: 0,
+        }
+    }
+
+    fn expire(&mut self, p: &BreakerParams, now_ms: u64) {
+        let epoch = now_ms / p.bucket_ms;
+        let n = self.buckets.len() as u64;
+        let oldest = epoch.saturating_sub(n - 1);
+        for b in self.buckets.iter_mut() {
+            if b.calls != 0 && (b.epoch < oldest || b.epoch > epoch) {
+                self.calls -= b.calls as u64;
+                self.failures -= b.failures as u64;
+                self.slow -= b.slow as u64;
+                *b = Bucket::default();
+            }
+        }
+    }
+
+    fn push(&mut self, p: &BreakerParams, now_ms: u64, failure: bool, slow: bool) {
+        let epoch = now_ms / p.bucket_ms;
+        let idx = (epoch % self.buckets.len() as u64) as usize;
+        let b = &mut self.buckets[idx];
+        if b.epoch != epoch {
+            self.calls -= b.calls as u64;
+            self.failures -= b.failures as u64;
+            self.slow -= b.slow as u64;
+            *b = Bucket {
+                epoch,
+                ..Bucket::default()
+            };
+        }
+        b.calls += 1;
+        b.failures += failure as u32;
+        b.slow += slow as u32;
+        self.calls += 1;
+        self.failures += failure as u64;
+        self.slow += slow as u64;
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,140 +323,172 @@ enum State {
     HalfOpen { in_flight: u32, successes: u32 },
 }
 
+/// What only the lock-holder touches.
 #[derive(Debug)]
 struct Inner {
-    params: BreakerParams,
     state: State,
-    window: Window,
-    calls: u64,
-    failures: u64,
-    slow: u64,
-    consecutive: u32,
     trips: u32,
+    time: Option<Box<TimeWindow>>,
 }
 
-impl Inner {
-    fn new(params: BreakerParams) -> Self {
-        let window = match params.kind {
-            WindowKind::Count => Window::Count {
-                ring: vec![0; params.size as usize],
-                pos: 0,
-            },
-            WindowKind::Time => Window::Time {
-                buckets: vec![Bucket::default(); params.buckets as usize],
-            },
+/// One scope's breaker.
+#[derive(Debug)]
+pub struct BreakerCell {
+    /// Mirror of `Inner::state`'s kind (CLOSED, OPEN, HALF_OPEN) for the lock-free paths.
+    hint: AtomicU8,
+    /// End of the open period while `hint` is OPEN, ms.
+    open_until: AtomicU64,
+    /// Outcomes recorded into the count window: the next outcome's position.
+    calls: AtomicU64,
+    consecutive: AtomicU32,
+    /// Fingerprint of the parameters the window was built for.
+    params_id: AtomicU64,
+    /// Count window, two bits per call: `words` failure words, then `words` slow words.
+    bits: SmallVec<[AtomicU64; 4]>,
+    inner: Mutex<Inner>,
+    /// Deterministic per-key seed for open-duration jitter.
+    seed: u64,
+}
+
+#[inline]
+fn set_bit(word: &AtomicU64, bit: u64, on: bool) {
+    let cur = word.load(Ordering::Relaxed);
+    if on && cur & bit == 0 {
+        word.fetch_or(bit, Ordering::Relaxed);
+    } else if !on && cur & bit != 0 {
+        word.fetch_and(!bit, Ordering::Relaxed);
+    }
+}
+
+#[inline]
+fn popcount(words: &[AtomicU64]) -> u64 {
+    words
+        .iter()
+        .map(|w| w.load(Ordering::Relaxed).count_ones() as u64)
+        .sum()
+}
+
+impl BreakerCell {
+    /// A closed breaker. `seed` should mix the engine seed and the key.
+    pub fn new(params: BreakerParams, seed: u64) -> Self {
+        let words = params.words();
+        BreakerCell {
+            hint: AtomicU8::new(CLOSED),
+            open_until: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            consecutive: AtomicU32::new(0),
+            params_id: AtomicU64::new(params.id),
+            bits: (0..2 * words).map(|_| AtomicU64::new(0)).collect(),
+            inner: Mutex::new(Inner {
+                state: State::Closed,
+                trips: 0,
+                time: match params.kind {
+                    WindowKind::Time => Some(Box::new(TimeWindow::new(&params))),
+                    WindowKind::Count => None,
+                },
+            }),
+            seed,
+        }
+    }
+
+    /// Whether this cell's window storage can hold `params`' window (a reload
+    /// that grows a count window or changes its kind needs a new cell: see [`BreakerCell::carry_over`]).
+    pub fn fits(&self, params: &BreakerParams) -> bool {
+        let words = params.words();
+        match params.kind {
+            WindowKind::Count => self.bits.len() == 2 * words,
+            WindowKind::Time => self.bits.is_empty(),
+        }
+    }
+
+    /// A cell for `params` that keeps this one's state and trip count (the
+    /// window restarts empty), for a reload that reshaped the window.
+    pub fn carry_over(&self, params: BreakerParams, now_ms: u64) -> Self {
+        let cell = BreakerCell::new(params, self.seed);
+        let old = self.inner.lock();
+        let state = match old.state {
+            State::Closed => State::Closed,
+            State::Open { until_ms } => State::Open { until_ms },
+            // Probes in flight belong to the old cell; the new one probes afresh.
+            State::HalfOpen { .. } => State::Open { until_ms: now_ms },
         };
-        Inner {
-            params,
-            state: State::Closed,
-            window,
-            calls: 0,
-            failures: 0,
-            slow: 0,
-            consecutive: 0,
-            trips: 0,
+        {
+            let mut g = cell.inner.lock();
+            g.state = state;
+            g.trips = old.trips;
         }
+        if let State::Open { until_ms } = state {
+            cell.open_until.store(until_ms, Ordering::Relaxed);
+            cell.hint.store(OPEN, Ordering::Release);
+        }
+        cell
     }
 
-    fn reset_window(&mut self) {
-        let params = self.params.clone();
-        let (state, trips) = (self.state, self.trips);
-        *self = Inner::new(params);
-        self.state = state;
-        self.trips = trips;
+    fn words(&self) -> usize {
+        self.bits.len() / 2
     }
 
-    fn expire(&mut self, now_ms: u64) {
-        if let Window::Time { buckets } = &mut self.window {
-            let epoch = now_ms / self.params.bucket_ms;
-            let n = buckets.len() as u64;
-            let oldest = epoch.saturating_sub(n - 1);
-            for b in buckets.iter_mut() {
-                if b.calls != 0 && (b.epoch < oldest || b.epoch > epoch) {
-                    self.calls -= b.calls as u64;
-                    self.failures -= b.failures as u64;
-                    self.slow -= b.slow as u64;
-                    *b = Bucket::default();
-                }
-            }
+    /// Takes the lock; a window built for other parameters restarts empty
+    /// (state and trip count are kept).
+    fn lock(&self, params: &BreakerParams) -> crate::sync::MutexGuard<'_, Inner> {
+        let mut g = self.inner.lock();
+        if self.params_id.load(Ordering::Relaxed) != params.id {
+            self.clear_window(&mut g, params);
+            self.params_id.store(params.id, Ordering::Relaxed);
         }
+        g
     }
 
-    fn push(&mut self, now_ms: u64, failure: bool, slow: bool) {
-        match &mut self.window {
-            Window::Count { ring, pos } => {
-                let old = ring[*pos];
-                if old & 4 != 0 {
-                    self.calls -= 1;
-                    self.failures -= (old & 1) as u64;
-                    self.slow -= ((old >> 1) & 1) as u64;
-                }
-                ring[*pos] = 4 | failure as u8 | ((slow as u8) << 1);
-                *pos = (*pos + 1) % ring.len();
-            }
-            Window::Time { buckets } => {
-                let epoch = now_ms / self.params.bucket_ms;
-                let idx = (epoch % buckets.len() as u64) as usize;
-                let b = &mut buckets[idx];
-                if b.epoch != epoch {
-                    self.calls -= b.calls as u64;
-                    self.failures -= b.failures as u64;
-                    self.slow -= b.slow as u64;
-                    *b = Bucket {
-                        epoch,
-                        ..Bucket::default()
-                    };
-                }
-                b.calls += 1;
-                b.failures += failure as u32;
-                b.slow += slow as u32;
-            }
+    fn clear_window(&self, g: &mut Inner, params: &BreakerParams) {
+        self.calls.store(0, Ordering::Relaxed);
+        for w in self.bits.iter() {
+            w.store(0, Ordering::Relaxed);
         }
-        self.calls += 1;
-        self.failures += failure as u64;
-        self.slow += slow as u64;
+        self.consecutive.store(0, Ordering::Relaxed);
+        g.time = match params.kind {
+            WindowKind::Time => Some(Box::new(TimeWindow::new(params))),
+            WindowKind::Count => None,
+        };
     }
 
-    fn trip_reason(&self) -> Option<&'static str> {
-        let p = &self.params;
-        if let Some(c) = p.consecutive {
-            if self.consecutive >= c {
-                return Some("consecutive_failures");
+    fn set_state(&self, g: &mut Inner, state: State) {
+        g.state = state;
+        let hint = match state {
+            State::Closed => CLOSED,
+            State::Open { until_ms } => {
+                self.open_until.store(until_ms, Ordering::Relaxed);
+                OPEN
             }
-        }
-        if self.calls < p.min_calls as u64 || self.calls == 0 {
-            return None;
-        }
-        let calls = self.calls as f64;
-        if let Some(r) = p.failure_rate {
-            if self.failures as f64 >= r * calls {
-                return Some("failure_rate");
-            }
-        }
-        if let Some(r) = p.slow_call_rate {
-            if self.slow as f64 >= r * calls {
-                return Some("slow_call_rate");
-            }
-        }
-        None
+            State::HalfOpen { .. } => HALF_OPEN,
+        };
+        self.hint.store(hint, Ordering::Release);
     }
 
-    fn open(&mut self, now_ms: u64, seed: u64, from: BreakerState, reason: &'static str) -> Transition {
-        self.trips = self.trips.saturating_add(1);
-        let p = &self.params;
-        let grown = p.open_ms as f64 * p.open_factor.powi((self.trips - 1).min(64) as i32);
+    fn open(
+        &self,
+        g: &mut Inner,
+        p: &BreakerParams,
+        now_ms: u64,
+        from: BreakerState,
+        reason: &'static str,
+    ) -> Transition {
+        g.trips = g.trips.saturating_add(1);
+        let grown = p.open_ms as f64 * p.open_factor.powi((g.trips - 1).min(64) as i32);
         let base = grown.min(p.open_max_ms as f64);
-        let mut rng = Pcg64Mcg::seed_from_u64(seed ^ (self.trips as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = Pcg64Mcg::seed_from_u64(self.seed ^ (g.trips as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let j = if p.open_jitter > 0.0 {
             rng.gen_range(-p.open_jitter..p.open_jitter)
         } else {
             0.0
         };
         let open_for = (base * (1.0 + j)).round().max(1.0) as u64;
-        self.state = State::Open {
-            until_ms: now_ms.saturating_add(open_for),
-        };
-        self.consecutive = 0;
+        self.set_state(
+            g,
+            State::Open {
+                until_ms: now_ms.saturating_add(open_for),
+            },
+        );
+        self.consecutive.store(0, Ordering::Relaxed);
         Transition {
             from,
             to: BreakerState::Open,
@@ -327,11 +497,10 @@ impl Inner {
         }
     }
 
-    fn close(&mut self) -> Transition {
-        self.state = State::Closed;
-        self.trips = 0;
-        self.reset_window();
-        self.consecutive = 0;
+    fn close(&self, g: &mut Inner, p: &BreakerParams) -> Transition {
+        self.set_state(g, State::Closed);
+        g.trips = 0;
+        self.clear_window(g, p);
         Transition {
             from: BreakerState::HalfOpen,
             to: BreakerState::Closed,
@@ -339,38 +508,9 @@ impl Inner {
             open_for_ms: 0,
         }
     }
-}
-
-/// One scope's breaker.
-#[derive(Debug)]
-pub struct BreakerCell {
-    inner: Mutex<Inner>,
-    /// Deterministic per-key seed for open-duration jitter.
-    seed: u64,
-}
-
-impl BreakerCell {
-    /// A closed breaker. `seed` should mix the engine seed and the key.
-    pub fn new(params: BreakerParams, seed: u64) -> Self {
-        BreakerCell {
-            inner: Mutex::new(Inner::new(params)),
-            seed,
-        }
-    }
-
-    fn lock(&self, params: &BreakerParams) -> crate::sync::MutexGuardAlias<'_, Inner> {
-        let mut g = self.inner.lock();
-        if g.params != *params {
-            let state = g.state;
-            let trips = g.trips;
-            *g = Inner::new(params.clone());
-            g.state = state;
-            g.trips = trips;
-        }
-        g
-    }
 
     /// Asks to send an attempt at `now_ms`.
+    #[inline]
     pub fn acquire(
         &self,
         params: &BreakerParams,
@@ -384,6 +524,27 @@ impl BreakerCell {
             }
             None => {}
         }
+        match self.hint.load(Ordering::Acquire) {
+            CLOSED => return (Admit::Allowed { probe: false }, None),
+            OPEN => {
+                let until_ms = self.open_until.load(Ordering::Relaxed);
+                if now_ms < until_ms {
+                    return (
+                        Admit::Rejected {
+                            retry_in_ms: until_ms - now_ms,
+                        },
+                        None,
+                    );
+                }
+            }
+            _ => {}
+        }
+        self.acquire_locked(params, now_ms)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn acquire_locked(&self, params: &BreakerParams, now_ms: u64) -> (Admit, Option<Transition>) {
         let mut g = self.lock(params);
         match g.state {
             State::Closed => (Admit::Allowed { probe: false }, None),
@@ -394,10 +555,13 @@ impl BreakerCell {
                 None,
             ),
             State::Open { .. } => {
-                g.state = State::HalfOpen {
-                    in_flight: 1,
-                    successes: 0,
-                };
+                self.set_state(
+                    &mut g,
+                    State::HalfOpen {
+                        in_flight: 1,
+                        successes: 0,
+                    },
+                );
                 let t = Transition {
                     from: BreakerState::Open,
                     to: BreakerState::HalfOpen,
@@ -407,7 +571,7 @@ impl BreakerCell {
                 (Admit::Allowed { probe: true }, Some(t))
             }
             State::HalfOpen { in_flight, successes } => {
-                if in_flight < g.params.probes {
+                if in_flight < params.probes {
                     g.state = State::HalfOpen {
                         in_flight: in_flight + 1,
                         successes,
@@ -421,6 +585,7 @@ impl BreakerCell {
     }
 
     /// Records an attempt's outcome. `probe` must be what `acquire` returned.
+    #[inline]
     pub fn record(
         &self,
         params: &BreakerParams,
@@ -433,6 +598,29 @@ impl BreakerCell {
         if matches!(ovr, Some(BreakerOverride::Disabled)) {
             return None;
         }
+        if !probe {
+            // Late results from before a trip do not steer an open or half-open breaker.
+            if rec == Record::Ignored || self.hint.load(Ordering::Acquire) != CLOSED {
+                return None;
+            }
+            if params.kind == WindowKind::Count && self.params_id.load(Ordering::Relaxed) == params.id {
+                return self.record_closed(params, ovr, now_ms, rec == Record::Failure, slow);
+            }
+        }
+        self.record_locked(params, ovr, now_ms, probe, rec, slow)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record_locked(
+        &self,
+        params: &BreakerParams,
+        ovr: Option<BreakerOverride>,
+        now_ms: u64,
+        probe: bool,
+        rec: Record,
+        slow: bool,
+    ) -> Option<Transition> {
         let mut g = self.lock(params);
         if probe {
             if let State::HalfOpen { in_flight, successes } = g.state {
@@ -440,14 +628,14 @@ impl BreakerCell {
                 return match rec {
                     Record::Success => {
                         let successes = successes + 1;
-                        if successes >= g.params.close_after {
-                            Some(g.close())
+                        if successes >= params.close_after {
+                            Some(self.close(&mut g, params))
                         } else {
                             g.state = State::HalfOpen { in_flight, successes };
                             None
                         }
                     }
-                    Record::Failure => Some(g.open(now_ms, self.seed, BreakerState::HalfOpen, "probe_failed")),
+                    Record::Failure => Some(self.open(&mut g, params, now_ms, BreakerState::HalfOpen, "probe_failed")),
                     Record::Ignored => {
                         g.state = State::HalfOpen { in_flight, successes };
                         None
@@ -456,18 +644,78 @@ impl BreakerCell {
             }
         }
         if g.state != State::Closed || rec == Record::Ignored {
-            // Late results from before a trip do not steer an open or half-open breaker.
             return None;
         }
-        g.expire(now_ms);
         let failure = rec == Record::Failure;
-        g.push(now_ms, failure, slow);
-        g.consecutive = if failure { g.consecutive + 1 } else { 0 };
+        if let Some(tw) = g.time.as_mut() {
+            tw.expire(params, now_ms);
+            tw.push(params, now_ms, failure, slow);
+            let consecutive = self.bump_consecutive(failure);
+            if matches!(ovr, Some(BreakerOverride::MetricsOnly | BreakerOverride::ForceClosed)) {
+                return None;
+            }
+            let (calls, failures, slow_n) = (tw.calls, tw.failures, tw.slow);
+            let reason = params.trip_reason(consecutive, calls, || failures, || slow_n)?;
+            return Some(self.open(&mut g, params, now_ms, BreakerState::Closed, reason));
+        }
+        drop(g);
+        self.record_closed(params, ovr, now_ms, failure, slow)
+    }
+
+    #[inline]
+    fn bump_consecutive(&self, failure: bool) -> u32 {
+        if failure {
+            self.consecutive.fetch_add(1, Ordering::Relaxed).saturating_add(1)
+        } else {
+            if self.consecutive.load(Ordering::Relaxed) != 0 {
+                self.consecutive.store(0, Ordering::Relaxed);
+            }
+            0
+        }
+    }
+
+    /// Records into the count window without the lock; takes it only to trip.
+    #[inline]
+    fn record_closed(
+        &self,
+        params: &BreakerParams,
+        ovr: Option<BreakerOverride>,
+        now_ms: u64,
+        failure: bool,
+        slow: bool,
+    ) -> Option<Transition> {
+        let words = self.words();
+        if words == 0 {
+            return None;
+        }
+        let n = params.size.min(words as u64 * 64);
+        let pos = self.calls.fetch_add(1, Ordering::Relaxed);
+        let idx = params.slot(pos, n);
+        let bit = 1u64 << (idx % 64);
+        set_bit(&self.bits[idx / 64], bit, failure);
+        set_bit(&self.bits[words + idx / 64], bit, slow);
+        let consecutive = self.bump_consecutive(failure);
         if matches!(ovr, Some(BreakerOverride::MetricsOnly | BreakerOverride::ForceClosed)) {
             return None;
         }
-        let reason = g.trip_reason()?;
-        Some(g.open(now_ms, self.seed, BreakerState::Closed, reason))
+        let calls = (pos + 1).min(n);
+        let reason = params.trip_reason(
+            consecutive,
+            calls,
+            || popcount(&self.bits[..words]),
+            || popcount(&self.bits[words..]),
+        )?;
+        self.trip(params, now_ms, reason)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn trip(&self, params: &BreakerParams, now_ms: u64, reason: &'static str) -> Option<Transition> {
+        let mut g = self.inner.lock();
+        if g.state != State::Closed {
+            return None;
+        }
+        Some(self.open(&mut g, params, now_ms, BreakerState::Closed, reason))
     }
 
     /// Returns a probe permit whose attempt was abandoned without an outcome.
@@ -489,12 +737,22 @@ impl BreakerCell {
         if let Some(o) = ovr {
             return o.into();
         }
+        match self.hint.load(Ordering::Acquire) {
+            CLOSED => return BreakerState::Closed,
+            OPEN if now_ms < self.open_until.load(Ordering::Relaxed) => return BreakerState::Open,
+            _ => {}
+        }
         let g = self.lock(params);
         match g.state {
             State::Closed => BreakerState::Closed,
             State::Open { until_ms } if now_ms < until_ms => BreakerState::Open,
             State::Open { .. } | State::HalfOpen { .. } => BreakerState::HalfOpen,
         }
+    }
+
+    /// True when the breaker refuses every attempt at `now_ms` (open, its period not over).
+    pub fn is_open(&self, now_ms: u64) -> bool {
+        self.hint.load(Ordering::Acquire) == OPEN && now_ms < self.open_until.load(Ordering::Relaxed)
     }
 
     /// Probes in flight (half-open only).
@@ -508,8 +766,18 @@ impl BreakerCell {
     /// `(calls, failures, slow)` in the window.
     pub fn window_counts(&self, params: &BreakerParams, now_ms: u64) -> (u64, u64, u64) {
         let mut g = self.lock(params);
-        g.expire(now_ms);
-        (g.calls, g.failures, g.slow)
+        if let Some(tw) = g.time.as_mut() {
+            tw.expire(params, now_ms);
+            return (tw.calls, tw.failures, tw.slow);
+        }
+        drop(g);
+        let words = self.words();
+        let n = params.size.min(words as u64 * 64);
+        (
+            self.calls.load(Ordering::Relaxed).min(n),
+            popcount(&self.bits[..words]),
+            popcount(&self.bits[words..]),
+        )
     }
 }
 
@@ -695,5 +963,27 @@ mod tests {
             assert_eq!(t2.unwrap().open_for_ms, d);
         }
         assert!(seen.len() > 10);
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+
+    #[test]
+    fn fastmod_matches_the_remainder() {
+        for size in [1u64, 2, 3, 7, 64, 100, 101, 1000, 65_537, 100_000] {
+            let p = BreakerParams::new(&BreakerPolicy {
+                window_size: size,
+                ..BreakerPolicy::default()
+            });
+            for pos in (0..5_000u64).chain([u32::MAX as u64 - 3, u32::MAX as u64]) {
+                assert_eq!(
+                    p.slot(pos, size),
+                    (pos as u32 as u64 % size) as usize,
+                    "{pos} mod {size}"
+                );
+            }
+        }
     }
 }

@@ -2,10 +2,18 @@
 //! `min_per_sec` × window seconds. Checked in exact ×1000 integer arithmetic,
 //! so a ratio of 0.3 grants exactly 3 retries per 10 requests (tower's
 //! `1/0.3 → 3` truncation would grant 33 %).
+//!
+//! Every first attempt deposits a request, so deposits are lock-free: each
+//! bucket is one word holding its epoch and its count, bumped with a
+//! compare-and-swap. Withdrawals (retries, the rare path) take a short lock so
+//! that two threads can never both take the last retry. A bucket counts at
+//! most 16 777 215 requests or retries (more saturates, which only makes the
+//! budget stricter); the window totals are summed from the buckets.
 
 use crate::policy::{to_milli, Budget as BudgetPolicy};
-use crate::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Mutex};
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
 
 /// Budget parameters compiled from the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +28,10 @@ pub struct BudgetParams {
     pub floor_milli: u64,
     /// Retries in flight per scope, when capped.
     pub max_in_flight: Option<u32>,
+    /// `u64::MAX / bucket_ms + 1`: the bucket of a time without a division.
+    div_m: u64,
+    /// Fingerprint of the fields above, computed once.
+    fp: u64,
 }
 
 impl BudgetParams {
@@ -29,13 +41,50 @@ impl BudgetParams {
         let bucket_ms = (p.window_ms / buckets as u64).max(1);
         let window_ms = bucket_ms * buckets as u64;
         let per_sec_milli = to_milli(p.min_per_sec).unwrap_or(0);
-        BudgetParams {
+        let mut b = BudgetParams {
             bucket_ms,
             buckets,
             ratio_milli: to_milli(p.ratio).unwrap_or(0),
             floor_milli: per_sec_milli.saturating_mul(window_ms) / 1000,
             max_in_flight: p.max_concurrent_retries,
-        }
+            div_m: (u64::MAX / bucket_ms).wrapping_add(1),
+            fp: 0,
+        };
+        b.fp = b.fingerprint();
+        b
+    }
+
+    /// `now_ms / bucket_ms`, by multiplication (exact while `now_ms × bucket_ms < 2^64`,
+    /// i.e. for any monotonic time of a running process; the division covers the rest).
+    #[inline]
+    fn epoch(&self, now_ms: u64) -> u64 {
+        let e = if self.div_m != 0 && now_ms < (u64::MAX / 2) / self.bucket_ms.max(1) {
+            ((now_ms as u128 * self.div_m as u128) >> 64) as u64
+        } else {
+            now_ms / self.bucket_ms.max(1)
+        };
+        // With bucket_ms = 1 the multiplier wraps to 0 and the division above is used.
+        e & EPOCH_MAX
+    }
+
+    /// The fingerprint of these parameters: a cell built for others restarts fresh.
+    #[inline]
+    fn id(&self) -> u64 {
+        self.fp
+    }
+
+    fn fingerprint(&self) -> u64 {
+        [
+            self.bucket_ms,
+            self.buckets as u64,
+            self.ratio_milli,
+            self.floor_milli,
+            self.max_in_flight.map_or(u64::MAX, u64::from),
+        ]
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+            (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29)
+        })
     }
 }
 
@@ -48,97 +97,107 @@ pub enum Refusal {
     Concurrency,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Bucket {
-    epoch: u64,
-    requests: u64,
-    retries: u64,
+const COUNT_BITS: u32 = 24;
+const COUNT_MAX: u64 = (1 << COUNT_BITS) - 1;
+const EPOCH_MAX: u64 = (1 << (64 - COUNT_BITS)) - 1;
+
+fn pack(epoch: u64, count: u64) -> u64 {
+    (epoch & EPOCH_MAX) << COUNT_BITS | count.min(COUNT_MAX)
 }
 
-#[derive(Debug)]
-struct Window {
-    buckets: Vec<Bucket>,
-    requests: u64,
-    retries: u64,
-    params: BudgetParams,
-    last_epoch: u64,
+fn unpack(w: u64) -> (u64, u64) {
+    (w >> COUNT_BITS, w & COUNT_MAX)
 }
 
-impl Window {
-    fn new(params: BudgetParams) -> Self {
-        Window {
-            buckets: vec![Bucket::default(); params.buckets as usize],
-            requests: 0,
-            retries: 0,
-            params,
-            last_epoch: u64::MAX,
-        }
-    }
-
-    /// Drops buckets older than the window and returns the current bucket index.
-    /// O(1) while time stays in the current bucket; a full sweep only when it moved.
-    fn advance(&mut self, now_ms: u64) -> usize {
-        let epoch = now_ms / self.params.bucket_ms;
-        let n = self.buckets.len() as u64;
-        let idx = (epoch % n) as usize;
-        if self.buckets[idx].epoch == epoch && epoch == self.last_epoch {
-            return idx;
-        }
-        self.last_epoch = epoch;
-        // Expire every bucket whose epoch fell out of [epoch - n + 1, epoch].
-        let oldest_valid = epoch.saturating_sub(n - 1);
-        for b in self.buckets.iter_mut() {
-            if (b.epoch < oldest_valid || b.epoch > epoch) && (b.requests | b.retries) != 0 {
-                self.requests -= b.requests;
-                self.retries -= b.retries;
-                *b = Bucket::default();
-            }
-        }
-        let b = &mut self.buckets[idx];
-        if b.epoch != epoch {
-            self.requests -= b.requests;
-            self.retries -= b.retries;
-            *b = Bucket {
-                epoch,
-                requests: 0,
-                retries: 0,
-            };
-        }
-        idx
-    }
-}
-
-/// One scope's budget: window counts plus retries in flight.
+/// One scope's budget: per-bucket request and retry counts plus retries in flight.
 #[derive(Debug)]
 pub struct BudgetCell {
-    window: Mutex<Window>,
+    /// `buckets` request words, then `buckets` retry words; each `epoch << 24 | count`.
+    slots: SmallVec<[AtomicU64; 20]>,
+    /// Fingerprint of the parameters the counts were made under.
+    params_id: AtomicU64,
     in_flight: AtomicU32,
+    /// Serializes withdrawals, refunds and resets.
+    lock: Mutex<()>,
 }
 
 impl BudgetCell {
     /// An empty budget.
     pub fn new(params: BudgetParams) -> Self {
         BudgetCell {
-            window: Mutex::new(Window::new(params)),
+            slots: (0..2 * params.buckets as usize).map(|_| AtomicU64::new(0)).collect(),
+            params_id: AtomicU64::new(params.id()),
             in_flight: AtomicU32::new(0),
+            lock: Mutex::new(()),
         }
     }
 
-    fn window(&self, params: &BudgetParams) -> crate::sync::MutexGuardAlias<'_, Window> {
-        let mut w = self.window.lock();
-        if w.params != *params {
-            // A reload changed the shape: restart this scope fresh.
-            *w = Window::new(*params);
+    /// Whether this cell has room for `params`' buckets (a reload that changes
+    /// the bucket count needs a new cell).
+    pub fn fits(&self, params: &BudgetParams) -> bool {
+        self.slots.len() == 2 * params.buckets as usize
+    }
+
+    fn n(&self) -> usize {
+        self.slots.len() / 2
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn resync(&self, params: &BudgetParams) {
+        let _g = self.lock.lock();
+        self.sync_params(params);
+    }
+
+    /// A reload changed the parameters: this scope restarts fresh. Caller holds the lock.
+    fn sync_params(&self, params: &BudgetParams) {
+        let id = params.id();
+        if self.params_id.load(Ordering::Acquire) != id {
+            for s in self.slots.iter() {
+                s.store(0, Ordering::Relaxed);
+            }
+            self.params_id.store(id, Ordering::Release);
         }
-        w
     }
 
     /// Counts one request (a first attempt) at `now_ms`.
+    #[inline]
     pub fn deposit(&self, params: &BudgetParams, now_ms: u64) {
-        let mut w = self.window(params);
-        let i = w.advance(now_ms);
-        w.buckets[i].requests += 1;
-        w.requests += 1;
+        if self.params_id.load(Ordering::Acquire) != params.id() {
+            self.resync(params);
+        }
+        let n = self.n() as u64;
+        if n == 0 {
+            return;
+        }
+        let epoch = params.epoch(now_ms);
+        let i = if epoch < n { epoch } else { epoch % n };
+        let slot = &self.slots[i as usize];
+        let mut cur = slot.load(Ordering::Relaxed);
+        loop {
+            let (e, c) = unpack(cur);
+            // A bucket of this epoch (or, from a thread that read the clock a
+            // little later, a newer one) counts one more; an older one restarts.
+            let next = if e >= epoch { pack(e, c + 1) } else { pack(epoch, 1) };
+            if next == cur {
+                return;
+            }
+            match slot.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Sum of the words in `words` whose epoch lies in the window ending at `epoch`.
+    fn window_sum(words: &[AtomicU64], epoch: u64) -> u64 {
+        let oldest = epoch.saturating_sub(words.len() as u64 - 1);
+        words
+            .iter()
+            .map(|w| unpack(w.load(Ordering::Relaxed)))
+            .filter(|(e, c)| *c != 0 && *e >= oldest && *e <= epoch)
+            .map(|(_, c)| c)
+            .sum()
     }
 
     /// Grants one retry if `(retries + 1) × 1000 ≤ ratio_milli × requests + floor_milli`
@@ -152,32 +211,50 @@ impl BudgetCell {
                 return Err(Refusal::Concurrency);
             }
         }
-        let mut w = self.window(params);
-        let i = w.advance(now_ms);
-        let allowed = params
-            .ratio_milli
-            .saturating_mul(w.requests)
-            .saturating_add(params.floor_milli);
-        if (w.retries + 1).saturating_mul(1000) > allowed {
-            drop(w);
-            if params.max_in_flight.is_some() {
-                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let granted = {
+            let _g = self.lock.lock();
+            self.sync_params(params);
+            let n = self.n();
+            let epoch = params.epoch(now_ms);
+            let (requests, retries) = (&self.slots[..n], &self.slots[n..]);
+            let allowed = params
+                .ratio_milli
+                .saturating_mul(Self::window_sum(requests, epoch))
+                .saturating_add(params.floor_milli);
+            if n == 0 || (Self::window_sum(retries, epoch) + 1).saturating_mul(1000) > allowed {
+                false
+            } else {
+                let slot = &retries[(epoch % n as u64) as usize];
+                let (e, c) = unpack(slot.load(Ordering::Relaxed));
+                slot.store(
+                    if e == epoch { pack(e, c + 1) } else { pack(epoch, 1) },
+                    Ordering::Relaxed,
+                );
+                true
             }
-            return Err(Refusal::Exhausted);
+        };
+        if granted {
+            return Ok(());
         }
-        w.buckets[i].retries += 1;
-        w.retries += 1;
-        Ok(())
+        if params.max_in_flight.is_some() {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+        Err(Refusal::Exhausted)
     }
 
     /// Undoes a grant that was not used (e.g. the wait did not fit the deadline).
     pub fn refund(&self, params: &BudgetParams, now_ms: u64) {
         {
-            let mut w = self.window(params);
-            let i = w.advance(now_ms);
-            if w.buckets[i].retries > 0 {
-                w.buckets[i].retries -= 1;
-                w.retries -= 1;
+            let _g = self.lock.lock();
+            self.sync_params(params);
+            let n = self.n();
+            if n > 0 {
+                let epoch = params.epoch(now_ms);
+                let slot = &self.slots[n + (epoch % n as u64) as usize];
+                let (e, c) = unpack(slot.load(Ordering::Relaxed));
+                if e == epoch && c > 0 {
+                    slot.store(pack(e, c - 1), Ordering::Relaxed);
+                }
             }
         }
         self.release(params);
@@ -194,9 +271,14 @@ impl BudgetCell {
 
     /// `(requests, retries)` in the window at `now_ms`.
     pub fn counts(&self, params: &BudgetParams, now_ms: u64) -> (u64, u64) {
-        let mut w = self.window(params);
-        w.advance(now_ms);
-        (w.requests, w.retries)
+        let _g = self.lock.lock();
+        self.sync_params(params);
+        let n = self.n();
+        let epoch = params.epoch(now_ms);
+        (
+            Self::window_sum(&self.slots[..n], epoch),
+            Self::window_sum(&self.slots[n..], epoch),
+        )
     }
 
     /// Retries in flight now.
@@ -289,5 +371,26 @@ mod tests {
         assert_eq!(b.counts(&p, 18_999), (2, 0));
         assert_eq!(b.counts(&p, 19_000), (0, 0));
         assert_eq!(b.counts(&p, 40_000), (0, 0));
+    }
+}
+
+#[cfg(test)]
+mod epoch_tests {
+    use super::*;
+
+    #[test]
+    fn multiplicative_epoch_matches_division() {
+        for window_ms in [1u64, 7, 10, 1_000, 10_000, 60_000, 3_600_000] {
+            for buckets in [1u32, 3, 10] {
+                let p = BudgetParams::new(&BudgetPolicy {
+                    window_ms,
+                    buckets,
+                    ..BudgetPolicy::default()
+                });
+                for now in (0..20_000u64).chain([86_400_000 * 365, u32::MAX as u64, 1 << 40]) {
+                    assert_eq!(p.epoch(now), (now / p.bucket_ms) & EPOCH_MAX, "{now} / {}", p.bucket_ms);
+                }
+            }
+        }
     }
 }

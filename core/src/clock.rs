@@ -3,8 +3,8 @@
 //! vectors, so every decision can be replayed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A monotonic clock (for deadlines and windows) plus a wall clock (only for
 /// HTTP-date Retry-After values).
@@ -15,16 +15,33 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn wall(&self) -> SystemTime;
 }
 
-/// The real clocks: [`Instant`] for monotonic time, [`SystemTime`] for wall time.
+/// The real clocks: the CPU's invariant time-stamp counter, calibrated
+/// against the OS monotonic clock (falling back to that clock where the
+/// counter is unreliable), for monotonic time; [`SystemTime`] for wall time.
+///
+/// Every decision reads the monotonic clock, so its cost is on every call:
+/// `Instant::now` costs about 23 ns on a typical cloud VM, the calibrated
+/// counter about half that.
 #[derive(Debug, Clone)]
 pub struct SystemClock {
-    origin: Instant,
+    clock: quanta::Clock,
+    origin: quanta::Instant,
+}
+
+/// One calibration per process (it takes a few milliseconds).
+fn calibrated() -> quanta::Clock {
+    static CLOCK: OnceLock<quanta::Clock> = OnceLock::new();
+    CLOCK.get_or_init(quanta::Clock::new).clone()
 }
 
 impl SystemClock {
     /// A clock whose monotonic origin is now.
     pub fn new() -> Self {
-        SystemClock { origin: Instant::now() }
+        let clock = calibrated();
+        SystemClock {
+            origin: clock.now(),
+            clock,
+        }
     }
 }
 
@@ -35,11 +52,37 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now(&self) -> Duration {
-        self.origin.elapsed()
+        self.clock.now().duration_since(self.origin)
     }
     fn wall(&self) -> SystemTime {
         SystemTime::now()
+    }
+}
+
+/// The clock an engine reads: the system clock without a virtual call (it is
+/// read three times per call), or any injected one.
+#[derive(Debug, Clone)]
+pub(crate) enum EngineClock {
+    System(SystemClock),
+    Injected(Arc<dyn Clock>),
+}
+
+impl EngineClock {
+    #[inline]
+    pub(crate) fn now(&self) -> Duration {
+        match self {
+            EngineClock::System(c) => c.now(),
+            EngineClock::Injected(c) => c.now(),
+        }
+    }
+
+    pub(crate) fn wall(&self) -> SystemTime {
+        match self {
+            EngineClock::System(c) => c.wall(),
+            EngineClock::Injected(c) => c.wall(),
+        }
     }
 }
 
@@ -130,10 +173,16 @@ mod tests {
     }
 
     #[test]
-    fn system_clock_is_monotonic() {
+    fn system_clock_is_monotonic_and_tracks_real_time() {
         let c = SystemClock::new();
         let a = c.now();
         let b = c.now();
         assert!(b >= a);
+        let t0 = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(50));
+        let slept = c.now() - b;
+        let real = t0.elapsed();
+        let diff = slept.abs_diff(real);
+        assert!(diff < Duration::from_millis(5), "{slept:?} vs {real:?}");
     }
 }

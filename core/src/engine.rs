@@ -9,32 +9,42 @@
 //!   d = call.report(&outcome)  // Decision{action, delay, class, reason}
 //!   Succeeded → done; Retry/Fallback → sleep d.delay, loop; Stop/Reconcile → surface it
 //! ```
+//!
+//! Cost model: a call reads the clock once per step, finds its upstream's
+//! shared state once ([`crate::upstream`]), touches the breaker and budget
+//! cells without locks while they are closed and unexhausted, counts into its
+//! thread's own counter block ([`crate::local`]) and records events as
+//! compact records into its thread's ring stripe ([`crate::telemetry`]).
 
-use crate::backoff::{jitter_ms, parse_retry_after};
+use crate::backoff::{jitter_ms, parse_retry_after_with};
 use crate::breaker::{Admit, BreakerCell, BreakerParams, BreakerState, Record, Transition};
 use crate::budget::{BudgetCell, BudgetParams, Refusal};
 use crate::classify::{Classifier, Disposition};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, EngineClock, SystemClock};
 use crate::deadline::{attempt_timeouts, outbound_headers, AttemptTimeouts, Inbound, TokenEstimate};
 use crate::fallback::{match_candidates, Exclusion, MatchResult, Needs};
+use crate::few::Few;
 use crate::gate::{GateCell, PoolCell};
+use crate::id::RequestId;
 use crate::idempotency::Ledger;
+use crate::local::{thread_up, EngineLocal, Start, ThreadUp};
 use crate::outcome::Outcome;
 use crate::policy::{
     BreakerOverride, FallbackMode, OnExceed, OnFailure, Policy, PolicyError, PolicyErrors, Route, ScopeDim,
 };
 use crate::registry::{Registry, Slot};
-use crate::stats::{Counters, Ctr, Stats, Striped};
-use crate::telemetry::{header_allowed, AttemptId, BreakerChange, Event, EventBus, EventKind, Sink};
+use crate::stats::{CounterSet, Counters, Ctr, Stats, VersionStats, VersionTable};
+use crate::telemetry::{header_allowed, Batch, BreakerChange, Event, EventBus, EventKind, Rec, Sink, Then};
 use crate::throttle::{ThrottleCell, ThrottleParams};
 use crate::types::{Action, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
+use crate::upstream::{breaker_seed, BreakerRef, BudgetScope, UpstreamState};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 use smallvec::SmallVec;
-use std::borrow::Cow;
+use smol_str::SmolStr;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -102,43 +112,168 @@ impl Mode {
     }
 }
 
-/// A policy compiled for the hot path.
-#[derive(Debug)]
+/// State every call reaches, across policy versions: clock, registries, telemetry.
+pub(crate) struct Shared {
+    /// The engine's id for per-thread state ([`crate::local`]).
+    engine_id: u64,
+    pub(crate) clock: EngineClock,
+    seed: u64,
+    id_prefix: u32,
+    mode: AtomicU8,
+    pub(crate) breakers: Registry<BreakerCell>,
+    pub(crate) budgets: Registry<BudgetCell>,
+    throttles: Registry<ThrottleCell>,
+    gates: Registry<GateCell>,
+    pools: Registry<PoolCell>,
+    pub(crate) upstream_stats: Registry<CounterSet>,
+    tenant_stats: Registry<Counters>,
+    versions: VersionTable,
+    bus: EventBus,
+    ledger: Ledger,
+    reconcile: Mutex<VecDeque<ReconcileItem>>,
+    reconcile_dropped: AtomicU64,
+}
+
+impl Shared {
+    fn mode(&self) -> Mode {
+        Mode::from_bits(self.mode.load(Ordering::Acquire))
+    }
+}
+
+/// A policy compiled for the hot path, with the per-upstream state resolved under it.
 pub(crate) struct Compiled {
     pub(crate) policy: Policy,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) generation: u64,
     version: Arc<str>,
+    /// Index of `version` in the event bus's name table.
+    version_idx: u32,
+    pub(crate) version_stats: Arc<VersionStats>,
     classifier: Classifier,
     budget: BudgetParams,
     breaker: BreakerParams,
     throttle: ThrottleParams,
+    min_attempt: Duration,
+    /// Any concurrency gate or priority pool configured.
+    gated: bool,
+    /// Propagation safety margin.
+    margin: Duration,
+    /// `timeouts` as durations, for attempts without a token-based timeout.
+    fixed_timeouts: AttemptTimeouts,
+    attempt_cap: Option<Duration>,
     /// The route of a call whose `route` names an upstream rather than a policy route.
     adhoc: Route,
-    /// Counters of this policy version (shared by every policy with the same version string).
-    counters: Arc<Slot<Counters>>,
+    /// Per-upstream state under this version.
+    upstreams: Registry<UpstreamState>,
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("version", &self.version)
+            .field("generation", &self.generation)
+            .finish()
+    }
 }
 
 impl Compiled {
-    fn new(policy: Policy, versions: &Registry<Counters>) -> Self {
+    fn new(policy: Policy, shared: Arc<Shared>, generation: u64) -> Self {
         Compiled {
             adhoc: Route {
                 fallback: FallbackMode::Forbidden,
                 attempts_per_upstream: policy.max_attempts,
                 ..Route::default()
             },
-            counters: versions.get_or_insert(&policy.version, 0, 64, u64::MAX, Counters::default),
+            version_stats: shared.versions.get(&policy.version),
+            version_idx: shared.bus.version_index(&policy.version),
             version: Arc::from(policy.version.as_str()),
             classifier: Classifier::new(&policy.classify, &policy.retry),
             budget: BudgetParams::new(&policy.budget),
             breaker: BreakerParams::new(&policy.breaker),
             throttle: ThrottleParams::new(&policy.throttle),
+            min_attempt: Duration::from_millis(policy.min_attempt_ms),
+            gated: policy.concurrency.max_first_attempts.is_some()
+                || policy.concurrency.max_retries.is_some()
+                || !policy.concurrency.pools.is_empty(),
+            margin: Duration::from_millis(policy.propagation.safety_margin_ms),
+            fixed_timeouts: AttemptTimeouts {
+                connect: Duration::from_millis(policy.timeouts.connect_ms),
+                first_byte: Duration::from_millis(policy.timeouts.first_byte_ms),
+                idle: Duration::from_millis(policy.timeouts.idle_ms),
+                total: Duration::MAX,
+            },
+            attempt_cap: policy.timeouts.attempt_ms.map(Duration::from_millis),
+            upstreams: Registry::new(),
+            generation,
+            shared,
             policy,
         }
     }
 
-    fn min_attempt(&self) -> Duration {
-        Duration::from_millis(self.policy.min_attempt_ms)
+    /// One attempt's timeouts (see [`attempt_timeouts`]), without recomputing the policy's durations.
+    #[inline]
+    fn timeouts(&self, remaining: Duration, tokens: TokenEstimate) -> AttemptTimeouts {
+        if self.policy.timeouts.dynamic.is_some() && (tokens.input.is_some() || tokens.max_output.is_some()) {
+            return attempt_timeouts(&self.policy.timeouts, remaining, tokens);
+        }
+        let total = self.attempt_cap.map_or(remaining, |a| remaining.min(a));
+        let t = &self.fixed_timeouts;
+        AttemptTimeouts {
+            connect: t.connect.min(total),
+            first_byte: t.first_byte.min(total),
+            idle: t.idle.min(total),
+            total,
+        }
+    }
+
+    /// The shared state of `upstream` under this version.
+    pub(crate) fn upstream(&self, upstream: &str, now_ms: u64) -> Up {
+        let l = &self.policy.limits;
+        let s = self
+            .upstreams
+            .get_or_insert(upstream, now_ms, l.max_keys, l.idle_ms, || {
+                UpstreamState::resolve(self, upstream, now_ms)
+            });
+        if !s.value.is_stale() {
+            s.value.touch(now_ms);
+            return s;
+        }
+        let fresh = UpstreamState::resolve(self, upstream, now_ms);
+        self.upstreams.replace(upstream, now_ms, l.max_keys, l.idle_ms, fresh)
+    }
+
+    /// The breaker cell for registry key `key`; a cell whose window cannot
+    /// hold this version's window is replaced, keeping its state.
+    pub(crate) fn breaker_cell(&self, key: &str, now_ms: u64) -> Arc<Slot<BreakerCell>> {
+        let l = &self.policy.limits;
+        let sh = &self.shared;
+        let cell = sh.breakers.get_or_insert(key, now_ms, l.max_keys, l.idle_ms, || {
+            BreakerCell::new(self.breaker.clone(), breaker_seed(sh.seed, display_key(key)))
+        });
+        if cell.value.fits(&self.breaker) {
+            return cell;
+        }
+        let next = cell.value.carry_over(self.breaker.clone(), now_ms);
+        sh.breakers.replace(key, now_ms, l.max_keys, l.idle_ms, next)
+    }
+
+    /// The budget cell for registry key `key`; a cell with another bucket count restarts fresh.
+    pub(crate) fn budget_cell(&self, key: &str, now_ms: u64) -> Arc<Slot<BudgetCell>> {
+        let l = &self.policy.limits;
+        let sh = &self.shared;
+        let cell = sh
+            .budgets
+            .get_or_insert(key, now_ms, l.max_keys, l.idle_ms, || BudgetCell::new(self.budget));
+        if cell.value.fits(&self.budget) {
+            return cell;
+        }
+        sh.budgets
+            .replace(key, now_ms, l.max_keys, l.idle_ms, BudgetCell::new(self.budget))
     }
 }
+
+/// An upstream's shared state, as a call holds it.
+pub(crate) type Up = Arc<Slot<UpstreamState>>;
 
 /// An item in the reconcile list: a call whose effect is unknown.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -164,27 +299,11 @@ pub struct ReconcileItem {
 }
 
 struct Inner {
+    shared: Arc<Shared>,
     policy: ArcSwap<Compiled>,
-    clock: Arc<dyn Clock>,
-    seed: u64,
-    id_prefix: u32,
-    next_seq: AtomicU64,
-    mode: AtomicU8,
-    breakers: Registry<BreakerCell>,
-    budgets: Registry<BudgetCell>,
-    throttles: Registry<ThrottleCell>,
-    gates: Registry<GateCell>,
-    pools: Registry<PoolCell>,
-    upstream_stats: Registry<Counters>,
-    tenant_stats: Registry<Counters>,
-    version_stats: Registry<Counters>,
-    stats: Striped,
-    bus: EventBus,
-    ledger: Ledger,
-    reconcile: Mutex<VecDeque<ReconcileItem>>,
-    reconcile_dropped: AtomicU64,
-    /// Placeholder upstream name before a routed call is matched.
-    empty: Arc<str>,
+    /// Generation of the policy in `policy` (bumped by every reload).
+    generation: AtomicU64,
+    local: EngineLocal,
 }
 
 /// The retry owner: shared by every call in the process (`Clone` is cheap).
@@ -265,48 +384,42 @@ impl EngineBuilder {
                 splitmix(t ^ (std::process::id() as u64) << 32 ^ (&t as *const u64 as u64))
             }
         };
-        let ring = self.policy.telemetry.ring_size;
-        let version_stats = Registry::new();
-        let compiled = Compiled::new(self.policy, &version_stats);
+        let local = EngineLocal::new();
+        let shared = Arc::new(Shared {
+            engine_id: local.id,
+            clock: match self.clock {
+                Some(c) => EngineClock::Injected(c),
+                None => EngineClock::System(SystemClock::new()),
+            },
+            seed,
+            id_prefix: (splitmix(seed) >> 32) as u32,
+            mode: AtomicU8::new(mode.bits()),
+            breakers: Registry::new(),
+            budgets: Registry::new(),
+            throttles: Registry::new(),
+            gates: Registry::new(),
+            pools: Registry::new(),
+            upstream_stats: Registry::new(),
+            tenant_stats: Registry::new(),
+            versions: VersionTable::default(),
+            bus: EventBus::new(self.policy.telemetry.ring_size),
+            ledger: Ledger::default(),
+            reconcile: Mutex::new(VecDeque::new()),
+            reconcile_dropped: AtomicU64::new(0),
+        });
+        let compiled = Compiled::new(self.policy, shared.clone(), 1);
         Ok(Engine {
             inner: Arc::new(Inner {
+                shared,
                 policy: ArcSwap::from_pointee(compiled),
-                clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
-                seed,
-                id_prefix: (splitmix(seed) >> 32) as u32,
-                next_seq: AtomicU64::new(0),
-                mode: AtomicU8::new(mode.bits()),
-                breakers: Registry::new(),
-                budgets: Registry::new(),
-                throttles: Registry::new(),
-                gates: Registry::new(),
-                pools: Registry::new(),
-                upstream_stats: Registry::new(),
-                tenant_stats: Registry::new(),
-                version_stats,
-                stats: Striped::default(),
-                bus: EventBus::new(ring),
-                ledger: Ledger::default(),
-                reconcile: Mutex::new(VecDeque::new()),
-                reconcile_dropped: AtomicU64::new(0),
-                empty: Arc::from(""),
+                generation: AtomicU64::new(1),
+                local,
             }),
         })
     }
 }
 
-/// `prefix` and `seq` as 24 lower-case hex digits, without going through `format!`.
-fn hex_id(prefix: u32, seq: u64) -> Arc<str> {
-    const D: &[u8; 16] = b"0123456789abcdef";
-    let mut buf = [0u8; 24];
-    let v = ((prefix as u128) << 64) | seq as u128;
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = D[((v >> (4 * (23 - i))) & 15) as usize];
-    }
-    Arc::from(std::str::from_utf8(&buf).unwrap_or("0"))
-}
-
-fn splitmix(mut x: u64) -> u64 {
+pub(crate) fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -314,7 +427,7 @@ fn splitmix(mut x: u64) -> u64 {
 }
 
 /// FNV-1a: a stable (process-independent) hash for per-key seeds.
-fn fnv(s: &str) -> u64 {
+pub(crate) fn fnv(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.bytes() {
         h ^= b as u64;
@@ -325,6 +438,10 @@ fn fnv(s: &str) -> u64 {
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// What one logical request is, as given to [`Engine::begin`].
@@ -340,17 +457,17 @@ fn ms(d: Duration) -> u64 {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CallSpec {
     /// A route name from the policy, or an upstream name.
-    pub route: String,
+    pub route: SmolStr,
     /// End-to-end deadline from now; the policy's `deadline_ms` when absent.
     pub deadline: Option<Duration>,
     /// Whether repeating is safe. Default `Safe` (pure generation).
     pub idempotency: Idempotency,
     /// Tenant (budgets, gates, counters).
-    pub tenant: Option<String>,
+    pub tenant: Option<SmolStr>,
     /// Task (route lookup when `route` names none, eval scores, operation scope).
-    pub task: Option<String>,
+    pub task: Option<SmolStr>,
     /// Priority pool (e.g. `interactive`, `batch`).
-    pub priority: Option<String>,
+    pub priority: Option<SmolStr>,
     /// Business idempotency key, carried unchanged on every attempt.
     pub idempotency_key: Option<String>,
     /// Digest of the normalized parameters ([`crate::idempotency::params_digest`]); a key reused with another digest is a conflict.
@@ -363,7 +480,7 @@ pub struct CallSpec {
 
 impl CallSpec {
     /// A spec for `route` with every other field at its default.
-    pub fn new(route: impl Into<String>) -> Self {
+    pub fn new(route: impl Into<SmolStr>) -> Self {
         CallSpec {
             route: route.into(),
             ..CallSpec::default()
@@ -384,17 +501,17 @@ impl CallSpec {
         self
     }
     /// Sets the tenant.
-    pub fn tenant(mut self, t: impl Into<String>) -> Self {
+    pub fn tenant(mut self, t: impl Into<SmolStr>) -> Self {
         self.tenant = Some(t.into());
         self
     }
     /// Sets the task.
-    pub fn task(mut self, t: impl Into<String>) -> Self {
+    pub fn task(mut self, t: impl Into<SmolStr>) -> Self {
         self.task = Some(t.into());
         self
     }
     /// Sets the priority.
-    pub fn priority(mut self, p: impl Into<String>) -> Self {
+    pub fn priority(mut self, p: impl Into<SmolStr>) -> Self {
         self.priority = Some(p.into());
         self
     }
@@ -426,15 +543,15 @@ pub struct Attempt {
     /// 1-based attempt number (hedges and fallbacks included).
     pub number: u32,
     /// Upstream to call.
-    pub upstream: Arc<str>,
+    pub upstream: SmolStr,
     /// Timeouts for this attempt, clamped to the deadline.
     pub timeouts: AttemptTimeouts,
     /// Time left before the deadline when the attempt started.
     pub remaining: Duration,
     /// Logical request id.
-    pub request_id: Arc<str>,
+    pub request_id: RequestId,
     /// Business idempotency key, unchanged across attempts.
-    pub idempotency_key: Option<Arc<str>>,
+    pub idempotency_key: Option<SmolStr>,
     /// True for a hedged (parallel) attempt.
     pub hedge: bool,
     /// True when this attempt goes to another upstream than the first one.
@@ -516,7 +633,7 @@ pub struct Decision {
     /// Stable reason code.
     pub reason: Reason,
     /// Upstream of the next attempt (Retry / Fallback), or of the reported attempt otherwise.
-    pub upstream: Option<Arc<str>>,
+    pub upstream: Option<SmolStr>,
     /// Where the wait came from.
     pub wait_source: WaitSource,
     /// The server's wait hint, as evidence for an upstream owner.
@@ -570,21 +687,147 @@ pub enum HedgePlan {
 }
 
 /// Budget cells holding one granted retry each, released when its attempt is reported.
-type BudgetHold = Vec<Arc<Slot<BudgetCell>>>;
+type BudgetHold = Few<Arc<Slot<BudgetCell>>>;
+
+/// The breaker cell an attempt holds.
+enum Held {
+    None,
+    /// The cell of the attempt's upstream state.
+    Fixed,
+    /// A cell whose scope depends on the call.
+    PerCall(Arc<Slot<BreakerCell>>, Option<BreakerOverride>),
+}
+
+/// Concurrency-gate and priority-pool slots an attempt holds (opt-in features).
+struct Slots {
+    gate: Option<Arc<Slot<GateCell>>>,
+    pool: Option<Arc<Slot<PoolCell>>>,
+}
+
+impl Slots {
+    fn leave(&self, retry: bool) {
+        if let Some(g) = &self.gate {
+            g.value.leave(retry);
+        }
+        if let Some(p) = &self.pool {
+            p.value.leave();
+        }
+    }
+}
 
 struct InFlight {
     number: u32,
-    upstream: Arc<str>,
-    started: Duration,
-    remaining_at_start: Duration,
     probe: bool,
-    breaker: Option<(Arc<Slot<BreakerCell>>, Option<BreakerOverride>)>,
-    gate: Option<Arc<Slot<GateCell>>>,
-    pool: Option<Arc<Slot<PoolCell>>>,
-    budget_hold: Vec<Arc<Slot<BudgetCell>>>,
-    counters: Arc<Slot<Counters>>,
     retry: bool,
     hedge: bool,
+    /// Monotonic start, ns.
+    started_ns: u64,
+    /// Time left before the deadline at the start, ms.
+    remaining_ms: u64,
+    upstream: SmolStr,
+    /// The attempt's upstream when it is not the call's (a hedge to another upstream).
+    tu: Option<Arc<ThreadUp>>,
+    breaker: Held,
+    slots: Option<Box<Slots>>,
+    budget_hold: BudgetHold,
+}
+
+/// The parts of a call most calls leave at their defaults, boxed so a call stays small.
+#[derive(Default)]
+struct Ext {
+    needs: Needs,
+    priority: Option<SmolStr>,
+    conflict: Option<String>,
+    /// The owner's attempt number, for a call running under an inbound owner.
+    inbound_attempt: Option<u32>,
+}
+
+static NO_NEEDS: Needs = Needs {
+    capabilities: Vec::new(),
+    input_tokens: None,
+    max_output_tokens: None,
+    data_boundary: None,
+    max_cost: None,
+};
+
+/// A call's final decision; a success (the common end) is kept without a copy of the decision.
+enum Final {
+    Succeeded {
+        attempt: u32,
+        hedge: bool,
+        upstream: Option<SmolStr>,
+    },
+    Other(Box<Decision>),
+}
+
+impl Final {
+    fn of(d: &Decision) -> Final {
+        match d {
+            Decision {
+                action: Action::Succeeded,
+                delay: Duration::ZERO,
+                class: None,
+                reason: Reason::Success,
+                wait_source: WaitSource::None,
+                retry_after: None,
+                on_failure: None,
+                detail: None,
+                excluded,
+                attempt,
+                hedge,
+                upstream,
+            } if excluded.is_empty() => Final::Succeeded {
+                attempt: *attempt,
+                hedge: *hedge,
+                upstream: upstream.clone(),
+            },
+            d => Final::Other(Box::new(d.clone())),
+        }
+    }
+
+    fn decision(&self) -> Decision {
+        match self {
+            Final::Succeeded {
+                attempt,
+                hedge,
+                upstream,
+            } => Decision {
+                action: Action::Succeeded,
+                delay: Duration::ZERO,
+                class: None,
+                reason: Reason::Success,
+                upstream: upstream.clone(),
+                wait_source: WaitSource::None,
+                retry_after: None,
+                on_failure: None,
+                detail: None,
+                attempt: *attempt,
+                hedge: *hedge,
+                excluded: Vec::new(),
+            },
+            Final::Other(d) => (**d).clone(),
+        }
+    }
+
+    fn stopped(&self) -> Stopped {
+        match self {
+            Final::Succeeded { .. } => Stopped {
+                reason: Reason::CallFinished,
+                class: None,
+                on_failure: None,
+                detail: None,
+            },
+            Final::Other(d) => d.stopped(),
+        }
+    }
+}
+
+/// What the breaker's slow path decided for an attempt.
+enum Verdict {
+    /// Go to the planned upstream.
+    Go { probe: bool },
+    /// Go to this fallback instead.
+    Moved { target: SmolStr, held: Held, probe: bool },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -595,39 +838,36 @@ enum Next {
 
 /// One logical request. Owned by one thread at a time (`Send`, not `Sync`).
 pub struct Call {
-    engine: Engine,
-    pol: Arc<Compiled>,
-    id: Arc<str>,
-    route_key: Option<String>,
-    tenant: Option<Arc<str>>,
-    task: Option<Arc<str>>,
-    priority: Option<Arc<str>>,
+    /// The call's upstream as this thread sees it; through it, the policy handle.
+    tu: Arc<ThreadUp>,
+    stripe: u8,
+    id: RequestId,
+    route_key: Option<SmolStr>,
+    tenant: Option<SmolStr>,
+    task: Option<SmolStr>,
     idem: Idempotency,
-    key: Option<Arc<str>>,
-    needs: Needs,
+    key: Option<SmolStr>,
+    ext: Option<Box<Ext>>,
     deadline_at: Duration,
     owner: bool,
     max_attempts: u32,
     attempts: u32,
-    target: Arc<str>,
-    first_upstream: Arc<str>,
+    target: SmolStr,
+    first_upstream: SmolStr,
     target_attempts: u32,
-    tried: SmallVec<[Arc<str>; 2]>,
+    tried: Few<SmolStr>,
     next: Next,
-    in_flight: SmallVec<[InFlight; 1]>,
-    /// Counters of `target`, when already looked up.
-    target_counters: Option<Arc<Slot<Counters>>>,
+    in_flight: Few<InFlight>,
     retries: u32,
     prev_wait_ms: u64,
-    rng: Pcg64Mcg,
-    pending_hold: Vec<Arc<Slot<BudgetCell>>>,
-    final_decision: Option<Decision>,
-    conflict: Option<String>,
+    /// The call's random stream, seeded from `rng_seed` when first drawn from (most calls never wait).
+    rng: Option<Pcg64Mcg>,
+    rng_seed: u64,
+    pending_hold: BudgetHold,
+    final_decision: Option<Final>,
     tenant_counters: Option<Arc<Slot<Counters>>>,
     last_class: Option<ErrorClass>,
     fallback_pending: bool,
-    /// The owner's attempt number, for a call running under an inbound owner.
-    inbound_attempt: Option<u32>,
 }
 
 impl std::fmt::Debug for Call {
@@ -659,7 +899,7 @@ impl Engine {
     }
 
     fn now(&self) -> Duration {
-        self.inner.clock.now()
+        self.inner.shared.clock.now()
     }
 
     /// The policy in force.
@@ -674,20 +914,21 @@ impl Engine {
 
     /// The current kill-switch mode.
     pub fn mode(&self) -> Mode {
-        Mode::from_bits(self.inner.mode.load(Ordering::Acquire))
+        self.inner.shared.mode()
     }
 
     /// Flips the kill switch; takes effect for every decision made after it, in-flight calls included.
     pub fn set_mode(&self, mode: Mode) {
-        self.inner.mode.store(mode.bits(), Ordering::Release);
+        let sh = &self.inner.shared;
+        sh.mode.store(mode.bits(), Ordering::Release);
         let pol = self.inner.policy.load();
-        if self.inner.bus.active() {
+        if sh.bus.active() {
             let mut e = Event::new(EventKind::ModeChange, ms(self.now()), pol.version.clone());
             e.detail = Some(format!(
                 "retries={} fallback={} hedging={}",
                 mode.retries, mode.fallback, mode.hedging
             ));
-            self.inner.bus.emit(e);
+            sh.bus.emit(self.inner.local.stripe(), e);
         }
     }
 
@@ -696,14 +937,19 @@ impl Engine {
     pub fn reload(&self, policy: Policy) -> Result<(), PolicyErrors> {
         policy.validate()?;
         let ring = policy.telemetry.ring_size;
-        let compiled = Arc::new(Compiled::new(policy, &self.inner.version_stats));
+        let sh = &self.inner.shared;
+        // Reloads are rare: one at a time keeps generations in order.
+        let generation = self.inner.generation.load(Ordering::Acquire) + 1;
+        let compiled = Arc::new(Compiled::new(policy, sh.clone(), generation));
         let version = compiled.version.clone();
         self.inner.policy.store(compiled);
-        self.inner.bus.set_capacity(ring);
-        if self.inner.bus.active() {
-            self.inner
-                .bus
-                .emit(Event::new(EventKind::Reload, ms(self.now()), version));
+        self.inner.generation.store(generation, Ordering::Release);
+        sh.bus.set_capacity(ring);
+        if sh.bus.active() {
+            sh.bus.emit(
+                self.inner.local.stripe(),
+                Event::new(EventKind::Reload, ms(self.now()), version),
+            );
         }
         Ok(())
     }
@@ -711,43 +957,43 @@ impl Engine {
     /// Registers an event sink; returns an id for [`Engine::remove_sink`].
     /// Sinks run on the deciding thread, outside engine locks: keep them fast.
     pub fn on_event(&self, sink: Sink) -> u64 {
-        self.inner.bus.add_sink(sink)
+        self.inner.shared.bus.add_sink(sink)
     }
 
     /// Removes a sink.
     pub fn remove_sink(&self, id: u64) -> bool {
-        self.inner.bus.remove_sink(id)
+        self.inner.shared.bus.remove_sink(id)
     }
 
     /// The events in the ring buffer, oldest first.
     pub fn events(&self) -> Vec<Event> {
-        self.inner.bus.snapshot()
+        self.inner.shared.bus.snapshot()
     }
 
     /// Takes the events out of the ring buffer.
     pub fn drain_events(&self) -> Vec<Event> {
-        self.inner.bus.drain()
+        self.inner.shared.bus.drain()
     }
 
     /// Calls whose effect is unknown, oldest first.
     pub fn reconcile_list(&self) -> Vec<ReconcileItem> {
-        self.inner.reconcile.lock().iter().cloned().collect()
+        self.inner.shared.reconcile.lock().iter().cloned().collect()
     }
 
     /// Takes the reconcile list (the caller now owns reconciling them).
     pub fn drain_reconcile(&self) -> Vec<ReconcileItem> {
-        self.inner.reconcile.lock().drain(..).collect()
+        self.inner.shared.reconcile.lock().drain(..).collect()
     }
 
     /// The breaker state of an upstream (by upstream name), for dashboards and tests.
     pub fn breaker_state(&self, upstream: &str) -> BreakerState {
         let pol = self.inner.policy.load();
         let key = scope_key(&pol.policy.breaker.scope, upstream, &pol.policy, None, None, None);
-        let ovr = breaker_override(&pol.policy, &key, upstream);
+        let ovr = breaker_override(&pol.policy, display_key(&key), upstream);
         if !pol.policy.breaker.enabled {
             return BreakerState::Disabled;
         }
-        match self.inner.breakers.get(&key) {
+        match self.inner.shared.breakers.get(&key) {
             Some(cell) => cell.value.state(&pol.breaker, ovr, ms(self.now())),
             None => ovr.map_or(BreakerState::Closed, BreakerState::from),
         }
@@ -755,8 +1001,8 @@ impl Engine {
 
     /// A snapshot of every counter.
     pub fn stats(&self) -> Stats {
-        let i = &self.inner;
-        let pol = i.policy.load();
+        let i = &self.inner.shared;
+        let pol = self.inner.policy.load();
         let now = ms(self.now());
         let collect = |r: &Registry<Counters>| {
             let mut m = BTreeMap::new();
@@ -765,6 +1011,10 @@ impl Engine {
             });
             m
         };
+        let mut per_upstream = BTreeMap::new();
+        i.upstream_stats.for_each(|s| {
+            per_upstream.insert(s.key.to_string(), s.value.upstream_snapshot());
+        });
         let mut tracked = BTreeMap::new();
         let mut evicted = BTreeMap::new();
         for (name, len, ev) in [
@@ -786,17 +1036,16 @@ impl Engine {
             .overrides
             .iter()
             .map(|(name, o)| {
-                (
-                    scope_key(&pol.policy.breaker.scope, name, &pol.policy, None, None, None).into_owned(),
-                    *o,
-                )
+                let key = scope_key(&pol.policy.breaker.scope, name, &pol.policy, None, None, None);
+                (display_key(&key).to_string(), *o)
             })
             .collect();
         let mut breakers: BTreeMap<String, String> = BTreeMap::new();
         i.breakers.for_each(|s| {
-            let st = s.value.state(&pol.breaker, overrides.get(&*s.key).copied(), now);
+            let key = display_key(&s.key);
+            let st = s.value.state(&pol.breaker, overrides.get(key).copied(), now);
             if st != BreakerState::Closed {
-                breakers.insert(s.key.to_string(), st.as_str().to_string());
+                breakers.insert(key.to_string(), st.as_str().to_string());
             }
         });
         if pol.policy.breaker.enabled {
@@ -808,11 +1057,11 @@ impl Engine {
         }
         Stats {
             policy_version: pol.version.to_string(),
-            overall: i.stats.snapshot(),
-            per_upstream: collect(&i.upstream_stats),
+            overall: i.versions.overall(),
+            per_upstream,
             per_tenant: collect(&i.tenant_stats),
-            per_policy_version: collect(&i.version_stats),
-            mode: self.mode(),
+            per_policy_version: i.versions.per_version(),
+            mode: i.mode(),
             events_dropped: i.bus.dropped(),
             sink_panics: i.bus.sink_panics(),
             tracked_keys: tracked,
@@ -829,45 +1078,55 @@ impl Engine {
     }
 
     /// Begins one logical request.
+    #[inline]
     pub fn begin(&self, spec: CallSpec) -> Call {
-        let i = &self.inner;
-        let pol = i.policy.load_full();
-        let now = self.now();
+        let inner = &self.inner;
+        let now = inner.shared.clock.now();
         let now_ms = ms(now);
-        let seq = i.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let direct = (!spec.route.is_empty()).then_some(spec.route.as_str());
+        let lb = inner.local.begin(
+            inner.generation.load(Ordering::Acquire),
+            || inner.policy.load_full(),
+            direct,
+        );
+        let pol = &*lb.start.handle().pol;
+        let sh = &*pol.shared;
         let inbound = spec.inbound;
-        let id: Arc<str> = match inbound.as_ref().and_then(|b| b.request_id.as_deref()) {
-            Some(parent) => Arc::from(parent),
-            None => hex_id(i.id_prefix, seq),
+        let id = match inbound.as_ref().and_then(|b| b.request_id.as_deref()) {
+            Some(parent) => RequestId::remote(parent),
+            None => RequestId::local(sh.id_prefix, lb.seq),
         };
         let mut deadline = spec.deadline.unwrap_or(Duration::from_millis(pol.policy.deadline_ms));
         if let Some(d) = inbound.as_ref().and_then(|b| b.deadline) {
             deadline = deadline.min(d);
         }
         let owner = inbound.is_none();
-        let route_key = if pol.policy.routes.contains_key(&spec.route) {
+        let routes = &pol.policy.routes;
+        let route_key = if routes.is_empty() {
+            None
+        } else if routes.contains_key(spec.route.as_str()) {
             Some(spec.route.clone())
         } else {
             spec.task
                 .as_ref()
-                .filter(|t| spec.route.is_empty() && pol.policy.routes.contains_key(*t))
+                .filter(|t| spec.route.is_empty() && routes.contains_key(t.as_str()))
                 .cloned()
         };
-        let max_attempts = {
-            let r = route_key.as_ref().and_then(|k| pol.policy.routes.get(k));
-            let m = r.and_then(|r| r.max_attempts).unwrap_or(pol.policy.max_attempts);
-            if owner {
-                m
-            } else {
-                1
-            }
+        let max_attempts = if owner {
+            route_key
+                .as_ref()
+                .and_then(|k| routes.get(k.as_str()))
+                .and_then(|r| r.max_attempts)
+                .unwrap_or(pol.policy.max_attempts)
+        } else {
+            1
         };
-        let key = spec
+        let key: Option<SmolStr> = spec
             .idempotency_key
             .or_else(|| inbound.as_ref().and_then(|b| b.idempotency_key.clone()))
-            .map(|k| Arc::from(k.as_str()));
+            .map(SmolStr::from);
         let conflict = match (&key, &spec.params_digest) {
-            (Some(k), Some(d)) => i
+            (Some(k), Some(d)) => sh
                 .ledger
                 .check(
                     k,
@@ -880,33 +1139,63 @@ impl Engine {
                 .map(|prev| format!("idempotency key {k} was used with parameters {prev}, now {d}")),
             _ => None,
         };
-        // A call that names an upstream goes there; a routed call is matched below.
-        let (target, target_counters) = if route_key.is_none() {
-            let l = &pol.policy.limits;
-            let slot = i
-                .upstream_stats
-                .get_or_insert(&spec.route, now_ms, l.max_keys, l.idle_ms, Counters::default);
-            (slot.key.clone(), Some(slot))
-        } else {
-            (i.empty.clone(), None)
-        };
-        let tenant: Option<Arc<str>> = spec.tenant.as_deref().map(Arc::from);
-        let max_keys = pol.policy.limits.max_keys;
-        let idle = pol.policy.limits.idle_ms;
-        let tenant_counters = tenant.as_ref().map(|t| {
-            i.tenant_stats
-                .get_or_insert(t, now_ms, max_keys, idle, Counters::default)
+        // A call that names an upstream goes there; a routed call goes to the
+        // first eligible candidate (capabilities, boundary, cost, breaker).
+        let routed = route_key.as_ref().and_then(|k| routes.get(k.as_str())).map(|route| {
+            let who = Who {
+                tenant: spec.tenant.as_deref(),
+                priority: spec.priority.as_deref(),
+                task: spec.task.as_deref(),
+            };
+            let m = match_route(pol, route, &who, &spec.needs, &[], None, now_ms, None);
+            let target = m
+                .eligible
+                .first()
+                .or_else(|| route.candidates.first())
+                .map(|t| SmolStr::from(t.as_str()))
+                .unwrap_or_default();
+            (target, m)
         });
+        let tenant_counters = spec.tenant.as_ref().map(|t| {
+            let l = &pol.policy.limits;
+            sh.tenant_stats
+                .get_or_insert(t, now_ms, l.max_keys, l.idle_ms, Counters::default)
+        });
+        let rng_seed = splitmix(sh.seed ^ splitmix(lb.seq));
+        let engine_id = sh.engine_id;
+        let target = match &routed {
+            Some((t, _)) => t.clone(),
+            None => spec.route,
+        };
+        let tu = match lb.start {
+            Start::Cached(tu) => {
+                tu.up.touch(now_ms);
+                tu.up.value.touch(now_ms);
+                tu
+            }
+            Start::Fresh(h) => thread_up(engine_id, &h, &target, now_ms),
+        };
+        let inbound_attempt = inbound.as_ref().and_then(|b| b.attempt);
+        let ext =
+            if spec.priority.is_none() && conflict.is_none() && inbound_attempt.is_none() && spec.needs == NO_NEEDS {
+                None
+            } else {
+                Some(Box::new(Ext {
+                    needs: spec.needs,
+                    priority: spec.priority,
+                    conflict,
+                    inbound_attempt,
+                }))
+            };
         let mut call = Call {
-            engine: self.clone(),
+            stripe: lb.stripe as u8,
             id,
             route_key,
-            tenant,
-            task: spec.task.as_deref().map(Arc::from),
-            priority: spec.priority.as_deref().map(Arc::from),
+            tenant: spec.tenant,
+            task: spec.task,
             idem: spec.idempotency,
             key,
-            needs: spec.needs,
+            ext,
             deadline_at: now.saturating_add(deadline),
             owner,
             max_attempts,
@@ -914,49 +1203,118 @@ impl Engine {
             first_upstream: target.clone(),
             target,
             target_attempts: 0,
-            tried: SmallVec::new(),
+            tried: Few::new(),
             next: Next::First,
-            in_flight: SmallVec::new(),
-            target_counters,
+            in_flight: Few::new(),
             retries: 0,
             prev_wait_ms: 0,
-            rng: Pcg64Mcg::seed_from_u64(splitmix(i.seed ^ splitmix(seq))),
-            pending_hold: Vec::new(),
+            rng: None,
+            rng_seed,
+            pending_hold: Few::new(),
             final_decision: None,
-            conflict,
             tenant_counters,
             last_class: None,
             fallback_pending: false,
-            inbound_attempt: inbound.as_ref().and_then(|b| b.attempt),
-            pol,
+            tu,
         };
-        call.count(Ctr::Logical);
-        if call.route_key.is_none() {
-            return call;
+        call.count(Ctr::Begun);
+        if let Some((_, m)) = routed {
+            if call.active() && !m.excluded.is_empty() {
+                let mut b = Batch::new();
+                let mut e = call.rec(EventKind::Fallback, now);
+                e.upstream = Some(call.target.clone());
+                let x = e.extra();
+                x.excluded = m.exclusion_strings();
+                x.detail = Some("initial_selection".into());
+                b.push(e);
+                call.flush(&mut b);
+            }
+            call.fallback_pending = m.eligible.is_empty();
         }
-        // First target: the first eligible candidate (capabilities, boundary, cost, breaker).
-        let m = call.match_now(&[], None);
-        let target = m
-            .eligible
-            .first()
-            .cloned()
-            .or_else(|| call.route().candidates.first().cloned())
-            .unwrap_or_default();
-        call.target = Arc::from(target.as_str());
-        call.first_upstream = call.target.clone();
-        if call.engine.inner.bus.active() && !m.excluded.is_empty() {
-            let mut e = call.event(EventKind::Fallback, now_ms);
-            e.upstream = Some(call.target.clone());
-            e.excluded = m.exclusion_strings();
-            e.detail = Some("initial_selection".into());
-            call.engine.inner.bus.emit(e);
-        }
-        call.fallback_pending = m.eligible.is_empty();
         call
     }
 }
 
-fn breaker_override(p: &Policy, key: &str, upstream: &str) -> Option<BreakerOverride> {
+/// The call's dimensions that scope keys may use besides the upstream.
+struct Who<'a> {
+    tenant: Option<&'a str>,
+    priority: Option<&'a str>,
+    task: Option<&'a str>,
+}
+
+/// Whether `upstream`'s breaker refuses every attempt now. `current` is the
+/// call's own upstream, whose cell is at hand.
+fn upstream_open(pol: &Compiled, upstream: &str, who: &Who, now_ms: u64, current: Option<&ThreadUp>) -> bool {
+    let p = &pol.policy;
+    if !p.breaker.enabled {
+        return false;
+    }
+    if let Some(tu) = current.filter(|tu| tu.up.key == upstream) {
+        match &tu.up.value.breaker {
+            BreakerRef::None => return false,
+            BreakerRef::Fixed(c, ovr) => {
+                return match ovr {
+                    Some(BreakerOverride::ForceOpen) => true,
+                    Some(_) => false,
+                    None => c.value.is_open(now_ms),
+                }
+            }
+            BreakerRef::PerCall => {}
+        }
+    }
+    let key = scope_key(&p.breaker.scope, upstream, p, who.tenant, who.priority, who.task);
+    match breaker_override(p, display_key(&key), upstream) {
+        Some(BreakerOverride::ForceOpen) => return true,
+        Some(_) => return false,
+        None => {}
+    }
+    pol.shared.breakers.get(&key).is_some_and(|c| c.value.is_open(now_ms))
+}
+
+/// The route's eligible candidates now, with every exclusion; `larger_than`
+/// also drops candidates whose context window is not above that many tokens.
+#[allow(clippy::too_many_arguments)]
+fn match_route(
+    pol: &Compiled,
+    route: &Route,
+    who: &Who,
+    needs: &Needs,
+    tried: &[&str],
+    larger_than: Option<u64>,
+    now_ms: u64,
+    current: Option<&ThreadUp>,
+) -> MatchResult {
+    let mut m = match_candidates(&pol.policy, route, who.task, needs, tried, &|u| {
+        upstream_open(pol, u, who, now_ms, current)
+    });
+    if let Some(min_ctx) = larger_than {
+        let mut keep = Vec::new();
+        for u in m.eligible.drain(..) {
+            let ctx = pol.policy.upstreams.get(&u).and_then(|x| x.context_tokens);
+            match ctx {
+                Some(c) if c > min_ctx => keep.push(u),
+                Some(c) => m.excluded.push((
+                    u,
+                    Exclusion::ContextTooSmall {
+                        have: c,
+                        need: min_ctx + 1,
+                    },
+                )),
+                None => m.excluded.push((
+                    u,
+                    Exclusion::ContextTooSmall {
+                        have: 0,
+                        need: min_ctx + 1,
+                    },
+                )),
+            }
+        }
+        m.eligible = keep;
+    }
+    m
+}
+
+pub(crate) fn breaker_override(p: &Policy, key: &str, upstream: &str) -> Option<BreakerOverride> {
     if p.breaker.overrides.is_empty() {
         return None;
     }
@@ -967,19 +1325,38 @@ fn breaker_override(p: &Policy, key: &str, upstream: &str) -> Option<BreakerOver
         .copied()
 }
 
-/// The scope key for `dims`: the upstream name itself when that is all the
-/// scope needs (no allocation), otherwise the dimensions joined by `/`.
-fn scope_key<'a>(
+/// Separates a registry key's dimension tag from the key as users see it.
+const TAG_END: char = '\u{1f}';
+
+fn dim_tag(d: ScopeDim) -> char {
+    match d {
+        ScopeDim::Global => 'g',
+        ScopeDim::Upstream => 'u',
+        ScopeDim::Provider => 'p',
+        ScopeDim::Model => 'm',
+        ScopeDim::Region => 'r',
+        ScopeDim::Tenant => 't',
+        ScopeDim::Priority => 'q',
+        ScopeDim::Operation => 'o',
+    }
+}
+
+/// The registry key of scope `dims` for `upstream` and the call's tenant,
+/// priority and task: a tag naming the dimensions, then their values joined
+/// by `/` (the upstream name alone when nothing else applies). The tag keeps
+/// scopes of different dimensions apart, so a tenant named like an upstream
+/// never shares that upstream's budget. [`display_key`] strips it.
+pub(crate) fn scope_key(
     dims: &[ScopeDim],
-    upstream: &'a str,
+    upstream: &str,
     p: &Policy,
     tenant: Option<&str>,
     priority: Option<&str>,
     task: Option<&str>,
-) -> Cow<'a, str> {
-    if dims == [ScopeDim::Upstream] {
-        return Cow::Borrowed(upstream);
-    }
+) -> String {
+    let mut k = String::with_capacity(dims.len() + 1 + upstream.len());
+    k.extend(dims.iter().map(|d| dim_tag(*d)));
+    k.push(TAG_END);
     let cat = p.upstreams.get(upstream);
     let upstream_only = dims.iter().all(|d| {
         matches!(
@@ -988,9 +1365,10 @@ fn scope_key<'a>(
         )
     });
     if upstream_only && cat.map_or(true, |u| u.provider.is_empty() && u.model.is_empty()) {
-        return Cow::Borrowed(upstream);
+        k.push_str(upstream);
+        return k;
     }
-    let mut parts: Vec<&str> = Vec::with_capacity(dims.len());
+    let mut first = true;
     for d in dims {
         let v = match d {
             ScopeDim::Global => "*",
@@ -1006,16 +1384,25 @@ fn scope_key<'a>(
             ScopeDim::Operation => task.unwrap_or("-"),
         };
         if !v.is_empty() {
-            parts.push(v);
+            if !first {
+                k.push('/');
+            }
+            k.push_str(v);
+            first = false;
         }
     }
-    Cow::Owned(parts.join("/"))
+    k
+}
+
+/// A registry key as users see it (in details, events and stats): without its dimension tag.
+pub(crate) fn display_key(key: &str) -> &str {
+    key.split_once(TAG_END).map_or(key, |(_, d)| d)
 }
 
 impl Call {
     /// Logical request id.
     pub fn id(&self) -> &str {
-        &self.id
+        self.id.as_str()
     }
 
     /// Physical attempts started so far (hedges and fallbacks included).
@@ -1025,7 +1412,7 @@ impl Call {
 
     /// Time left before the deadline.
     pub fn remaining(&self) -> Duration {
-        self.deadline_at.saturating_sub(self.engine.now())
+        self.deadline_at.saturating_sub(self.now())
     }
 
     /// True once a final decision was made.
@@ -1034,8 +1421,8 @@ impl Call {
     }
 
     /// The final decision, once the call is over.
-    pub fn final_decision(&self) -> Option<&Decision> {
-        self.final_decision.as_ref()
+    pub fn final_decision(&self) -> Option<Decision> {
+        self.final_decision.as_ref().map(Final::decision)
     }
 
     /// False when an upstream retrywise layer owns retries for this call.
@@ -1045,7 +1432,7 @@ impl Call {
 
     /// The policy version this call runs under.
     pub fn policy_version(&self) -> &str {
-        &self.pol.version
+        &self.tu.handle.pol.version
     }
 
     /// The upstream the next attempt will go to.
@@ -1053,148 +1440,165 @@ impl Call {
         &self.target
     }
 
-    fn route(&self) -> &Route {
-        self.route_key
-            .as_ref()
-            .and_then(|k| self.pol.policy.routes.get(k))
-            .unwrap_or(&self.pol.adhoc)
+    fn needs(&self) -> &Needs {
+        self.ext.as_ref().map_or(&NO_NEEDS, |e| &e.needs)
     }
 
+    fn priority(&self) -> Option<&str> {
+        self.ext.as_ref().and_then(|e| e.priority.as_deref())
+    }
+
+    fn ext_mut(&mut self) -> &mut Ext {
+        self.ext.get_or_insert_with(Default::default)
+    }
+
+    fn rng(&mut self) -> &mut Pcg64Mcg {
+        let seed = self.rng_seed;
+        self.rng.get_or_insert_with(|| Pcg64Mcg::seed_from_u64(seed))
+    }
+
+    #[inline]
+    fn pol(&self) -> &Compiled {
+        &self.tu.handle.pol
+    }
+
+    #[inline]
+    fn sh(&self) -> &Shared {
+        &self.tu.handle.pol.shared
+    }
+
+    #[inline]
+    fn now(&self) -> Duration {
+        self.tu.clock.now()
+    }
+
+    #[inline]
+    fn active(&self) -> bool {
+        self.sh().bus.active()
+    }
+
+    #[inline]
+    fn route(&self) -> &Route {
+        let pol = self.pol();
+        self.route_key
+            .as_ref()
+            .and_then(|k| pol.policy.routes.get(k.as_str()))
+            .unwrap_or(&pol.adhoc)
+    }
+
+    #[inline]
     fn count(&self, c: Ctr) {
-        self.engine.inner.stats.local().bump(c);
-        self.pol.counters.value.bump(c);
+        self.tu.handle.sink().bump(c);
         if let Some(t) = &self.tenant_counters {
             t.value.bump(c);
         }
     }
 
     fn count_stop(&self, r: Reason) {
-        self.engine.inner.stats.local().stop(r);
-        self.pol.counters.value.stop(r);
+        self.tu.handle.sink().stop(r);
         if let Some(t) = &self.tenant_counters {
             t.value.stop(r);
         }
     }
 
-    fn upstream_counters(&self, upstream: &str, now_ms: u64) -> Arc<Slot<Counters>> {
-        let l = &self.pol.policy.limits;
-        self.engine
-            .inner
-            .upstream_stats
-            .get_or_insert(upstream, now_ms, l.max_keys, l.idle_ms, Counters::default)
+    /// The upstream an attempt in flight went to.
+    #[inline]
+    fn tu_of<'a>(&'a self, f: &'a InFlight) -> &'a ThreadUp {
+        f.tu.as_deref().unwrap_or(&self.tu)
     }
 
-    fn event(&self, kind: EventKind, now_ms: u64) -> Event {
-        let mut e = Event::new(kind, now_ms, self.pol.version.clone());
-        e.logical_request_id = Some(self.id.clone());
+    /// The thread's state of `upstream` under this call's policy version.
+    fn thread_up(&self, upstream: &str, now_ms: u64) -> Arc<ThreadUp> {
+        thread_up(self.sh().engine_id, &self.tu.handle, upstream, now_ms)
+    }
+
+    /// A record with the call's common fields.
+    #[inline]
+    fn rec(&self, kind: EventKind, now: Duration) -> Rec {
+        let mut e = Rec::new(kind, ns(now), self.pol().version_idx);
+        e.id = Some(self.id.raw().clone());
         e.tenant = self.tenant.clone();
         e.task = self.task.clone();
-        e.remaining_ms = Some(
-            self.deadline_at
-                .saturating_sub(Duration::from_millis(now_ms))
-                .as_millis() as u64,
-        );
+        e.remaining_ms = Some(ms(self.deadline_at.saturating_sub(now)));
         e
     }
 
-    fn attempt_id(&self, n: u32) -> AttemptId {
-        AttemptId {
-            logical: self.id.clone(),
-            attempt: n,
+    #[inline]
+    fn flush(&self, b: &mut Batch) {
+        if !b.is_empty() {
+            self.sh().bus.record(self.stripe as usize, b);
         }
     }
 
-    /// The scope key of `dims` for this call's tenant, priority and task.
-    fn scope<'a>(&self, dims: &[ScopeDim], upstream: &'a str) -> Cow<'a, str> {
+    /// The registry key of `dims` for this call's tenant, priority and task.
+    fn scope(&self, dims: &[ScopeDim], upstream: &str) -> String {
         scope_key(
             dims,
             upstream,
-            &self.pol.policy,
+            &self.pol().policy,
             self.tenant.as_deref(),
-            self.priority.as_deref(),
+            self.priority(),
             self.task.as_deref(),
         )
     }
 
-    fn breaker_cell(&self, upstream: &str, now_ms: u64) -> Option<(Arc<Slot<BreakerCell>>, Option<BreakerOverride>)> {
-        let p = &self.pol.policy;
-        if !p.breaker.enabled {
-            return None;
+    /// Which breaker cell an attempt to `up` holds.
+    #[inline]
+    fn hold_breaker(&self, up: &UpstreamState, upstream: &str, now_ms: u64) -> Held {
+        match &up.breaker {
+            BreakerRef::None => Held::None,
+            BreakerRef::Fixed(..) => Held::Fixed,
+            BreakerRef::PerCall => {
+                let p = &self.pol().policy;
+                let key = self.scope(&p.breaker.scope, upstream);
+                match breaker_override(p, display_key(&key), upstream) {
+                    Some(BreakerOverride::Disabled) => Held::None,
+                    ovr => Held::PerCall(self.pol().breaker_cell(&key, now_ms), ovr),
+                }
+            }
         }
-        let key = self.scope(&p.breaker.scope, upstream);
-        let ovr = breaker_override(p, &key, upstream);
-        if ovr == Some(BreakerOverride::Disabled) {
-            return None;
+    }
+
+    /// The cell and override behind a [`Held`].
+    #[inline]
+    fn held_cell<'a>(held: &'a Held, tu: &'a ThreadUp) -> Option<(&'a Slot<BreakerCell>, Option<BreakerOverride>)> {
+        match held {
+            Held::None => None,
+            Held::Fixed => match &tu.up.value.breaker {
+                BreakerRef::Fixed(c, o) => Some((c, *o)),
+                _ => None,
+            },
+            Held::PerCall(c, o) => Some((c, *o)),
         }
-        let engine_seed = self.engine.inner.seed;
-        let params = &self.pol.breaker;
-        let cell = self
-            .engine
-            .inner
-            .breakers
-            .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
-                BreakerCell::new(params.clone(), splitmix(engine_seed ^ fnv(&key)))
-            });
-        Some((cell, ovr))
+    }
+
+    fn who(&self) -> Who<'_> {
+        Who {
+            tenant: self.tenant.as_deref(),
+            priority: self.priority(),
+            task: self.task.as_deref(),
+        }
     }
 
     fn is_open(&self, upstream: &str, now_ms: u64) -> bool {
-        let p = &self.pol.policy;
-        if !p.breaker.enabled {
-            return false;
-        }
-        let key = self.scope(&p.breaker.scope, upstream);
-        let ovr = breaker_override(p, &key, upstream);
-        match ovr {
-            Some(BreakerOverride::ForceOpen) => return true,
-            Some(_) => return false,
-            None => {}
-        }
-        match self.engine.inner.breakers.get(&key) {
-            Some(c) => c.value.state(&self.pol.breaker, None, now_ms) == BreakerState::Open,
-            None => false,
-        }
+        upstream_open(self.pol(), upstream, &self.who(), now_ms, Some(&self.tu))
     }
 
-    fn match_now(&self, tried: &[&str], larger_than: Option<u64>) -> MatchResult {
-        let route = self.route();
-        let now_ms = ms(self.engine.now());
-        let mut m = match_candidates(
-            &self.pol.policy,
-            route,
-            self.task.as_deref(),
-            &self.needs,
+    fn match_now(&self, tried: &[&str], larger_than: Option<u64>, now_ms: u64) -> MatchResult {
+        match_route(
+            self.pol(),
+            self.route(),
+            &self.who(),
+            self.needs(),
             tried,
-            &|u| self.is_open(u, now_ms),
-        );
-        if let Some(min_ctx) = larger_than {
-            let mut keep = Vec::new();
-            for u in m.eligible.drain(..) {
-                let ctx = self.pol.policy.upstreams.get(&u).and_then(|x| x.context_tokens);
-                match ctx {
-                    Some(c) if c > min_ctx => keep.push(u),
-                    Some(c) => m.excluded.push((
-                        u,
-                        Exclusion::ContextTooSmall {
-                            have: c,
-                            need: min_ctx + 1,
-                        },
-                    )),
-                    None => m.excluded.push((
-                        u,
-                        Exclusion::ContextTooSmall {
-                            have: 0,
-                            need: min_ctx + 1,
-                        },
-                    )),
-                }
-            }
-            m.eligible = keep;
-        }
-        m
+            larger_than,
+            now_ms,
+            Some(&self.tu),
+        )
     }
 
-    fn finish(&mut self, d: Decision) -> Decision {
+    #[inline]
+    fn finish(&mut self, d: Decision, now: Duration, b: &mut Batch) -> Decision {
         match d.action {
             Action::Succeeded => {}
             Action::Reconcile => {
@@ -1203,28 +1607,59 @@ impl Call {
             }
             _ => self.count_stop(d.reason),
         }
-        for b in self.pending_hold.drain(..) {
-            b.value.release(&self.pol.budget);
+        if !self.pending_hold.is_empty() {
+            for h in std::mem::take(&mut self.pending_hold).iter() {
+                h.value.release(&self.tu.handle.pol.budget);
+            }
         }
-        if self.engine.inner.bus.active() {
-            let now_ms = ms(self.engine.now());
-            let mut e = self.event(EventKind::Decision, now_ms);
-            e.action = Some(d.action);
-            e.reason = Some(d.reason);
-            e.error_class = d.class;
-            e.upstream = d.upstream.clone();
-            e.attempt = Some(d.attempt).filter(|n| *n > 0);
-            e.attempt_id = e.attempt.map(|n| self.attempt_id(n));
-            e.resend_count = e.attempt.map(|n| n.saturating_sub(1));
-            e.delay_ms = Some(0);
-            e.wait_source = Some(WaitSource::None);
-            e.detail = d.detail.clone();
-            e.hedge = d.hedge;
-            e.excluded = d.excluded.clone();
-            self.engine.inner.bus.emit(e);
+        if self.active() {
+            self.record_decision(&d, now, b);
         }
-        self.final_decision = Some(d.clone());
+        self.final_decision = Some(Final::of(&d));
         d
+    }
+
+    /// Records the decision event, folded into the attempt-end record it follows when it can be.
+    fn record_decision(&self, d: &Decision, now: Duration, b: &mut Batch) {
+        let remaining_ms = ms(self.deadline_at.saturating_sub(now));
+        let plain = d.detail.is_none() && d.excluded.is_empty();
+        match b.last_mut() {
+            // The usual end: the decision right after its attempt's end, folded into that record.
+            Some(end)
+                if plain
+                    && end.then.is_none()
+                    && end.kind == EventKind::AttemptEnd
+                    && end.attempt == Some(d.attempt)
+                    && end.upstream == d.upstream
+                    && end.hedge == d.hedge =>
+            {
+                end.then = Some(Then {
+                    action: d.action,
+                    reason: d.reason,
+                    error_class: d.class,
+                    remaining_ms,
+                });
+            }
+            _ => {
+                let mut e = self.rec(EventKind::Decision, now);
+                e.action = Some(d.action);
+                e.reason = Some(d.reason);
+                e.error_class = d.class;
+                e.upstream = d.upstream.clone();
+                e.attempt = Some(d.attempt).filter(|n| *n > 0);
+                e.attempt_id = e.attempt;
+                e.resend_count = e.attempt.map(|n| n.saturating_sub(1));
+                e.delay_ms = Some(0);
+                e.wait_source = Some(WaitSource::None);
+                e.hedge = d.hedge;
+                if !plain {
+                    let x = e.extra();
+                    x.detail = d.detail.clone();
+                    x.excluded = d.excluded.clone();
+                }
+                b.push(e);
+            }
+        }
     }
 
     fn stop_decision(&self, reason: Reason, class: Option<ErrorClass>, attempt: u32) -> Decision {
@@ -1244,22 +1679,31 @@ impl Call {
         }
     }
 
-    fn stop_now(&mut self, reason: Reason, detail: Option<String>) -> Stopped {
+    fn stop_now(&mut self, reason: Reason, detail: Option<String>, now: Duration, b: &mut Batch) -> Stopped {
         let mut d = self.stop_decision(reason, self.last_class, self.attempts);
         d.detail = detail;
         if reason == Reason::DeadlineExceeded && d.class.is_none() {
             d.class = Some(ErrorClass::DeadlineExceeded);
         }
-        self.finish(d).stopped()
+        self.finish(d, now, b).stopped()
     }
 
     /// The next attempt to make, or why none may start. Checks, in order: the
     /// call is not finished; an idempotency conflict; the deadline minus
     /// `min_attempt`; attempts left; adaptive throttling; the target's breaker
     /// (moving to an eligible fallback when it is open); concurrency gates.
+    #[inline]
     pub fn next_attempt(&mut self) -> Result<Attempt, Stopped> {
-        if let Some(d) = &self.final_decision {
-            return Err(d.stopped());
+        let mut b = Batch::new();
+        let r = self.next_attempt_in(&mut b);
+        self.flush(&mut b);
+        r
+    }
+
+    #[inline]
+    fn next_attempt_in(&mut self, b: &mut Batch) -> Result<Attempt, Stopped> {
+        if let Some(f) = &self.final_decision {
+            return Err(f.stopped());
         }
         // Parallel attempts start only through `next_hedge`: after a failure with a
         // sibling still in flight, the caller waits for the sibling.
@@ -1271,27 +1715,25 @@ impl Call {
                 detail: Some("an attempt is still in flight: report it first".into()),
             });
         }
-        if let Some(c) = self.conflict.take() {
-            return Err(self.stop_now(Reason::IdempotencyConflict, Some(c)));
+        let now = self.now();
+        if let Some(c) = self.ext.as_mut().and_then(|e| e.conflict.take()) {
+            return Err(self.stop_now(Reason::IdempotencyConflict, Some(c), now, b));
         }
-        let now = self.engine.now();
         let remaining = self.deadline_at.saturating_sub(now);
-        if remaining < self.pol.min_attempt() || remaining.is_zero() {
-            return Err(self.stop_now(
-                Reason::DeadlineExceeded,
-                Some(format!(
-                    "{} ms left, min_attempt is {} ms",
-                    ms(remaining),
-                    self.pol.policy.min_attempt_ms
-                )),
-            ));
+        if remaining < self.pol().min_attempt || remaining.is_zero() {
+            let detail = format!(
+                "{} ms left, min_attempt is {} ms",
+                ms(remaining),
+                self.pol().policy.min_attempt_ms
+            );
+            return Err(self.stop_now(Reason::DeadlineExceeded, Some(detail), now, b));
         }
         if self.attempts >= self.max_attempts {
-            return Err(self.stop_now(Reason::MaxAttempts, None));
+            return Err(self.stop_now(Reason::MaxAttempts, None, now, b));
         }
         if self.fallback_pending {
             self.fallback_pending = false;
-            let m = self.match_now(&[], None);
+            let m = self.match_now(&[], None, ms(now));
             if m.eligible.is_empty() {
                 let all_open = !m.excluded.is_empty() && m.excluded.iter().all(|(_, e)| *e == Exclusion::BreakerOpen);
                 let reason = if all_open {
@@ -1299,250 +1741,352 @@ impl Call {
                 } else {
                     Reason::NoEligibleUpstream
                 };
-                let excluded = m.exclusion_strings();
                 let mut d = self.stop_decision(reason, self.last_class, self.attempts);
-                d.excluded = excluded;
-                return Err(self.finish(d).stopped());
+                d.excluded = m.exclusion_strings();
+                return Err(self.finish(d, now, b).stopped());
             }
         }
         let retry = self.next == Next::Retry;
-        let target = self.target.clone();
-        self.admit(target, retry, false, now, remaining)
+        self.admit(None, retry, now, remaining, b)
     }
 
-    /// Throttle, breaker (with fallback when open), gates; then starts the attempt.
+    /// Throttle, breaker (with fallback when open), gates; then starts the
+    /// attempt. `hedge` names the hedge's upstream and its state; without
+    /// it the attempt goes to the call's target.
+    #[inline]
     fn admit(
         &mut self,
-        mut target: Arc<str>,
+        hedge: Option<(SmolStr, Arc<ThreadUp>)>,
         retry: bool,
-        hedge: bool,
         now: Duration,
         remaining: Duration,
+        b: &mut Batch,
     ) -> Result<Attempt, Stopped> {
         let now_ms = ms(now);
-        let pol = self.pol.clone();
-        let p = &pol.policy;
-        if p.throttle.enabled {
-            let key = self.scope(&p.throttle.scope, &target).into_owned();
-            let params = self.pol.throttle;
-            let cell =
-                self.engine
-                    .inner
-                    .throttles
-                    .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
-                        ThrottleCell::new(params)
-                    });
-            let draw: f64 = self.rng.gen();
-            if let Err(prob) = cell.value.admit(&params, now_ms, draw) {
-                self.count(Ctr::Throttled);
-                if hedge {
-                    return Err(Stopped {
-                        reason: Reason::Throttled,
-                        class: None,
-                        on_failure: None,
-                        detail: None,
-                    });
-                }
-                return Err(self.stop_now(Reason::Throttled, Some(format!("p_reject={prob:.3}"))));
-            }
+        let is_hedge = hedge.is_some();
+        let (mut target, mut hedge_tu) = match hedge {
+            Some((t, u)) => (t, Some(u)),
+            None => (self.target.clone(), None),
+        };
+        if self.pol().policy.throttle.enabled {
+            self.throttle(&target, is_hedge, now, b)?;
         }
-        let mut breaker = self.breaker_cell(&target, now_ms);
+        // Breaker: one atomic load while closed; anything else takes the slow path.
         let mut probe = false;
-        if let Some((cell, ovr)) = &breaker {
-            let (admit, t) = cell.value.acquire(&self.pol.breaker, *ovr, now_ms);
-            self.on_transition(&cell.key, t, now_ms);
-            match admit {
-                Admit::Allowed { probe: pr } => probe = pr,
-                Admit::Rejected { retry_in_ms } => {
-                    if hedge {
-                        return Err(Stopped {
-                            reason: Reason::BreakerOpen,
-                            class: None,
-                            on_failure: None,
-                            detail: None,
-                        });
-                    }
-                    // Open breaker: move to the next eligible candidate, if the route and mode allow.
-                    let tried: Vec<&str> = self
-                        .tried
-                        .iter()
-                        .map(|s| &**s)
-                        .chain(std::iter::once(&*target))
-                        .collect();
-                    let m = self.match_now(&tried, None);
-                    let alt = if self.fallback_allowed() {
-                        m.eligible.first().cloned()
-                    } else {
-                        None
-                    };
-                    match alt {
-                        Some(u) => {
-                            let u: Arc<str> = Arc::from(u.as_str());
-                            let b2 = self.breaker_cell(&u, now_ms);
-                            let mut ok = true;
-                            if let Some((c2, o2)) = &b2 {
-                                let (a2, t2) = c2.value.acquire(&self.pol.breaker, *o2, now_ms);
-                                self.on_transition(&c2.key, t2, now_ms);
-                                match a2 {
-                                    Admit::Allowed { probe: pr } => probe = pr,
-                                    Admit::Rejected { .. } => ok = false,
-                                }
-                            }
-                            if !ok {
-                                return Err(self
-                                    .stop_now(Reason::BreakerOpen, Some(format!("{target} and {u} refuse traffic"))));
-                            }
-                            self.count(Ctr::Fallbacks);
-                            if self.engine.inner.bus.active() {
-                                let mut e = self.event(EventKind::Fallback, now_ms);
-                                e.upstream = Some(u.clone());
-                                e.reason = Some(Reason::BreakerOpen);
-                                e.excluded = m.exclusion_strings();
-                                self.engine.inner.bus.emit(e);
-                            }
-                            self.switch_target(u.clone());
-                            target = u;
-                            breaker = b2;
-                        }
-                        None => {
-                            let mut d = self.stop_decision(Reason::BreakerOpen, self.last_class, self.attempts);
-                            d.detail = Some(format!("breaker {} open for {retry_in_ms} ms more", cell.key));
-                            d.excluded = m.exclusion_strings();
-                            return Err(self.finish(d).stopped());
-                        }
-                    }
+        let (mut held, refused) = match &hedge_tu.as_deref().unwrap_or(&self.tu).up.value.breaker {
+            BreakerRef::Fixed(cell, ovr) => match cell.value.acquire(&self.pol().breaker, *ovr, now_ms) {
+                (Admit::Allowed { probe: p }, None) => {
+                    probe = p;
+                    (Held::Fixed, None)
+                }
+                (a, t) => (Held::Fixed, Some((a, t, cell.key.clone()))),
+            },
+            BreakerRef::PerCall => self.acquire_per_call(&target, now_ms, &mut probe),
+            BreakerRef::None => (Held::None, None),
+        };
+        if let Some((admit, t, key)) = refused {
+            match self.breaker_verdict(admit, t, &key, &target, is_hedge, now, b)? {
+                Verdict::Go { probe: p } => probe = p,
+                Verdict::Moved {
+                    target: u,
+                    held: h,
+                    probe: p,
+                } => {
+                    probe = p;
+                    target = u;
+                    held = h;
+                    hedge_tu = None;
                 }
             }
         }
         // Concurrency gates: per scope (first attempts and retries apart) and per priority pool.
+        let slots = if self.pol().gated {
+            match self.enter_gates(&target, retry, now_ms) {
+                Ok(g) => Some(Box::new(g)),
+                Err(detail) => {
+                    if let Some((c, _)) = Self::held_cell(&held, hedge_tu.as_deref().unwrap_or(&self.tu)) {
+                        c.value.release(&self.pol().breaker, probe);
+                    }
+                    return Err(self.gate_refusal(is_hedge, detail, now, b));
+                }
+            }
+        } else {
+            None
+        };
+        let number = self.attempts + 1;
+        let c = Ctr::attempt(number);
+        self.count(c);
+        {
+            let tu = hedge_tu.as_deref().unwrap_or(&self.tu);
+            tu.sink().bump(c);
+            // The budget counts requests: one per first attempt, in every scope of the call.
+            if !retry && !is_hedge {
+                self.deposit(&tu.up.value, &target, now_ms);
+            }
+        }
+        self.attempts = number;
+        self.target_attempts += 1;
+        if self.route_key.is_some() && !self.tried.contains(&target) {
+            self.tried.push(target.clone());
+        }
+        let budget_hold = if is_hedge {
+            Few::new()
+        } else {
+            std::mem::take(&mut self.pending_hold)
+        };
+        if self.active() {
+            let mut e = self.rec(
+                if is_hedge {
+                    EventKind::Hedge
+                } else {
+                    EventKind::AttemptStart
+                },
+                now,
+            );
+            e.attempt = Some(number);
+            e.attempt_id = Some(number);
+            e.parent_attempt = (number > 1).then_some(number - 1);
+            e.resend_count = Some(number - 1);
+            e.upstream = Some(target.clone());
+            e.hedge = is_hedge;
+            b.push(e);
+        }
+        self.in_flight.push(InFlight {
+            number,
+            probe,
+            retry,
+            hedge: is_hedge,
+            started_ns: ns(now),
+            remaining_ms: ms(remaining),
+            upstream: target.clone(),
+            tu: hedge_tu,
+            breaker: held,
+            slots,
+            budget_hold,
+        });
+        let pol = &self.tu.handle.pol;
+        let tokens = match &self.ext {
+            Some(e) => TokenEstimate {
+                input: e.needs.input_tokens,
+                max_output: e.needs.max_output_tokens,
+            },
+            None => TokenEstimate::default(),
+        };
+        Ok(Attempt {
+            number,
+            fallback: self.route_key.is_some() && target != self.first_upstream,
+            upstream: target,
+            timeouts: pol.timeouts(remaining, tokens),
+            remaining,
+            request_id: self.id.clone(),
+            idempotency_key: self.key.clone(),
+            hedge: is_hedge,
+            margin: pol.margin,
+            propagate: pol.policy.propagation.enabled,
+            wire_number: self.ext.as_ref().and_then(|e| e.inbound_attempt).unwrap_or(number),
+        })
+    }
+
+    /// The breaker of a scope that depends on the call: resolve it, then ask it.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::type_complexity)]
+    fn acquire_per_call(
+        &self,
+        target: &str,
+        now_ms: u64,
+        probe: &mut bool,
+    ) -> (Held, Option<(Admit, Option<Transition>, SmolStr)>) {
+        let p = &self.pol().policy;
+        let key = self.scope(&p.breaker.scope, target);
+        let (cell, ovr) = match breaker_override(p, display_key(&key), target) {
+            Some(BreakerOverride::Disabled) => return (Held::None, None),
+            ovr => (self.pol().breaker_cell(&key, now_ms), ovr),
+        };
+        let refused = match cell.value.acquire(&self.pol().breaker, ovr, now_ms) {
+            (Admit::Allowed { probe: p }, None) => {
+                *probe = p;
+                None
+            }
+            (a, t) => Some((a, t, cell.key.clone())),
+        };
+        (Held::PerCall(cell, ovr), refused)
+    }
+
+    /// Deposits one request into every budget scope of `up` for this call.
+    #[inline]
+    fn deposit(&self, up: &UpstreamState, target: &str, now_ms: u64) {
+        let pol = self.pol();
+        for s in up.budgets.iter() {
+            match s {
+                BudgetScope::Fixed(cell) => cell.value.deposit(&pol.budget, now_ms),
+                BudgetScope::PerCall(i) => {
+                    let key = self.scope(&pol.policy.budget.scopes[*i], target);
+                    pol.budget_cell(&key, now_ms).value.deposit(&pol.budget, now_ms);
+                }
+            }
+        }
+    }
+
+    /// The breaker did not simply admit: record its transition, and on a
+    /// refusal move to an eligible fallback (or stop).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn breaker_verdict(
+        &mut self,
+        admit: Admit,
+        t: Option<Transition>,
+        key: &str,
+        target: &SmolStr,
+        is_hedge: bool,
+        now: Duration,
+        b: &mut Batch,
+    ) -> Result<Verdict, Stopped> {
+        self.on_transition(key, t, now, b);
+        match admit {
+            Admit::Allowed { probe } => Ok(Verdict::Go { probe }),
+            Admit::Rejected { .. } if is_hedge => Err(Stopped {
+                reason: Reason::BreakerOpen,
+                class: None,
+                on_failure: None,
+                detail: None,
+            }),
+            Admit::Rejected { retry_in_ms } => {
+                let (u, held, probe) = self.breaker_fallback(target, key, retry_in_ms, now, b)?;
+                Ok(Verdict::Moved { target: u, held, probe })
+            }
+        }
+    }
+
+    /// Adaptive throttling: a rejected attempt stops the call (or the hedge) without touching the network.
+    fn throttle(&mut self, target: &str, is_hedge: bool, now: Duration, b: &mut Batch) -> Result<(), Stopped> {
+        let now_ms = ms(now);
+        let tu = self.tu.clone();
+        let pol = &tu.handle.pol;
+        let p = &pol.policy;
+        let key = self.scope(&p.throttle.scope, target);
+        let params = pol.throttle;
+        let cell = pol
+            .shared
+            .throttles
+            .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
+                ThrottleCell::new(params)
+            });
+        let draw: f64 = self.rng().gen();
+        let Err(prob) = cell.value.admit(&params, now_ms, draw) else {
+            return Ok(());
+        };
+        self.count(Ctr::Throttled);
+        if is_hedge {
+            return Err(Stopped {
+                reason: Reason::Throttled,
+                class: None,
+                on_failure: None,
+                detail: None,
+            });
+        }
+        Err(self.stop_now(Reason::Throttled, Some(format!("p_reject={prob:.3}")), now, b))
+    }
+
+    /// The target's breaker refused: switch to the next eligible candidate
+    /// (if the route and mode allow and its breaker admits), else stop.
+    /// Returns the new target, its breaker hold and whether the attempt is a probe.
+    fn breaker_fallback(
+        &mut self,
+        target: &SmolStr,
+        key: &str,
+        retry_in_ms: u64,
+        now: Duration,
+        b: &mut Batch,
+    ) -> Result<(SmolStr, Held, bool), Stopped> {
+        let now_ms = ms(now);
+        let tried: Vec<&str> = self
+            .tried
+            .iter()
+            .map(|s| s.as_str())
+            .chain(std::iter::once(target.as_str()))
+            .collect();
+        let m = self.match_now(&tried, None, now_ms);
+        let alt = if self.fallback_allowed() {
+            m.eligible.first().cloned()
+        } else {
+            None
+        };
+        let Some(u) = alt else {
+            let mut d = self.stop_decision(Reason::BreakerOpen, self.last_class, self.attempts);
+            d.detail = Some(format!("breaker {} open for {retry_in_ms} ms more", display_key(key)));
+            d.excluded = m.exclusion_strings();
+            return Err(self.finish(d, now, b).stopped());
+        };
+        let u = SmolStr::from(u);
+        let tu2 = self.thread_up(&u, now_ms);
+        let held2 = self.hold_breaker(&tu2.up.value, &u, now_ms);
+        let mut probe = false;
+        let mut ok = true;
+        if let Some((c2, o2)) = Self::held_cell(&held2, &tu2) {
+            let (a2, t2) = c2.value.acquire(&self.pol().breaker, o2, now_ms);
+            self.on_transition(&c2.key, t2, now, b);
+            match a2 {
+                Admit::Allowed { probe: pr } => probe = pr,
+                Admit::Rejected { .. } => ok = false,
+            }
+        }
+        if !ok {
+            let detail = format!("{target} and {u} refuse traffic");
+            return Err(self.stop_now(Reason::BreakerOpen, Some(detail), now, b));
+        }
+        self.count(Ctr::Fallbacks);
+        if self.active() {
+            let mut e = self.rec(EventKind::Fallback, now);
+            e.upstream = Some(u.clone());
+            e.reason = Some(Reason::BreakerOpen);
+            e.extra().excluded = m.exclusion_strings();
+            b.push(e);
+        }
+        self.switch_target(u.clone(), tu2);
+        Ok((u, held2, probe))
+    }
+
+    /// Takes a concurrency-gate slot for the target's scope and a priority-pool slot, or says which refused.
+    fn enter_gates(&self, target: &str, retry: bool, now_ms: u64) -> Result<Slots, String> {
+        let pol = self.pol();
+        let p = &pol.policy;
         let c = &p.concurrency;
         let mut gate = None;
         if c.max_first_attempts.is_some() || c.max_retries.is_some() {
-            let key = self.scope(&c.scope, &target).into_owned();
-            let cell = self.engine.inner.gates.get_or_insert(
-                &key,
-                now_ms,
-                p.limits.max_keys,
-                p.limits.idle_ms,
-                GateCell::default,
-            );
+            let key = self.scope(&c.scope, target);
+            let cell =
+                pol.shared
+                    .gates
+                    .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, GateCell::default);
             let limit = if retry { c.max_retries } else { c.max_first_attempts };
             if !cell.value.try_enter(retry, limit) {
-                if let Some((b, _)) = &breaker {
-                    b.value.release(&self.pol.breaker, probe);
-                }
-                return Err(self.gate_refusal(hedge, format!("scope {key}")));
+                return Err(format!("scope {}", display_key(&key)));
             }
             gate = Some(cell);
         }
         let mut pool = None;
         if !c.pools.is_empty() {
-            let name = self.priority.as_deref().unwrap_or("default");
+            let name = self.priority().unwrap_or("default");
             if let Some(limit) = c.pools.get(name) {
-                let cell = self
-                    .engine
-                    .inner
+                let cell = pol
+                    .shared
                     .pools
                     .get_or_insert(name, now_ms, 1_024, u64::MAX, PoolCell::default);
                 if !cell.value.try_enter(*limit) {
-                    if let Some((b, _)) = &breaker {
-                        b.value.release(&self.pol.breaker, probe);
-                    }
                     if let Some(g) = &gate {
                         g.value.leave(retry);
                     }
-                    return Err(self.gate_refusal(hedge, format!("pool {name}")));
+                    return Err(format!("pool {name}"));
                 }
                 pool = Some(cell);
             }
         }
-        // The budget counts requests: one per first attempt, in every scope of the call.
-        if !retry && !hedge && p.budget.enabled {
-            for dims in &p.budget.scopes {
-                let key = self.scope(dims, &target);
-                let params = self.pol.budget;
-                let cell =
-                    self.engine
-                        .inner
-                        .budgets
-                        .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
-                            BudgetCell::new(params)
-                        });
-                cell.value.deposit(&params, now_ms);
-            }
-        }
-        self.attempts += 1;
-        self.target_attempts += 1;
-        if !self.tried.contains(&target) {
-            self.tried.push(target.clone());
-        }
-        let number = self.attempts;
-        let counters = match self.target_counters.take() {
-            Some(c) if *c.key == *target => c,
-            _ => self.upstream_counters(&target, now_ms),
-        };
-        self.count(Ctr::Attempts);
-        counters.value.bump(Ctr::Attempts);
-        if number == 1 {
-            counters.value.bump(Ctr::Logical);
-        }
-        let tokens = TokenEstimate {
-            input: self.needs.input_tokens,
-            max_output: self.needs.max_output_tokens,
-        };
-        let timeouts = attempt_timeouts(&p.timeouts, remaining, tokens);
-        let budget_hold = if hedge {
-            Vec::new()
-        } else {
-            std::mem::take(&mut self.pending_hold)
-        };
-        self.in_flight.push(InFlight {
-            number,
-            upstream: target.clone(),
-            started: now,
-            remaining_at_start: remaining,
-            probe,
-            breaker,
-            gate,
-            pool,
-            budget_hold,
-            counters,
-            retry,
-            hedge,
-        });
-        if self.engine.inner.bus.active() {
-            let mut e = self.event(
-                if hedge {
-                    EventKind::Hedge
-                } else {
-                    EventKind::AttemptStart
-                },
-                now_ms,
-            );
-            e.attempt = Some(number);
-            e.attempt_id = Some(self.attempt_id(number));
-            e.parent_attempt_id = (number > 1).then(|| self.attempt_id(number - 1));
-            e.resend_count = Some(number - 1);
-            e.upstream = Some(target.clone());
-            e.hedge = hedge;
-            self.engine.inner.bus.emit(e);
-        }
-        Ok(Attempt {
-            number,
-            fallback: *target != *self.first_upstream,
-            upstream: target,
-            timeouts,
-            remaining,
-            request_id: self.id.clone(),
-            idempotency_key: self.key.clone(),
-            hedge,
-            margin: Duration::from_millis(p.propagation.safety_margin_ms),
-            propagate: p.propagation.enabled,
-            wire_number: self.inbound_attempt.unwrap_or(number),
-        })
+        Ok(Slots { gate, pool })
     }
 
-    fn gate_refusal(&mut self, hedge: bool, detail: String) -> Stopped {
+    fn gate_refusal(&mut self, hedge: bool, detail: String, now: Duration, b: &mut Batch) -> Stopped {
         if hedge {
             return Stopped {
                 reason: Reason::ConcurrencyLimit,
@@ -1551,31 +2095,32 @@ impl Call {
                 detail: Some(detail),
             };
         }
-        self.stop_now(Reason::ConcurrencyLimit, Some(detail))
+        self.stop_now(Reason::ConcurrencyLimit, Some(detail), now, b)
     }
 
-    fn switch_target(&mut self, u: Arc<str>) {
-        if *u != *self.target {
+    fn switch_target(&mut self, u: SmolStr, tu: Arc<ThreadUp>) {
+        if u != self.target {
             self.target = u;
+            self.tu = tu;
             self.target_attempts = 0;
         }
     }
 
-    fn on_transition(&self, key: &str, t: Option<Transition>, now_ms: u64) {
+    fn on_transition(&self, key: &str, t: Option<Transition>, now: Duration, b: &mut Batch) {
         let Some(t) = t else { return };
         if t.to == BreakerState::Open {
             self.count(Ctr::BreakerOpens);
         }
-        if self.engine.inner.bus.active() {
-            let mut e = self.event(EventKind::BreakerTransition, now_ms);
-            e.breaker = Some(BreakerChange {
-                key: key.to_string(),
+        if self.active() {
+            let mut e = self.rec(EventKind::BreakerTransition, now);
+            e.extra().breaker = Some(BreakerChange {
+                key: display_key(key).to_string(),
                 from: t.from.as_str(),
                 to: t.to.as_str(),
                 reason: t.reason,
                 open_for_ms: t.open_for_ms,
             });
-            self.engine.inner.bus.emit(e);
+            b.push(e);
         }
     }
 
@@ -1583,14 +2128,15 @@ impl Call {
         self.route().hedge_after_ms.is_some()
             && self.idem != Idempotency::Unsafe
             && self.owner
-            && self.engine.mode().hedging
+            && self.sh().mode().hedging
     }
 
     fn fallback_allowed(&self) -> bool {
-        self.route().fallback == FallbackMode::Allowed && self.engine.mode().fallback && self.owner
+        self.route().fallback == FallbackMode::Allowed && self.sh().mode().fallback && self.owner
     }
 
     /// Reports the outcome of the most recent attempt in flight.
+    #[inline]
     pub fn report(&mut self, outcome: &Outcome) -> Decision {
         let n = self.in_flight.last().map(|f| f.number).unwrap_or(0);
         self.report_attempt(n, outcome)
@@ -1600,74 +2146,77 @@ impl Call {
     /// two attempts are in flight). The decision is final once the call
     /// succeeded, stopped or must reconcile; later reports of sibling attempts
     /// return that final decision.
+    #[inline]
     pub fn report_attempt(&mut self, number: u32, outcome: &Outcome) -> Decision {
-        if let Some(hook) = &self.pol.policy.testing.panic_on_vendor_code {
+        let mut b = Batch::new();
+        let d = self.report_in(number, outcome, &mut b);
+        self.flush(&mut b);
+        d
+    }
+
+    #[inline]
+    fn report_in(&mut self, number: u32, outcome: &Outcome, b: &mut Batch) -> Decision {
+        if let Some(hook) = &self.pol().policy.testing.panic_on_vendor_code {
             if outcome.vendor_code.as_deref() == Some(hook.as_str()) {
                 panic!("retrywise test hook: forced panic inside a decision");
             }
         }
-        let Some(pos) = self.in_flight.iter().position(|f| f.number == number) else {
-            if let Some(d) = &self.final_decision {
-                return d.clone();
+        let Some(f) = self.in_flight.take(|f| f.number == number) else {
+            if let Some(f) = &self.final_decision {
+                return f.decision();
             }
             let mut d = self.stop_decision(Reason::InvalidState, None, number);
             d.detail = Some(format!("attempt {number} is not in flight"));
             d.on_failure = None;
             return d;
         };
-        let f = self.in_flight.remove(pos);
-        let now = self.engine.now();
+        let now = self.now();
         let now_ms = ms(now);
-        let elapsed_ms = ms(now.saturating_sub(f.started));
-        if let Some(g) = &f.gate {
-            g.value.leave(f.retry);
+        let elapsed_ms = ns(now).saturating_sub(f.started_ns) / 1_000_000;
+        if let Some(sl) = &f.slots {
+            sl.leave(f.retry);
         }
-        if let Some(pl) = &f.pool {
-            pl.value.leave();
+        let pol = self.pol();
+        for h in &f.budget_hold {
+            h.value.release(&pol.budget);
         }
-        for b in &f.budget_hold {
-            b.value.release(&self.pol.budget);
-        }
-        let cls = self.pol.classifier.classify(outcome, self.idem);
-        self.last_class = cls.class;
+        let cls = pol.classifier.classify(outcome, self.idem);
         // Breaker, throttle and per-upstream counters see every attempt.
-        if let Some((cell, ovr)) = &f.breaker {
+        let transition = Self::held_cell(&f.breaker, self.tu_of(&f)).and_then(|(cell, ovr)| {
             let rec = match (cls.disposition, cls.class) {
                 (Disposition::Succeeded, _) => Record::Success,
-                (_, Some(c)) if self.pol.breaker.counts(c) => Record::Failure,
+                (_, Some(c)) if pol.breaker.counts(c) => Record::Failure,
                 _ => Record::Ignored,
             };
-            let t = cell.value.record(
-                &self.pol.breaker,
-                *ovr,
-                now_ms,
-                f.probe,
-                rec,
-                self.pol.breaker.is_slow(elapsed_ms),
-            );
-            self.on_transition(&cell.key, t, now_ms);
-        }
-        if self.pol.policy.throttle.enabled
+            let t = cell
+                .value
+                .record(&pol.breaker, ovr, now_ms, f.probe, rec, pol.breaker.is_slow(elapsed_ms));
+            t.map(|t| (cell.key.clone(), t))
+        });
+        if pol.policy.throttle.enabled
             && !matches!(
                 cls.class,
                 Some(ErrorClass::RateLimit | ErrorClass::Overloaded | ErrorClass::Transient)
             )
         {
-            let p = &self.pol.policy;
-            let key = self.scope(&p.throttle.scope, &f.upstream);
-            if let Some(cell) = self.engine.inner.throttles.get(&key) {
+            let key = self.scope(&pol.policy.throttle.scope, &f.upstream);
+            if let Some(cell) = pol.shared.throttles.get(&key) {
                 cell.value.accepted(now_ms);
             }
         }
-        let hint = if self.pol.policy.retry_after.enabled {
-            parse_retry_after(&outcome.headers, self.engine.inner.clock.wall())
+        let hint = if pol.policy.retry_after.enabled {
+            parse_retry_after_with(&outcome.headers, || pol.shared.clock.wall())
         } else {
             Default::default()
         };
-        if self.engine.inner.bus.active() {
-            let mut e = self.event(EventKind::AttemptEnd, now_ms);
+        self.last_class = cls.class;
+        if let Some((key, t)) = transition {
+            self.on_transition(&key, Some(t), now, b);
+        }
+        if self.active() {
+            let mut e = self.rec(EventKind::AttemptEnd, now);
             e.attempt = Some(f.number);
-            e.attempt_id = Some(self.attempt_id(f.number));
+            e.attempt_id = Some(f.number);
             e.resend_count = Some(f.number - 1);
             e.upstream = Some(f.upstream.clone());
             e.error_class = cls.class;
@@ -1676,22 +2225,27 @@ impl Call {
             e.status = outcome.status;
             e.error_kind = outcome.error;
             e.hedge = f.hedge;
-            e.remaining_ms = Some(ms(f.remaining_at_start));
+            e.remaining_ms = Some(f.remaining_ms);
             e.delay_ms = Some(elapsed_ms);
-            let allow = &self.pol.policy.telemetry.header_allowlist;
-            e.headers = outcome
-                .headers
-                .iter()
-                .filter(|(k, _)| header_allowed(k, allow))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            self.engine.inner.bus.emit(e);
+            if !outcome.headers.is_empty() {
+                let allow = &self.pol().policy.telemetry.header_allowlist;
+                let headers: Vec<(String, String)> = outcome
+                    .headers
+                    .iter()
+                    .filter(|(k, _)| header_allowed(k, allow))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                if !headers.is_empty() {
+                    e.extra().headers = headers;
+                }
+            }
+            b.push(e);
         }
-        if let Some(d) = &self.final_decision {
+        if let Some(f) = &self.final_decision {
             // A sibling already ended the call (hedging).
-            return d.clone();
+            return f.decision();
         }
-        let base = Decision {
+        let base = |s: &Self| Decision {
             action: Action::Stop,
             delay: Duration::ZERO,
             class: cls.class,
@@ -1699,7 +2253,7 @@ impl Call {
             upstream: Some(f.upstream.clone()),
             wait_source: WaitSource::None,
             retry_after: hint.wait,
-            on_failure: Some(self.route().on_failure),
+            on_failure: Some(s.route().on_failure),
             detail: hint.problem.map(|p| p.as_str().to_string()),
             attempt: f.number,
             hedge: f.hedge,
@@ -1707,47 +2261,61 @@ impl Call {
         };
         match cls.disposition {
             Disposition::Succeeded => {
-                self.count(Ctr::Successes);
-                f.counters.value.bump(Ctr::Successes);
-                if f.number == 1 {
-                    self.count(Ctr::FirstSuccesses);
-                    f.counters.value.bump(Ctr::FirstSuccesses);
-                } else {
-                    self.count(Ctr::RetrySuccesses);
-                    f.counters.value.bump(Ctr::RetrySuccesses);
+                let c = Ctr::success(f.number);
+                self.count(c);
+                self.tu_of(&f).sink().bump(c);
+                if !self.pending_hold.is_empty() {
+                    for h in std::mem::take(&mut self.pending_hold).iter() {
+                        h.value.release(&self.tu.handle.pol.budget);
+                    }
                 }
                 let d = Decision {
                     action: Action::Succeeded,
+                    delay: Duration::ZERO,
+                    class: None,
+                    reason: Reason::Success,
+                    upstream: Some(f.upstream.clone()),
+                    wait_source: WaitSource::None,
+                    retry_after: None,
                     on_failure: None,
                     detail: None,
-                    retry_after: None,
-                    ..base
+                    attempt: f.number,
+                    hedge: f.hedge,
+                    excluded: Vec::new(),
                 };
-                self.finish(d)
+                if self.active() {
+                    self.record_decision(&d, now, b);
+                }
+                self.final_decision = Some(Final::Succeeded {
+                    attempt: f.number,
+                    hedge: f.hedge,
+                    upstream: Some(f.upstream),
+                });
+                d
             }
             Disposition::Reconcile => {
                 let d = Decision {
                     action: Action::Reconcile,
-                    ..base
+                    ..base(self)
                 };
                 self.push_reconcile(&d, &f, now_ms);
-                self.finish(d)
+                self.finish(d, now, b)
             }
             Disposition::Stop => {
                 let switch = if cls.larger_context {
-                    let real = outcome.input_tokens.or(self.needs.input_tokens);
+                    let real = outcome.input_tokens.or(self.needs().input_tokens);
                     if let Some(n) = outcome.input_tokens {
-                        self.needs.input_tokens = Some(n);
+                        self.ext_mut().needs.input_tokens = Some(n);
                     }
                     let cur_ctx = self
-                        .pol
+                        .pol()
                         .policy
                         .upstreams
-                        .get(&*f.upstream)
+                        .get(f.upstream.as_str())
                         .and_then(|u| u.context_tokens);
                     let floor = match (real, cur_ctx) {
                         (Some(r), _) => Some(
-                            r.saturating_add(self.needs.max_output_tokens.unwrap_or(0))
+                            r.saturating_add(self.needs().max_output_tokens.unwrap_or(0))
                                 .saturating_sub(1),
                         ),
                         (None, Some(c)) => Some(c),
@@ -1764,41 +2332,51 @@ impl Call {
                     None
                 };
                 match switch {
-                    Some(larger_than) if self.fallback_allowed() && self.engine.mode().retries => {
-                        self.continue_call(base, &f, now, true, larger_than, &hint)
+                    Some(larger_than) if self.fallback_allowed() && self.sh().mode().retries => {
+                        let d = base(self);
+                        self.continue_call(d, &f, now, true, larger_than, &hint, b)
                     }
-                    _ => self.finish(base),
+                    _ => {
+                        let d = base(self);
+                        self.finish(d, now, b)
+                    }
                 }
             }
-            Disposition::Retryable => self.continue_call(base, &f, now, false, None, &hint),
+            Disposition::Retryable => {
+                let d = base(self);
+                self.continue_call(d, &f, now, false, None, &hint, b)
+            }
         }
     }
 
     /// Takes one retry from every budget scope `target` belongs to. On a
     /// refusal, earlier grants are refunded, the refusal is counted, and the
     /// refusing scope key is returned. Retries and hedges share this path.
-    fn withdraw_budget(&self, target: &str, now_ms: u64) -> Result<BudgetHold, (Refusal, Arc<str>)> {
-        let p = &self.pol.policy;
-        let mut held: Vec<Arc<Slot<BudgetCell>>> = Vec::new();
+    fn withdraw_budget(
+        &self,
+        target: &str,
+        tu: Option<&ThreadUp>,
+        now_ms: u64,
+    ) -> Result<BudgetHold, (Refusal, String)> {
+        let pol = self.pol();
+        let p = &pol.policy;
+        let mut held: BudgetHold = Few::new();
         if !p.budget.enabled {
             return Ok(held);
         }
-        let params = self.pol.budget;
-        for dims in &p.budget.scopes {
-            let key = self.scope(dims, target);
-            let cell =
-                self.engine
-                    .inner
-                    .budgets
-                    .get_or_insert(&key, now_ms, p.limits.max_keys, p.limits.idle_ms, || {
-                        BudgetCell::new(params)
-                    });
+        let params = pol.budget;
+        let fixed = tu.filter(|u| u.up.key == target);
+        for (i, dims) in p.budget.scopes.iter().enumerate() {
+            let cell = match fixed.and_then(|u| u.up.value.budgets.get(i)) {
+                Some(BudgetScope::Fixed(c)) => c.clone(),
+                _ => pol.budget_cell(&self.scope(dims, target), now_ms),
+            };
             if let Err(r) = cell.value.try_withdraw(&params, now_ms) {
                 for h in &held {
                     h.value.refund(&params, now_ms);
                 }
                 self.count(Ctr::BudgetRefusals);
-                return Err((r, cell.key.clone()));
+                return Err((r, display_key(&cell.key).to_string()));
             }
             held.push(cell);
         }
@@ -1815,19 +2393,21 @@ impl Call {
             class: d.class,
             reason: d.reason,
             at_ms: now_ms,
-            policy_version: self.pol.version.to_string(),
+            policy_version: self.pol().version.to_string(),
         };
-        let cap = self.pol.policy.limits.max_keys as usize;
-        let mut q = self.engine.inner.reconcile.lock();
+        let cap = self.pol().policy.limits.max_keys as usize;
+        let sh = self.sh();
+        let mut q = sh.reconcile.lock();
         if q.len() >= cap {
             q.pop_front();
-            self.engine.inner.reconcile_dropped.fetch_add(1, Ordering::Relaxed);
+            sh.reconcile_dropped.fetch_add(1, Ordering::Relaxed);
         }
         q.push_back(item);
     }
 
     /// Steps 3–6 of the order of checks: kill switch and ownership, attempts
     /// left, deadline, route, budget, wait.
+    #[allow(clippy::too_many_arguments)]
     fn continue_call(
         &mut self,
         base: Decision,
@@ -1836,26 +2416,24 @@ impl Call {
         force_switch: bool,
         larger_than: Option<u64>,
         hint: &crate::backoff::RetryHint,
+        b: &mut Batch,
     ) -> Decision {
         let now_ms = ms(now);
-        let stop = |s: &mut Self, reason: Reason, detail: Option<String>| {
+        let stop = |s: &mut Self, reason: Reason, detail: Option<String>, b: &mut Batch| {
             let mut d = base.clone();
             d.action = Action::Stop;
             d.reason = reason;
             if detail.is_some() {
                 d.detail = detail;
             }
-            s.finish(d)
+            s.finish(d, now, b)
         };
-        if !self.engine.mode().retries {
-            return stop(self, Reason::RetriesDisabled, None);
+        if !self.sh().mode().retries {
+            return stop(self, Reason::RetriesDisabled, None, b);
         }
         if !self.owner {
-            return stop(
-                self,
-                Reason::NotOwner,
-                Some(format!("upstream owner decides; evidence: {}", base.reason)),
-            );
+            let detail = format!("upstream owner decides; evidence: {}", base.reason);
+            return stop(self, Reason::NotOwner, Some(detail), b);
         }
         if !self.in_flight.is_empty() {
             // A sibling (hedge) is still running: let it finish rather than add load.
@@ -1867,42 +2445,40 @@ impl Call {
             return d;
         }
         if self.attempts >= self.max_attempts {
-            return stop(self, Reason::MaxAttempts, None);
+            return stop(self, Reason::MaxAttempts, None, b);
         }
         let remaining = self.deadline_at.saturating_sub(now);
-        let min_attempt = self.pol.min_attempt();
+        let min_attempt = self.pol().min_attempt;
         if remaining < min_attempt || remaining.is_zero() {
-            return stop(
-                self,
-                Reason::DeadlineExceeded,
-                Some(format!(
-                    "{} ms left, min_attempt is {} ms",
-                    ms(remaining),
-                    self.pol.policy.min_attempt_ms
-                )),
+            let detail = format!(
+                "{} ms left, min_attempt is {} ms",
+                ms(remaining),
+                self.pol().policy.min_attempt_ms
             );
+            return stop(self, Reason::DeadlineExceeded, Some(detail), b);
         }
         let room = remaining - min_attempt;
 
         // Route: same upstream while it has attempts left and its breaker is not open; otherwise the next eligible candidate.
-        let route = self.route().clone();
-        let per_upstream_cap = if route.fallback == FallbackMode::Forbidden {
+        let route = self.route();
+        let forbidden = route.fallback == FallbackMode::Forbidden;
+        let per_upstream_cap = if forbidden {
             self.max_attempts
         } else {
             route.attempts_per_upstream
         };
+        let max_up = route.max_upstreams.unwrap_or(u32::MAX);
         let same_ok = !force_switch && self.target_attempts < per_upstream_cap && !self.is_open(&f.upstream, now_ms);
         let mut excluded = Vec::new();
         let (target, is_fallback) = if same_ok {
             (f.upstream.clone(), false)
         } else {
-            let tried: Vec<&str> = self.tried.iter().map(|s| &**s).collect();
-            let m = self.match_now(&tried, larger_than);
+            let tried: Vec<&str> = self.tried.iter().map(|s| s.as_str()).collect();
+            let m = self.match_now(&tried, larger_than, now_ms);
             excluded = m.exclusion_strings();
             let distinct = self.tried.len() as u32;
-            let max_up = route.max_upstreams.unwrap_or(u32::MAX);
             let current_open = self.is_open(&f.upstream, now_ms);
-            if route.fallback == FallbackMode::Forbidden || self.route_key.is_none() {
+            if forbidden || self.route_key.is_none() {
                 // Only one upstream is allowed; it has attempts left, so it is refused by its breaker or the failure demands another upstream.
                 let reason = if force_switch {
                     base.reason
@@ -1915,9 +2491,9 @@ impl Call {
                 d.action = Action::Stop;
                 d.reason = reason;
                 d.excluded = excluded;
-                return self.finish(d);
+                return self.finish(d, now, b);
             }
-            if !self.engine.mode().fallback {
+            if !self.sh().mode().fallback {
                 let mut d = base.clone();
                 d.action = Action::Stop;
                 d.reason = if force_switch {
@@ -1928,17 +2504,17 @@ impl Call {
                     Reason::FallbackForbidden
                 };
                 d.detail = Some("fallback switched off (kill switch)".into());
-                return self.finish(d);
+                return self.finish(d, now, b);
             }
             if distinct >= max_up {
                 let mut d = base.clone();
                 d.action = Action::Stop;
                 d.reason = Reason::MaxUpstreams;
                 d.excluded = excluded;
-                return self.finish(d);
+                return self.finish(d, now, b);
             }
             match m.eligible.first() {
-                Some(u) => (Arc::from(u.as_str()), true),
+                Some(u) => (SmolStr::from(u.as_str()), true),
                 None => {
                     let mut d = base.clone();
                     d.action = Action::Stop;
@@ -1948,13 +2524,13 @@ impl Call {
                         Reason::NoEligibleUpstream
                     };
                     d.excluded = excluded;
-                    return self.finish(d);
+                    return self.finish(d, now, b);
                 }
             }
         };
 
         // Budget: every scope of the target must grant.
-        let held = match self.withdraw_budget(&target, now_ms) {
+        let held = match self.withdraw_budget(&target, Some(&self.tu), now_ms) {
             Ok(held) => held,
             Err((r, key)) => {
                 let reason = match r {
@@ -1962,62 +2538,54 @@ impl Call {
                     Refusal::Concurrency => Reason::RetryConcurrency,
                 };
                 let detail = format!("scope {key}");
-                if self.engine.inner.bus.active() {
-                    let mut e = self.event(EventKind::BudgetRefusal, now_ms);
+                if self.active() {
+                    let mut e = self.rec(EventKind::BudgetRefusal, now);
                     e.upstream = Some(target.clone());
                     e.reason = Some(reason);
-                    e.detail = Some(detail.clone());
+                    e.extra().detail = Some(detail.clone());
                     e.attempt = Some(f.number);
-                    e.attempt_id = Some(self.attempt_id(f.number));
-                    self.engine.inner.bus.emit(e);
+                    e.attempt_id = Some(f.number);
+                    b.push(e);
                 }
-                return stop(self, reason, Some(detail));
+                return stop(self, reason, Some(detail), b);
             }
         };
-        let refund = |s: &Self, held: &[Arc<Slot<BudgetCell>>]| {
+        let refund = |s: &Self, held: &BudgetHold| {
             for h in held {
-                h.value.refund(&s.pol.budget, now_ms);
+                h.value.refund(&s.pol().budget, now_ms);
             }
         };
 
         // Wait: a valid, capped Retry-After wins over jitter and must fit the deadline.
-        let ra = &self.pol.policy.retry_after;
+        let ra = &self.pol().policy.retry_after;
+        let (max_ms, on_exceed, ra_jitter) = (ra.max_ms, ra.on_exceed, ra.jitter_ms);
         let (delay, source) = match hint.wait {
             Some(w) => {
-                let max = Duration::from_millis(ra.max_ms);
+                let max = Duration::from_millis(max_ms);
                 let mut w = w;
-                if w > max && ra.on_exceed == OnExceed::Cap {
+                if w > max && on_exceed == OnExceed::Cap {
                     w = max;
                 }
                 // The user's deadline comes first: a hint that cannot fit stops at once.
                 if w > room {
                     refund(self, &held);
-                    return stop(
-                        self,
-                        Reason::RetryAfterExceedsDeadline,
-                        Some(format!(
-                            "retry-after {} ms, {} ms usable before the deadline",
-                            ms(w),
-                            ms(room)
-                        )),
-                    );
+                    let detail = format!("retry-after {} ms, {} ms usable before the deadline", ms(w), ms(room));
+                    return stop(self, Reason::RetryAfterExceedsDeadline, Some(detail), b);
                 }
                 if w > max {
                     refund(self, &held);
-                    return stop(
-                        self,
-                        Reason::RetryAfterTooLarge,
-                        Some(format!("retry-after {} ms > max {} ms", ms(w), ra.max_ms)),
-                    );
+                    let detail = format!("retry-after {} ms > max {} ms", ms(w), max_ms);
+                    return stop(self, Reason::RetryAfterTooLarge, Some(detail), b);
                 }
-                if ra.jitter_ms > 0 {
-                    let extra = Duration::from_millis(self.rng.gen_range(0..=ra.jitter_ms));
+                if ra_jitter > 0 {
+                    let extra = Duration::from_millis(self.rng().gen_range(0..=ra_jitter));
                     w = (w + extra).min(room);
                 }
                 (w, WaitSource::RetryAfter)
             }
             None => {
-                let j = jitter_ms(&self.pol.policy.backoff, self.retries, self.prev_wait_ms, &mut self.rng);
+                let cfg = self.pol().policy.backoff.clone();
+                let j = jitter_ms(&cfg, self.retries, self.prev_wait_ms, self.rng());
                 (Duration::from_millis(j).min(room), WaitSource::Jitter)
             }
         };
@@ -2026,11 +2594,12 @@ impl Call {
         self.pending_hold = held;
         self.next = Next::Retry;
         self.count(Ctr::Retries);
-        f.counters.value.bump(Ctr::Retries);
+        self.tu_of(f).sink().bump(Ctr::Retries);
         if is_fallback {
             self.count(Ctr::Fallbacks);
-            f.counters.value.bump(Ctr::Fallbacks);
-            self.switch_target(target.clone());
+            self.tu_of(f).sink().bump(Ctr::Fallbacks);
+            let tu = self.thread_up(&target, now_ms);
+            self.switch_target(target.clone(), tu);
         }
         let d = Decision {
             action: if is_fallback { Action::Fallback } else { Action::Retry },
@@ -2041,27 +2610,30 @@ impl Call {
             excluded,
             ..base
         };
-        if self.engine.inner.bus.active() {
-            let mut e = self.event(
+        if self.active() {
+            let mut e = self.rec(
                 if is_fallback {
                     EventKind::Fallback
                 } else {
                     EventKind::Decision
                 },
-                now_ms,
+                now,
             );
             e.action = Some(d.action);
             e.reason = Some(d.reason);
             e.error_class = d.class;
             e.upstream = Some(target);
             e.attempt = Some(f.number);
-            e.attempt_id = Some(self.attempt_id(f.number));
+            e.attempt_id = Some(f.number);
             e.resend_count = Some(f.number - 1);
             e.delay_ms = Some(ms(delay));
             e.wait_source = Some(source);
-            e.detail = d.detail.clone();
-            e.excluded = d.excluded.clone();
-            self.engine.inner.bus.emit(e);
+            if d.detail.is_some() || !d.excluded.is_empty() {
+                let x = e.extra();
+                x.detail = d.detail.clone();
+                x.excluded = d.excluded.clone();
+            }
+            b.push(e);
         }
         d
     }
@@ -2071,15 +2643,25 @@ impl Call {
     /// against `max_attempts` and draw from the retry budget, and go to a
     /// different eligible upstream when one exists.
     pub fn next_hedge(&mut self) -> HedgePlan {
+        let mut b = Batch::new();
+        let r = self.next_hedge_in(&mut b);
+        self.flush(&mut b);
+        r
+    }
+
+    fn next_hedge_in(&mut self, b: &mut Batch) -> HedgePlan {
         if self.final_decision.is_some() || !self.hedging_allowed() || self.in_flight.len() != 1 {
             return HedgePlan::No(Reason::HedgeNotAllowed);
         }
         let Some(after) = self.route().hedge_after_ms else {
             return HedgePlan::No(Reason::HedgeNotAllowed);
         };
-        let now = self.engine.now();
+        let now = self.now();
         let now_ms = ms(now);
-        let started = self.in_flight[0].started;
+        let Some(primary) = self.in_flight.first() else {
+            return HedgePlan::No(Reason::HedgeNotAllowed);
+        };
+        let started = Duration::from_nanos(primary.started_ns);
         let due = started + Duration::from_millis(after);
         if now < due {
             return HedgePlan::After(due - now);
@@ -2088,39 +2670,42 @@ impl Call {
             return HedgePlan::No(Reason::MaxAttempts);
         }
         let remaining = self.deadline_at.saturating_sub(now);
-        if remaining < self.pol.min_attempt() {
+        if remaining < self.pol().min_attempt {
             return HedgePlan::No(Reason::DeadlineExceeded);
         }
-        let primary = self.in_flight[0].upstream.clone();
+        let primary = primary.upstream.clone();
         let target = if self.fallback_allowed() {
-            let m = self.match_now(&[&primary], None);
+            let m = self.match_now(&[primary.as_str()], None, now_ms);
             m.eligible
                 .first()
-                .map(|s| Arc::from(s.as_str()))
+                .map(|s| SmolStr::from(s.as_str()))
                 .unwrap_or(primary.clone())
         } else {
             primary.clone()
         };
-        let Ok(held) = self.withdraw_budget(&target, now_ms) else {
+        let target_up = self.thread_up(&target, now_ms);
+        let Ok(held) = self.withdraw_budget(&target, Some(&target_up), now_ms) else {
             return HedgePlan::No(Reason::BudgetExhausted);
         };
-        let saved_target = self.target.clone();
         let saved_target_attempts = self.target_attempts;
-        match self.admit(target.clone(), true, true, now, remaining) {
+        match self.admit(Some((target.clone(), target_up)), true, now, remaining, b) {
             Ok(mut a) => {
                 if let Some(last) = self.in_flight.last_mut() {
                     last.budget_hold = held;
+                    // A hedge to the call's own target uses the call's upstream state.
+                    if last.upstream == self.target {
+                        last.tu = None;
+                    }
                 }
-                self.target = saved_target;
                 self.target_attempts = saved_target_attempts;
                 self.count(Ctr::Hedges);
                 self.count(Ctr::Retries);
-                a.fallback = *target != *self.first_upstream;
+                a.fallback = target != self.first_upstream;
                 HedgePlan::Start(a)
             }
             Err(s) => {
                 for h in &held {
-                    h.value.refund(&self.pol.budget, now_ms);
+                    h.value.refund(&self.pol().budget, now_ms);
                 }
                 HedgePlan::No(s.reason)
             }
@@ -2130,10 +2715,10 @@ impl Call {
     /// Cancels the call: every attempt in flight is reported as cancelled and
     /// the call stops with `cancelled`.
     pub fn cancel(&mut self) -> Decision {
-        if let Some(d) = &self.final_decision {
-            return d.clone();
+        if let Some(f) = &self.final_decision {
+            return f.decision();
         }
-        let numbers: Vec<u32> = self.in_flight.iter().map(|f| f.number).collect();
+        let numbers: SmallVec<[u32; 2]> = self.in_flight.iter().map(|f| f.number).collect();
         let mut last = None;
         for n in numbers {
             last = Some(self.report_attempt(n, &Outcome::error(ErrorKind::Cancelled).phase(Phase::Sent)));
@@ -2143,7 +2728,10 @@ impl Call {
             _ => {
                 let mut d = self.stop_decision(Reason::Cancelled, Some(ErrorClass::Cancelled), self.attempts);
                 d.on_failure = None;
-                self.finish(d)
+                let mut b = Batch::new();
+                let d = self.finish(d, self.now(), &mut b);
+                self.flush(&mut b);
+                d
             }
         }
     }
@@ -2152,22 +2740,23 @@ impl Call {
 impl Drop for Call {
     fn drop(&mut self) {
         // Abandoned attempts give back their probe permits, gate slots and budget holds.
-        for f in self.in_flight.drain(..) {
-            if let Some((b, _)) = &f.breaker {
-                b.value.release(&self.pol.breaker, f.probe);
+        if self.in_flight.is_empty() && self.pending_hold.is_empty() {
+            return;
+        }
+        let pol = &self.tu.handle.pol;
+        for f in self.in_flight.iter() {
+            if let Some((c, _)) = Self::held_cell(&f.breaker, f.tu.as_deref().unwrap_or(&self.tu)) {
+                c.value.release(&pol.breaker, f.probe);
             }
-            if let Some(g) = &f.gate {
-                g.value.leave(f.retry);
-            }
-            if let Some(pl) = &f.pool {
-                pl.value.leave();
+            if let Some(sl) = &f.slots {
+                sl.leave(f.retry);
             }
             for h in &f.budget_hold {
-                h.value.release(&self.pol.budget);
+                h.value.release(&pol.budget);
             }
         }
-        for h in self.pending_hold.drain(..) {
-            h.value.release(&self.pol.budget);
+        for h in self.pending_hold.iter() {
+            h.value.release(&pol.budget);
         }
     }
 }

@@ -1,32 +1,39 @@
 //! Counters: logical requests vs physical attempts (amplification), first-
 //! attempt and final success, retry recovery, stops by reason — overall and
-//! per upstream, tenant and policy version. Engine-wide counters are striped
-//! per thread so threads on distinct keys do not fight over one cache line.
+//! per upstream, tenant and policy version.
+//!
+//! What is stored is one count per event shape (a first attempt, a later
+//! attempt, a success on the first try, a later success, ...): a successful
+//! call bumps two counters per scope, and the published statistics are sums of
+//! them. Per-version counters (and the overall ones, their sum) live in blocks
+//! owned by one thread each, bumped with a plain load and store: threads on
+//! distinct keys never write the same cache line.
 
 use crate::types::Reason;
+use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 const REASONS: usize = 36;
-const STRIPES: usize = 8;
 
 /// Which counter to bump.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Ctr {
-    /// Logical requests begun.
-    Logical = 0,
-    /// Physical attempts started.
-    Attempts,
-    /// Logical requests that ended in success.
-    Successes,
-    /// Successes on the first attempt.
-    FirstSuccesses,
+    /// Logical requests begun (overall, tenant, version).
+    Begun = 0,
+    /// First attempts started (an upstream's logical requests).
+    FirstAttempts,
+    /// Attempts after the first started.
+    LaterAttempts,
+    /// Calls won by their first attempt.
+    FirstTrySuccesses,
+    /// Calls won by a later attempt (a retry, fallback or hedge).
+    LaterSuccesses,
     /// Retries and fallbacks granted.
     Retries,
-    /// Successes won by an attempt after the first.
-    RetrySuccesses,
     /// Logical requests that ended in reconcile.
     Reconciles,
     /// Breakers that opened.
@@ -41,9 +48,31 @@ pub enum Ctr {
     Throttled,
 }
 
+impl Ctr {
+    /// The attempt counter for attempt `number`.
+    #[inline]
+    pub fn attempt(number: u32) -> Ctr {
+        if number == 1 {
+            Ctr::FirstAttempts
+        } else {
+            Ctr::LaterAttempts
+        }
+    }
+
+    /// The success counter for a call won by attempt `number`.
+    #[inline]
+    pub fn success(number: u32) -> Ctr {
+        if number == 1 {
+            Ctr::FirstTrySuccesses
+        } else {
+            Ctr::LaterSuccesses
+        }
+    }
+}
+
 const NCTR: usize = 12;
 
-/// A block of counters (one stripe, or one key).
+/// A block of counters (one key, or one thread's share of a policy version).
 #[derive(Debug)]
 pub struct Counters {
     c: [AtomicU64; NCTR],
@@ -60,13 +89,13 @@ impl Default for Counters {
 }
 
 impl Counters {
-    /// Adds one.
+    /// Adds one (any thread).
     #[inline]
     pub fn bump(&self, c: Ctr) {
         self.c[c as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a stop by reason.
+    /// Counts a stop by reason (any thread).
     #[inline]
     pub fn stop(&self, r: Reason) {
         if let Some(s) = self.stops.get(r.code() as usize) {
@@ -83,52 +112,202 @@ impl Counters {
         }
     }
 
-    /// A snapshot of this block alone.
+    fn add_from(&self, t: &Totals) {
+        for i in 0..NCTR {
+            if t.c[i] != 0 {
+                self.c[i].fetch_add(t.c[i], Ordering::Relaxed);
+            }
+        }
+        for i in 0..REASONS {
+            if t.stops[i] != 0 {
+                self.stops[i].fetch_add(t.stops[i], Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A snapshot of a scope that counts logical requests when they begin.
     pub fn snapshot(&self) -> KeyStats {
         let mut t = Totals::default();
         self.add_into(&mut t);
-        t.key_stats()
+        t.key_stats(false)
     }
 }
 
-#[repr(align(128))]
+/// One thread's counters: written by that thread only, with a plain load and
+/// store (no locked instruction), read by anyone.
 #[derive(Debug, Default)]
-struct Padded(Counters);
+pub struct OwnedCounters(Counters);
 
-/// Engine-wide counters, striped per thread.
-#[derive(Debug)]
-pub struct Striped {
-    stripes: Box<[Padded]>,
-}
+impl OwnedCounters {
+    /// Adds one. Only the owning thread may call this (see [`CounterSink`]).
+    #[inline]
+    fn bump(&self, c: Ctr) {
+        let a = &self.0.c[c as usize];
+        a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
 
-impl Default for Striped {
-    fn default() -> Self {
-        Striped {
-            stripes: (0..STRIPES).map(|_| Padded::default()).collect(),
+    #[inline]
+    fn stop(&self, r: Reason) {
+        if let Some(a) = self.0.stops.get(r.code() as usize) {
+            a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         }
     }
 }
 
-static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
-thread_local! {
-    static SLOT: usize = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+/// Where a call's per-version counts go: its thread's own block, or (for a
+/// call used on a thread other than the one that began it, or across a
+/// reload) the version's shared atomic block.
+#[derive(Clone, Copy)]
+pub enum CounterSink<'a> {
+    /// The calling thread owns this block.
+    Owned(&'a OwnedCounters),
+    /// Any thread.
+    Shared(&'a Counters),
 }
 
-impl Striped {
-    /// This thread's stripe.
+impl CounterSink<'_> {
+    /// Adds one.
     #[inline]
-    pub fn local(&self) -> &Counters {
-        let i = SLOT.with(|s| *s);
-        &self.stripes[i % self.stripes.len()].0
+    pub fn bump(self, c: Ctr) {
+        match self {
+            CounterSink::Owned(o) => o.bump(c),
+            CounterSink::Shared(s) => s.bump(c),
+        }
     }
 
-    /// Sum of all stripes.
+    /// Counts a stop by reason.
+    #[inline]
+    pub fn stop(self, r: Reason) {
+        match self {
+            CounterSink::Owned(o) => o.stop(r),
+            CounterSink::Shared(s) => s.stop(r),
+        }
+    }
+}
+
+/// Counters of one scope written by many threads: one owned block per thread
+/// that counts here often (its calls' thread), plus a shared block for
+/// everyone else and for the blocks of threads that stopped counting here.
+#[derive(Debug, Default)]
+pub struct CounterSet {
+    blocks: Mutex<Vec<Arc<OwnedCounters>>>,
+    shared: Counters,
+}
+
+impl CounterSet {
+    /// The shared block (any thread).
+    #[inline]
+    pub fn shared(&self) -> &Counters {
+        &self.shared
+    }
+
+    /// A new block for one thread.
+    pub fn new_block(&self) -> Arc<OwnedCounters> {
+        let b = Arc::new(OwnedCounters::default());
+        self.blocks.lock().push(b.clone());
+        b
+    }
+
+    /// Folds a thread's block into the shared one once its thread no longer writes it.
+    pub fn retire_block(&self, block: &Arc<OwnedCounters>) {
+        let mut blocks = self.blocks.lock();
+        if let Some(i) = blocks.iter().position(|b| Arc::ptr_eq(b, block)) {
+            let b = blocks.swap_remove(i);
+            let mut t = Totals::default();
+            b.0.add_into(&mut t);
+            self.shared.add_from(&t);
+        }
+    }
+
+    fn add_into(&self, t: &mut Totals) {
+        for b in self.blocks.lock().iter() {
+            b.0.add_into(t);
+        }
+        self.shared.add_into(t);
+    }
+
+    /// A snapshot of a scope that counts logical requests when they begin.
     pub fn snapshot(&self) -> KeyStats {
         let mut t = Totals::default();
-        for s in self.stripes.iter() {
-            s.0.add_into(&mut t);
+        self.add_into(&mut t);
+        t.key_stats(false)
+    }
+
+    /// A snapshot of an upstream: its logical requests are the calls whose first attempt it served.
+    pub fn upstream_snapshot(&self) -> KeyStats {
+        let mut t = Totals::default();
+        self.add_into(&mut t);
+        t.key_stats(true)
+    }
+}
+
+/// Counters of one policy version.
+#[derive(Debug)]
+pub struct VersionStats {
+    /// The version string.
+    pub version: Arc<str>,
+    /// Its counters.
+    pub set: CounterSet,
+}
+
+impl VersionStats {
+    /// Empty counters for `version`.
+    pub fn new(version: Arc<str>) -> Self {
+        VersionStats {
+            version,
+            set: CounterSet::default(),
         }
-        t.key_stats()
+    }
+}
+
+/// Every policy version's counters; the overall counters are their sum.
+/// At most `MAX_VERSIONS` versions are kept apart; older ones no call runs
+/// under any more are folded into one block, so the overall sum stays exact.
+#[derive(Debug, Default)]
+pub struct VersionTable {
+    versions: Mutex<Vec<Arc<VersionStats>>>,
+    folded: Counters,
+}
+
+const MAX_VERSIONS: usize = 64;
+
+impl VersionTable {
+    /// The counters of `version`, created on first use.
+    pub fn get(&self, version: &str) -> Arc<VersionStats> {
+        let mut v = self.versions.lock();
+        if let Some(s) = v.iter().find(|s| &*s.version == version) {
+            return s.clone();
+        }
+        if v.len() >= MAX_VERSIONS {
+            if let Some(i) = v.iter().position(|s| Arc::strong_count(s) == 1) {
+                let old = v.remove(i);
+                let mut t = Totals::default();
+                old.set.add_into(&mut t);
+                self.folded.add_from(&t);
+            }
+        }
+        let s = Arc::new(VersionStats::new(Arc::from(version)));
+        v.push(s.clone());
+        s
+    }
+
+    /// Per-version snapshots.
+    pub fn per_version(&self) -> BTreeMap<String, KeyStats> {
+        self.versions
+            .lock()
+            .iter()
+            .map(|s| (s.version.to_string(), s.set.snapshot()))
+            .collect()
+    }
+
+    /// The overall counters: every version's, plus the folded ones.
+    pub fn overall(&self) -> KeyStats {
+        let mut t = Totals::default();
+        for s in self.versions.lock().iter() {
+            s.set.add_into(&mut t);
+        }
+        self.folded.add_into(&mut t);
+        t.key_stats(false)
     }
 }
 
@@ -147,10 +326,15 @@ impl Default for Totals {
 }
 
 impl Totals {
-    fn key_stats(&self) -> KeyStats {
+    fn key_stats(&self, logical_from_first_attempts: bool) -> KeyStats {
         let g = |c: Ctr| self.c[c as usize];
-        let logical = g(Ctr::Logical);
-        let attempts = g(Ctr::Attempts);
+        let logical = if logical_from_first_attempts {
+            g(Ctr::FirstAttempts)
+        } else {
+            g(Ctr::Begun)
+        };
+        let attempts = g(Ctr::FirstAttempts) + g(Ctr::LaterAttempts);
+        let successes = g(Ctr::FirstTrySuccesses) + g(Ctr::LaterSuccesses);
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let mut stops = BTreeMap::new();
         for (i, n) in self.stops.iter().enumerate() {
@@ -164,13 +348,13 @@ impl Totals {
             logical_requests: logical,
             attempts,
             amplification: ratio(attempts, logical),
-            successes: g(Ctr::Successes),
-            first_attempt_successes: g(Ctr::FirstSuccesses),
-            first_attempt_success_rate: ratio(g(Ctr::FirstSuccesses), logical),
-            final_success_rate: ratio(g(Ctr::Successes), logical),
+            successes,
+            first_attempt_successes: g(Ctr::FirstTrySuccesses),
+            first_attempt_success_rate: ratio(g(Ctr::FirstTrySuccesses), logical),
+            final_success_rate: ratio(successes, logical),
             retries: g(Ctr::Retries),
-            retry_successes: g(Ctr::RetrySuccesses),
-            retry_recovery_rate: ratio(g(Ctr::RetrySuccesses), g(Ctr::Retries)),
+            retry_successes: g(Ctr::LaterSuccesses),
+            retry_recovery_rate: ratio(g(Ctr::LaterSuccesses), g(Ctr::Retries)),
             reconciles: g(Ctr::Reconciles),
             breaker_opens: g(Ctr::BreakerOpens),
             fallbacks: g(Ctr::Fallbacks),
@@ -321,22 +505,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn striped_sums_and_rates() {
-        let s = Striped::default();
+    fn shapes_sum_to_the_published_counters() {
+        let table = VersionTable::default();
+        let v = table.get("v1");
+        let mine = v.set.new_block();
+        let sink = CounterSink::Owned(&mine);
         for _ in 0..4 {
-            s.local().bump(Ctr::Logical);
+            sink.bump(Ctr::Begun);
         }
-        for _ in 0..6 {
-            s.local().bump(Ctr::Attempts);
+        for n in [1, 2, 1, 1, 2, 3] {
+            sink.bump(Ctr::attempt(n));
         }
-        s.local().bump(Ctr::Retries);
-        s.local().bump(Ctr::Retries);
-        s.local().bump(Ctr::RetrySuccesses);
-        s.local().stop(Reason::BudgetExhausted);
-        let k = s.snapshot();
+        sink.bump(Ctr::Retries);
+        CounterSink::Shared(v.set.shared()).bump(Ctr::Retries);
+        sink.bump(Ctr::success(2));
+        sink.stop(Reason::BudgetExhausted);
+        let k = table.overall();
+        assert_eq!((k.logical_requests, k.attempts, k.retries), (4, 6, 2));
         assert_eq!(k.amplification, 1.5);
         assert_eq!(k.retry_recovery_rate, 0.5);
         assert_eq!(k.stops.get("budget_exhausted"), Some(&1));
-        std::thread::spawn(move || s.local().bump(Ctr::Logical)).join().unwrap();
+        // A retired block's counts stay in the version's totals.
+        v.set.retire_block(&mine);
+        assert_eq!(table.per_version()["v1"], k);
+        let up = CounterSet::default();
+        up.shared().bump(Ctr::attempt(1));
+        CounterSink::Owned(&up.new_block()).bump(Ctr::attempt(2));
+        up.shared().bump(Ctr::success(1));
+        let s = up.upstream_snapshot();
+        assert_eq!(
+            (s.logical_requests, s.attempts, s.successes, s.first_attempt_successes),
+            (1, 2, 1, 1)
+        );
+    }
+
+    #[test]
+    fn old_versions_fold_into_the_overall_counters() {
+        let table = VersionTable::default();
+        for i in 0..(MAX_VERSIONS + 10) {
+            table.get(&format!("v{i}")).set.shared().bump(Ctr::Begun);
+        }
+        assert!(table.per_version().len() <= MAX_VERSIONS);
+        assert_eq!(table.overall().logical_requests, (MAX_VERSIONS + 10) as u64);
     }
 }

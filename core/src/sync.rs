@@ -1,9 +1,17 @@
-//! Lock shim: `parking_lot` in normal builds (short, non-poisoning sections);
-//! `loom`'s mutex under `--cfg loom`, so the breaker's half-open permit logic
-//! is model-checked over every thread interleaving.
+//! Lock and atomic shim: `parking_lot` and `std` atomics in normal builds
+//! (short, non-poisoning sections); `loom`'s under `--cfg loom`, so the
+//! breaker's lock-free fast paths and its half-open permit logic are
+//! model-checked over every thread interleaving.
 
 #[cfg(not(loom))]
-pub(crate) use parking_lot::Mutex;
+pub(crate) use parking_lot::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+#[cfg(loom)]
+pub(crate) use loom::sync::MutexGuard;
 
 #[cfg(loom)]
 #[derive(Debug, Default)]
@@ -23,11 +31,3 @@ impl<T> Mutex<T> {
         }
     }
 }
-
-/// The guard type of [`Mutex`].
-#[cfg(not(loom))]
-pub(crate) type MutexGuardAlias<'a, T> = parking_lot::MutexGuard<'a, T>;
-
-/// The guard type of [`Mutex`].
-#[cfg(loom)]
-pub(crate) type MutexGuardAlias<'a, T> = loom::sync::MutexGuard<'a, T>;

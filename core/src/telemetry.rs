@@ -3,11 +3,19 @@
 //! change. Delivered to sinks the caller registers and kept in a bounded ring
 //! buffer (drop-oldest, with a dropped counter). Only allow-listed response
 //! headers are copied, and credentials never are.
+//!
+//! The ring stores compact records (no allocation for the common events) in
+//! one stripe per recording thread, so threads do not contend on one lock;
+//! an [`Event`] is built from a record only when a sink or a snapshot asks.
+//! Each stripe keeps the last `ring_size` events and a snapshot merges the
+//! stripes in time order and keeps the newest `ring_size`: exactly the events
+//! one ring of that size would hold.
 
+use crate::id::CallId;
 use crate::types::{Action, ErrorClass, ErrorKind, Phase, Reason, WaitSource};
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
-use std::collections::VecDeque;
+use smol_str::SmolStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -76,7 +84,8 @@ impl Serialize for AttemptId {
 /// OpenTelemetry HTTP attribute exists it is given too (`http.request.resend_count`, `error.type`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
-    /// Engine-wide sequence number (gaps mean dropped events).
+    /// Sequence number, increasing in recording order for the events one
+    /// thread records (for a single-threaded engine: engine-wide); gaps mean dropped events.
     pub seq: u64,
     /// Monotonic time, ms.
     pub at_ms: u64,
@@ -201,6 +210,9 @@ const NEVER: &[&str] = &[
 
 /// True when a header may appear in an event.
 pub fn header_allowed(name: &str, allowlist: &[String]) -> bool {
+    if !allowlist.iter().any(|a| a.eq_ignore_ascii_case(name)) {
+        return false;
+    }
     let n = name.to_ascii_lowercase();
     if NEVER.contains(&n.as_str())
         || n.contains("token")
@@ -209,45 +221,284 @@ pub fn header_allowed(name: &str, allowlist: &[String]) -> bool {
     {
         return false;
     }
-    allowlist.iter().any(|a| a.eq_ignore_ascii_case(&n))
+    true
 }
 
 /// A registered event sink.
 pub type Sink = Arc<dyn Fn(&Event) + Send + Sync>;
 
+/// The rarely present parts of an event, boxed so a record stays small.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Extra {
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) breaker: Option<BreakerChange>,
+    pub(crate) detail: Option<String>,
+    pub(crate) excluded: Vec<(String, String)>,
+}
+
+/// A decision folded into the attempt-end record it directly follows: one
+/// record, two events (the common end of an attempt costs one ring slot).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Then {
+    pub(crate) action: Action,
+    pub(crate) reason: Reason,
+    pub(crate) error_class: Option<ErrorClass>,
+    pub(crate) remaining_ms: u64,
+}
+
+/// An event as the ring stores it: fixed-size fields, names inline (see
+/// [`SmolStr`]), the policy version as an index into the bus's name table.
+#[derive(Debug, Clone)]
+pub(crate) struct Rec {
+    pub(crate) at_ns: u64,
+    pub(crate) seq: u64,
+    pub(crate) kind: EventKind,
+    pub(crate) version: u32,
+    pub(crate) id: Option<CallId>,
+    pub(crate) upstream: Option<SmolStr>,
+    pub(crate) tenant: Option<SmolStr>,
+    pub(crate) task: Option<SmolStr>,
+    pub(crate) attempt: Option<u32>,
+    /// Attempt number of `attempt_id` (`<id>.<n>`).
+    pub(crate) attempt_id: Option<u32>,
+    pub(crate) parent_attempt: Option<u32>,
+    pub(crate) resend_count: Option<u32>,
+    pub(crate) status: Option<u16>,
+    pub(crate) error_class: Option<ErrorClass>,
+    pub(crate) reason: Option<Reason>,
+    pub(crate) action: Option<Action>,
+    pub(crate) wait_source: Option<WaitSource>,
+    pub(crate) phase: Option<Phase>,
+    pub(crate) error_kind: Option<ErrorKind>,
+    pub(crate) hedge: bool,
+    pub(crate) delay_ms: Option<u64>,
+    pub(crate) remaining_ms: Option<u64>,
+    pub(crate) extra: Option<Box<Extra>>,
+    /// A `Decision` event that directly follows this `AttemptEnd`.
+    pub(crate) then: Option<Then>,
+}
+
+impl Rec {
+    /// A record with only the common fields set.
+    pub(crate) fn new(kind: EventKind, at_ns: u64, version: u32) -> Self {
+        Rec {
+            at_ns,
+            seq: 0,
+            kind,
+            version,
+            id: None,
+            upstream: None,
+            tenant: None,
+            task: None,
+            attempt: None,
+            attempt_id: None,
+            parent_attempt: None,
+            resend_count: None,
+            status: None,
+            error_class: None,
+            reason: None,
+            action: None,
+            wait_source: None,
+            phase: None,
+            error_kind: None,
+            hedge: false,
+            delay_ms: None,
+            remaining_ms: None,
+            extra: None,
+            then: None,
+        }
+    }
+
+    /// Events this record stands for (1, or 2 with a folded decision).
+    fn events(&self) -> u64 {
+        1 + self.then.is_some() as u64
+    }
+
+    fn push_events(&self, names: &[Arc<str>], out: &mut Vec<Event>) {
+        let first = self.to_event(names);
+        let then = self.then.map(|t| {
+            let mut d = Event::new(EventKind::Decision, first.at_ms, first.policy_version.clone());
+            d.seq = first.seq + 1;
+            d.logical_request_id = first.logical_request_id.clone();
+            d.attempt_id = first.attempt_id.clone();
+            d.attempt = first.attempt;
+            d.resend_count = first.resend_count;
+            d.upstream = first.upstream.clone();
+            d.tenant = first.tenant.clone();
+            d.task = first.task.clone();
+            d.error_class = t.error_class;
+            d.reason = Some(t.reason);
+            d.action = Some(t.action);
+            d.delay_ms = Some(0);
+            d.wait_source = Some(WaitSource::None);
+            d.remaining_ms = Some(t.remaining_ms);
+            d.hedge = first.hedge;
+            d
+        });
+        out.push(first);
+        out.extend(then);
+    }
+
+    /// The boxed rare fields, created on first use.
+    pub(crate) fn extra(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Default::default)
+    }
+
+    fn to_event(&self, names: &[Arc<str>]) -> Event {
+        let logical: Option<Arc<str>> = self.id.as_ref().map(|i| Arc::from(i.text().as_str()));
+        let aid = |n: Option<u32>| {
+            n.zip(logical.clone())
+                .map(|(attempt, logical)| AttemptId { logical, attempt })
+        };
+        let x = self.extra.as_deref();
+        Event {
+            seq: self.seq,
+            at_ms: self.at_ns / 1_000_000,
+            kind: self.kind,
+            policy_version: names
+                .get(self.version as usize)
+                .cloned()
+                .unwrap_or_else(|| Arc::from("")),
+            attempt_id: aid(self.attempt_id),
+            parent_attempt_id: aid(self.parent_attempt),
+            logical_request_id: logical.clone(),
+            attempt: self.attempt,
+            resend_count: self.resend_count,
+            upstream: self.upstream.as_deref().map(Arc::from),
+            tenant: self.tenant.as_deref().map(Arc::from),
+            task: self.task.as_deref().map(Arc::from),
+            error_class: self.error_class,
+            reason: self.reason,
+            action: self.action,
+            delay_ms: self.delay_ms,
+            wait_source: self.wait_source,
+            remaining_ms: self.remaining_ms,
+            phase: self.phase,
+            status: self.status,
+            error_kind: self.error_kind,
+            hedge: self.hedge,
+            headers: x.map(|x| x.headers.clone()).unwrap_or_default(),
+            breaker: x.and_then(|x| x.breaker.clone()),
+            detail: x.and_then(|x| x.detail.clone()),
+            excluded: x.map(|x| x.excluded.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// The records one step of a call produces (usually one).
+pub(crate) type Batch = crate::few::Few<Rec>;
+
+/// Number of ring stripes; threads are spread over them round-robin.
+pub(crate) const STRIPES: usize = 8;
+
+/// One stripe's records: a circular buffer that overwrites its oldest
+/// record in place once full (no allocation after it filled up).
+#[derive(Debug, Default)]
+struct Ring {
+    buf: Vec<Rec>,
+    /// Index of the oldest record once `buf` is full.
+    head: usize,
+    seq: u64,
+    dropped: u64,
+}
+
+impl Ring {
+    fn push(&mut self, rec: Rec, cap: usize) {
+        if self.buf.len() < cap {
+            if self.head != 0 {
+                // The ring grew (a reload raised the cap): put it back in order first.
+                self.buf = self.take();
+            }
+            self.buf.push(rec);
+        } else if !self.buf.is_empty() {
+            let i = self.head % self.buf.len();
+            self.dropped += self.buf[i].events();
+            self.buf[i] = rec;
+            self.head = (i + 1) % self.buf.len();
+        }
+    }
+
+    fn held(&self) -> u64 {
+        self.buf.iter().map(Rec::events).sum()
+    }
+
+    /// Records oldest first.
+    fn iter(&self) -> impl Iterator<Item = &Rec> {
+        let h = if self.buf.is_empty() {
+            0
+        } else {
+            self.head % self.buf.len()
+        };
+        self.buf[h..].iter().chain(self.buf[..h].iter())
+    }
+
+    fn take(&mut self) -> Vec<Rec> {
+        let h = if self.buf.is_empty() {
+            0
+        } else {
+            self.head % self.buf.len()
+        };
+        let mut v = std::mem::take(&mut self.buf);
+        v.rotate_left(h);
+        self.head = 0;
+        v
+    }
+
+    /// Keeps the newest `n` records.
+    fn keep_newest(&mut self, n: usize) {
+        if self.buf.len() > n {
+            let mut v = self.take();
+            let excess = v.len() - n;
+            self.dropped += v.drain(..excess).map(|r| r.events()).sum::<u64>();
+            self.buf = v;
+        }
+    }
+}
+
+/// One stripe, on its own cache lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Stripe(Mutex<Ring>);
+
 /// Ring buffer + sinks.
 pub struct EventBus {
-    ring: Mutex<VecDeque<Event>>,
+    stripes: Box<[Stripe]>,
     cap: AtomicU64,
-    dropped: AtomicU64,
-    seq: AtomicU64,
+    /// Events a snapshot left out because the stripes together held more than `cap`.
+    hidden: AtomicU64,
+    names: RwLock<Vec<Arc<str>>>,
     sinks: RwLock<Vec<(u64, Sink)>>,
     next_sink: AtomicU64,
     sink_panics: AtomicU64,
     active: AtomicBool,
+    has_sinks: AtomicBool,
 }
 
 impl std::fmt::Debug for EventBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventBus")
             .field("cap", &self.cap)
-            .field("dropped", &self.dropped)
+            .field("dropped", &self.dropped())
             .finish()
     }
 }
+
+/// Policy version names kept for events at most; later ones share the last index.
+const MAX_NAMES: usize = 4096;
 
 impl EventBus {
     /// A bus keeping at most `cap` events.
     pub fn new(cap: u32) -> Self {
         EventBus {
-            ring: Mutex::new(VecDeque::new()),
+            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
             cap: AtomicU64::new(cap as u64),
-            dropped: AtomicU64::new(0),
-            seq: AtomicU64::new(0),
+            hidden: AtomicU64::new(0),
+            names: RwLock::new(Vec::new()),
             sinks: RwLock::new(Vec::new()),
             next_sink: AtomicU64::new(1),
             sink_panics: AtomicU64::new(0),
             active: AtomicBool::new(cap > 0),
+            has_sinks: AtomicBool::new(false),
         }
     }
 
@@ -258,19 +509,38 @@ impl EventBus {
     }
 
     fn refresh_active(&self) {
-        let on = self.cap.load(Ordering::Relaxed) > 0 || !self.sinks.read().is_empty();
-        self.active.store(on, Ordering::Relaxed);
+        let sinks = !self.sinks.read().is_empty();
+        self.has_sinks.store(sinks, Ordering::Relaxed);
+        self.active
+            .store(self.cap.load(Ordering::Relaxed) > 0 || sinks, Ordering::Relaxed);
+    }
+
+    /// The index events use for the policy version `name`.
+    pub(crate) fn version_index(&self, name: &str) -> u32 {
+        if let Some(i) = self.names.read().iter().position(|n| &**n == name) {
+            return i as u32;
+        }
+        let mut names = self.names.write();
+        if let Some(i) = names.iter().position(|n| &**n == name) {
+            return i as u32;
+        }
+        if names.len() >= MAX_NAMES {
+            let last = names.len() - 1;
+            names[last] = Arc::from(name);
+            return last as u32;
+        }
+        names.push(Arc::from(name));
+        (names.len() - 1) as u32
     }
 
     /// Changes the ring size (on reload); excess old events are dropped and counted.
     pub fn set_capacity(&self, cap: u32) {
         self.cap.store(cap as u64, Ordering::Relaxed);
-        let mut r = self.ring.lock();
-        while r.len() > cap as usize {
-            r.pop_front();
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        for s in self.stripes.iter() {
+            s.0.lock().keep_newest(cap as usize);
         }
-        drop(r);
+        // What snapshots hid is gone now; count it as dropped from here on.
+        self.trim_to(cap as usize);
         self.refresh_active();
     }
 
@@ -293,48 +563,153 @@ impl EventBus {
         removed
     }
 
-    /// Publishes an event: sinks first (outside any engine lock), then the ring.
-    /// A panicking sink is counted and does not disturb the decision.
-    pub fn emit(&self, mut ev: Event) {
-        ev.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let sinks: Vec<Sink> = {
-            let s = self.sinks.read();
-            if s.is_empty() {
-                Vec::new()
-            } else {
-                s.iter().map(|(_, f)| f.clone()).collect()
+    /// Publishes a full event (reloads, mode changes) from stripe `stripe`.
+    pub fn emit(&self, stripe: usize, ev: Event) {
+        let mut rec = Rec::new(
+            ev.kind,
+            ev.at_ms.saturating_mul(1_000_000),
+            self.version_index(&ev.policy_version),
+        );
+        rec.id = ev
+            .logical_request_id
+            .as_deref()
+            .map(|i| CallId::Remote(SmolStr::new(i)));
+        rec.upstream = ev.upstream.as_deref().map(SmolStr::new);
+        rec.tenant = ev.tenant.as_deref().map(SmolStr::new);
+        rec.task = ev.task.as_deref().map(SmolStr::new);
+        rec.attempt = ev.attempt;
+        rec.attempt_id = ev.attempt_id.as_ref().map(|a| a.attempt);
+        rec.parent_attempt = ev.parent_attempt_id.as_ref().map(|a| a.attempt);
+        rec.resend_count = ev.resend_count;
+        rec.status = ev.status;
+        rec.error_class = ev.error_class;
+        rec.reason = ev.reason;
+        rec.action = ev.action;
+        rec.wait_source = ev.wait_source;
+        rec.phase = ev.phase;
+        rec.error_kind = ev.error_kind;
+        rec.hedge = ev.hedge;
+        rec.delay_ms = ev.delay_ms;
+        rec.remaining_ms = ev.remaining_ms;
+        if !ev.headers.is_empty() || ev.breaker.is_some() || ev.detail.is_some() || !ev.excluded.is_empty() {
+            rec.extra = Some(Box::new(Extra {
+                headers: ev.headers,
+                breaker: ev.breaker,
+                detail: ev.detail,
+                excluded: ev.excluded,
+            }));
+        }
+        let mut b = Batch::new();
+        b.push(rec);
+        self.record(stripe, &mut b);
+    }
+
+    /// Publishes a batch of records: into stripe `stripe` of the ring, then to
+    /// the sinks (outside any engine lock). A panicking sink is counted and
+    /// does not disturb the decision.
+    pub(crate) fn record(&self, stripe: usize, batch: &mut Batch) {
+        let cap = self.cap.load(Ordering::Relaxed) as usize;
+        let sinks = self.has_sinks.load(Ordering::Relaxed);
+        let mut copies: Vec<Rec> = Vec::new();
+        {
+            let mut r = self.stripes[stripe % STRIPES].0.lock();
+            for rec in batch.iter_mut() {
+                rec.seq = r.seq + 1;
+                r.seq += rec.events();
             }
-        };
-        for f in sinks {
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&ev))).is_err() {
-                self.sink_panics.fetch_add(1, Ordering::Relaxed);
+            if sinks {
+                copies.extend(batch.iter().cloned());
+            }
+            if cap > 0 {
+                for rec in batch.drain() {
+                    r.push(rec, cap);
+                }
+            } else {
+                batch.clear();
             }
         }
-        let cap = self.cap.load(Ordering::Relaxed) as usize;
-        if cap == 0 {
+        if !sinks {
             return;
         }
-        let mut r = self.ring.lock();
-        if r.len() >= cap {
-            r.pop_front();
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        let list: Vec<Sink> = self.sinks.read().iter().map(|(_, f)| f.clone()).collect();
+        let names = self.names.read().clone();
+        let mut events = Vec::with_capacity(copies.len() + 1);
+        for rec in &copies {
+            rec.push_events(&names, &mut events);
         }
-        r.push_back(ev);
+        for ev in &events {
+            for f in &list {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(ev))).is_err() {
+                    self.sink_panics.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Every stripe's events merged oldest first (time, then recording order), newest `cap` kept.
+    fn merged(&self, take: bool) -> Vec<Event> {
+        let cap = self.cap.load(Ordering::Relaxed) as usize;
+        let names = self.names.read().clone();
+        let mut all: Vec<(u64, usize, u64, Event)> = Vec::new();
+        let mut out = Vec::new();
+        for (i, s) in self.stripes.iter().enumerate() {
+            let mut r = s.0.lock();
+            let recs: Vec<Rec> = if take { r.take() } else { r.iter().cloned().collect() };
+            drop(r);
+            for rec in &recs {
+                out.clear();
+                rec.push_events(&names, &mut out);
+                all.extend(out.drain(..).map(|e| (rec.at_ns, i, e.seq, e)));
+            }
+        }
+        all.sort_by_key(|(at, i, seq, _)| (*at, *i, *seq));
+        let excess = all.len().saturating_sub(cap);
+        if take && excess > 0 {
+            self.hidden.fetch_add(excess as u64, Ordering::Relaxed);
+        }
+        all.drain(..excess);
+        all.into_iter().map(|(_, _, _, e)| e).collect()
+    }
+
+    /// Drops records beyond the newest `cap` across stripes, counting them.
+    fn trim_to(&self, cap: usize) {
+        let mut stamps: Vec<(u64, usize, u64)> = Vec::new();
+        for (i, s) in self.stripes.iter().enumerate() {
+            stamps.extend(s.0.lock().iter().map(|e| (e.at_ns, i, e.seq + e.events() - 1)));
+        }
+        if stamps.len() <= cap {
+            return;
+        }
+        stamps.sort_unstable();
+        let cut = stamps[stamps.len() - cap - 1];
+        for (i, s) in self.stripes.iter().enumerate() {
+            let mut r = s.0.lock();
+            let keep = r.iter().filter(|e| (e.at_ns, i, e.seq + e.events() - 1) > cut).count();
+            r.keep_newest(keep);
+        }
     }
 
     /// A copy of the ring, oldest first.
     pub fn snapshot(&self) -> Vec<Event> {
-        self.ring.lock().iter().cloned().collect()
+        self.merged(false)
     }
 
     /// Takes every event out of the ring, oldest first.
     pub fn drain(&self) -> Vec<Event> {
-        self.ring.lock().drain(..).collect()
+        self.merged(true)
     }
 
     /// Events dropped from the ring so far.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        let (mut dropped, mut held) = (0, 0);
+        for s in self.stripes.iter() {
+            let r = s.0.lock();
+            dropped += r.dropped;
+            held += r.held();
+        }
+        let cap = self.cap.load(Ordering::Relaxed);
+        // Held beyond the cap: a snapshot would not show them, so they count as dropped.
+        dropped + self.hidden.load(Ordering::Relaxed) + held.saturating_sub(cap)
     }
 
     /// Sink calls that panicked.
@@ -347,11 +722,15 @@ impl EventBus {
 mod tests {
     use super::*;
 
+    fn ev(at_ms: u64) -> Event {
+        Event::new(EventKind::Decision, at_ms, Arc::from("v"))
+    }
+
     #[test]
     fn ring_is_bounded_and_counts_drops() {
         let bus = EventBus::new(3);
         for i in 0..10 {
-            bus.emit(Event::new(EventKind::Decision, i, Arc::from("v")));
+            bus.emit(0, ev(i));
         }
         let evs = bus.snapshot();
         assert_eq!(evs.len(), 3);
@@ -360,6 +739,23 @@ mod tests {
         bus.set_capacity(1);
         assert_eq!(bus.snapshot().len(), 1);
         assert_eq!(bus.dropped(), 9);
+    }
+
+    #[test]
+    fn stripes_merge_in_time_order_within_the_cap() {
+        let bus = EventBus::new(4);
+        for (stripe, at) in [(0, 1), (1, 2), (0, 3), (2, 4), (1, 5), (0, 6)] {
+            bus.emit(stripe, ev(at));
+        }
+        let at: Vec<u64> = bus.snapshot().iter().map(|e| e.at_ms).collect();
+        assert_eq!(at, vec![3, 4, 5, 6]);
+        assert_eq!(bus.dropped(), 2);
+        assert_eq!(bus.drain().len(), 4);
+        assert!(bus.snapshot().is_empty());
+        assert_eq!(bus.dropped(), 2);
+        let v = bus.version_index("v");
+        assert_eq!(bus.version_index("w"), v + 1);
+        assert_eq!(bus.version_index("v"), v);
     }
 
     #[test]
@@ -373,7 +769,7 @@ mod tests {
         }));
         bus.add_sink(Arc::new(|_e: &Event| panic!("sink bug")));
         assert!(bus.active());
-        bus.emit(Event::new(EventKind::Decision, 0, Arc::from("v")));
+        bus.emit(0, ev(0));
         assert_eq!(seen.load(Ordering::Relaxed), 1);
         assert_eq!(bus.sink_panics(), 1);
         assert!(bus.remove_sink(id));

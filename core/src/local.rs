@@ -1,0 +1,367 @@
+//! Per-thread state of an engine, so that starting and finishing a call
+//! writes no cache line another thread writes (two threads on distinct keys
+//! then scale instead of trading lines back and forth on every call), and
+//! bumps counters with plain stores instead of locked instructions.
+//!
+//! For each engine it uses, a thread keeps:
+//! - a [`Handle`] on the policy in force, with the thread's own block of that
+//!   policy version's counters;
+//! - a [`ThreadUp`] for each of the last few upstreams it called: the
+//!   upstream's shared state plus the thread's own block of its counters.
+//!   A call holds one reference-counted pointer, to its upstream's
+//!   `ThreadUp`, whose count only this thread touches;
+//! - a block of logical-request sequence numbers, taken from the engine 64 at
+//!   a time. A single thread therefore numbers calls 1, 2, 3, … exactly as
+//!   one shared counter would, which keeps ids and jitter reproducible;
+//! - the event-ring stripe it records into.
+//!
+//! A counter block is written only by its thread, and only while the block
+//! is current; a call used on another thread, or across a reload, counts into
+//! the scope's shared atomic block instead. A thread tracks at most
+//! [`MAX_ENGINES`] engines (dropped engines first, then the oldest); when it
+//! forgets a block (eviction, reload, thread exit) the block is folded into
+//! the shared one, so no count is lost.
+
+use crate::clock::EngineClock;
+use crate::engine::{Compiled, Up};
+use crate::stats::{CounterSink, OwnedCounters};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Engines one thread keeps state for.
+const MAX_ENGINES: usize = 8;
+/// Sequence numbers a thread takes from its engine at once.
+const SEQ_BLOCK: u64 = 64;
+/// Upstreams a thread keeps at hand per engine.
+const UPSTREAMS: usize = 4;
+
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+static NEXT_ENGINE: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    static LOCAL: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's number (never 0 while the thread runs).
+#[inline]
+pub(crate) fn thread_no() -> u64 {
+    THREAD.try_with(|t| *t).unwrap_or(0)
+}
+
+/// A counter block one thread owns: written with plain stores by that thread
+/// while `current`, folded into the scope's shared block when retired.
+#[derive(Debug)]
+struct Owned {
+    block: Arc<OwnedCounters>,
+    owner: u64,
+    current: AtomicBool,
+}
+
+impl Owned {
+    fn new(block: Arc<OwnedCounters>) -> Self {
+        Owned {
+            block,
+            owner: thread_no(),
+            current: AtomicBool::new(true),
+        }
+    }
+
+    #[inline]
+    fn writable(&self) -> Option<&OwnedCounters> {
+        (self.current.load(Ordering::Relaxed) && self.owner == thread_no()).then_some(&*self.block)
+    }
+}
+
+/// A thread's pointer to one policy generation, with its counter block.
+pub(crate) struct Handle {
+    pub(crate) pol: Arc<Compiled>,
+    counters: Owned,
+}
+
+impl Handle {
+    fn new(pol: Arc<Compiled>) -> Arc<Handle> {
+        let block = pol.version_stats.set.new_block();
+        Arc::new(Handle {
+            pol,
+            counters: Owned::new(block),
+        })
+    }
+
+    /// Where the per-version counts of a call holding this handle go, on the current thread.
+    #[inline]
+    pub(crate) fn sink(&self) -> CounterSink<'_> {
+        match self.counters.writable() {
+            Some(b) => CounterSink::Owned(b),
+            None => CounterSink::Shared(self.pol.version_stats.set.shared()),
+        }
+    }
+
+    fn retire(&self) {
+        self.counters.current.store(false, Ordering::Relaxed);
+        self.pol.version_stats.set.retire_block(&self.counters.block);
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").field("owner", &self.counters.owner).finish()
+    }
+}
+
+/// One upstream's shared state as one thread uses it: the policy handle it
+/// was resolved under, the state, and the thread's block of its counters
+/// (none for a state resolved on a thread that does not cache it).
+pub(crate) struct ThreadUp {
+    pub(crate) handle: Arc<Handle>,
+    pub(crate) up: Up,
+    /// The engine's clock, one pointer away from the call.
+    pub(crate) clock: EngineClock,
+    counters: Option<Owned>,
+}
+
+impl ThreadUp {
+    /// Where this upstream's counts go, on the current thread.
+    #[inline]
+    pub(crate) fn sink(&self) -> CounterSink<'_> {
+        match self.counters.as_ref().and_then(Owned::writable) {
+            Some(b) => CounterSink::Owned(b),
+            None => CounterSink::Shared(self.up.value.counters.value.shared()),
+        }
+    }
+
+    fn retire(&self) {
+        if let Some(c) = &self.counters {
+            c.current.store(false, Ordering::Relaxed);
+            self.up.value.counters.value.retire_block(&c.block);
+        }
+    }
+
+    /// True while the cached state may still be used (nothing it points to was evicted).
+    #[inline]
+    fn fresh(&self) -> bool {
+        !self.up.is_evicted() && !self.up.value.is_stale()
+    }
+}
+
+impl std::fmt::Debug for ThreadUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadUp").field("upstream", &self.up.key).finish()
+    }
+}
+
+/// What the current thread knows about one engine.
+struct Local {
+    engine: Weak<()>,
+    engine_id: u64,
+    handle: Arc<Handle>,
+    stripe: u8,
+    seq_next: u64,
+    seq_end: u64,
+    /// Recently used upstreams under `handle`'s policy version.
+    ups: [Option<Arc<ThreadUp>>; UPSTREAMS],
+    ups_next: u8,
+}
+
+impl Local {
+    fn clear_ups(&mut self) {
+        for u in self.ups.iter_mut() {
+            if let Some(u) = u.take() {
+                u.retire();
+            }
+        }
+    }
+
+    #[inline]
+    fn cached(&self, upstream: &str) -> Option<&Arc<ThreadUp>> {
+        self.ups.iter().flatten().find(|u| u.up.key == upstream && u.fresh())
+    }
+
+    fn cache(&mut self, tu: &Arc<ThreadUp>) {
+        let i = match self
+            .ups
+            .iter()
+            .position(|u| u.as_ref().is_some_and(|u| u.up.key == tu.up.key))
+        {
+            Some(i) => i,
+            None => {
+                let i = self.ups_next as usize % UPSTREAMS;
+                self.ups_next = self.ups_next.wrapping_add(1);
+                i
+            }
+        };
+        if let Some(old) = self.ups[i].replace(tu.clone()) {
+            old.retire();
+        }
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        self.clear_ups();
+        self.handle.retire();
+    }
+}
+
+/// How a call begins on this thread (see [`EngineLocal::begin`]).
+pub(crate) struct Begin {
+    pub(crate) seq: u64,
+    pub(crate) stripe: usize,
+    pub(crate) start: Start,
+}
+
+/// What a beginning call gets from its thread.
+pub(crate) enum Start {
+    /// The thread's state of the upstream the call names.
+    Cached(Arc<ThreadUp>),
+    /// The thread's handle on the policy in force (the call's upstream is resolved next).
+    Fresh(Arc<Handle>),
+}
+
+impl Start {
+    #[inline]
+    pub(crate) fn handle(&self) -> &Arc<Handle> {
+        match self {
+            Start::Cached(tu) => &tu.handle,
+            Start::Fresh(h) => h,
+        }
+    }
+}
+
+/// The engine side of per-thread state.
+pub(crate) struct EngineLocal {
+    /// Dropped with the engine: threads then know their state for it is stale.
+    alive: Arc<()>,
+    pub(crate) id: u64,
+    /// Next unreserved sequence number.
+    next_seq: AtomicU64,
+    next_stripe: AtomicU64,
+}
+
+impl EngineLocal {
+    pub(crate) fn new() -> Self {
+        EngineLocal {
+            alive: Arc::new(()),
+            id: NEXT_ENGINE.fetch_add(1, Ordering::Relaxed),
+            next_seq: AtomicU64::new(0),
+            next_stripe: AtomicU64::new(0),
+        }
+    }
+
+    /// For a call beginning on this thread: its sequence number, the ring
+    /// stripe, and either the thread's state for upstream `direct` (when the
+    /// call names an upstream this thread used recently) or the thread's
+    /// handle on the policy in force. `current` is asked for the policy only
+    /// when it changed since the thread last looked.
+    #[inline]
+    pub(crate) fn begin(
+        &self,
+        generation: u64,
+        current: impl FnOnce() -> Arc<Compiled>,
+        direct: Option<&str>,
+    ) -> Begin {
+        LOCAL.with(|cell| {
+            let mut v = cell.borrow_mut();
+            let i = match v.iter().position(|l| l.engine_id == self.id) {
+                Some(i) => {
+                    if v[i].handle.pol.generation != generation {
+                        let l = &mut v[i];
+                        l.clear_ups();
+                        std::mem::replace(&mut l.handle, Handle::new(current())).retire();
+                    }
+                    i
+                }
+                None => self.add(&mut v, current()),
+            };
+            let l = &mut v[i];
+            if l.seq_next == l.seq_end {
+                l.seq_next = self.next_seq.fetch_add(SEQ_BLOCK, Ordering::Relaxed);
+                l.seq_end = l.seq_next + SEQ_BLOCK;
+            }
+            l.seq_next += 1;
+            let routes = &l.handle.pol.policy.routes;
+            let start = match direct.filter(|d| routes.is_empty() || !routes.contains_key(*d)) {
+                Some(d) => match l.cached(d) {
+                    Some(tu) => Start::Cached(tu.clone()),
+                    None => Start::Fresh(l.handle.clone()),
+                },
+                None => Start::Fresh(l.handle.clone()),
+            };
+            Begin {
+                seq: l.seq_next,
+                stripe: l.stripe as usize,
+                start,
+            }
+        })
+    }
+
+    /// The ring stripe of the current thread for this engine.
+    pub(crate) fn stripe(&self) -> usize {
+        LOCAL
+            .try_with(|cell| {
+                cell.borrow()
+                    .iter()
+                    .find(|l| l.engine_id == self.id)
+                    .map_or(0, |l| l.stripe as usize)
+            })
+            .unwrap_or(0)
+    }
+
+    #[cold]
+    fn add(&self, v: &mut Vec<Local>, pol: Arc<Compiled>) -> usize {
+        v.retain(|l| l.engine.strong_count() > 0);
+        if v.len() >= MAX_ENGINES {
+            v.remove(0);
+        }
+        let stripe = (self.next_stripe.fetch_add(1, Ordering::Relaxed) % crate::telemetry::STRIPES as u64) as u8;
+        v.push(Local {
+            engine: Arc::downgrade(&self.alive),
+            engine_id: self.id,
+            handle: Handle::new(pol),
+            stripe,
+            seq_next: 0,
+            seq_end: 0,
+            ups: Default::default(),
+            ups_next: 0,
+        });
+        v.len() - 1
+    }
+}
+
+/// The thread's state of `upstream` under `handle`'s policy: cached when the
+/// thread's current handle for engine `engine_id` is `handle`, otherwise
+/// resolved without an owned counter block.
+pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, now_ms: u64) -> Arc<ThreadUp> {
+    let cached = LOCAL.try_with(|cell| {
+        let mut v = cell.borrow_mut();
+        let l = v
+            .iter_mut()
+            .find(|l| l.engine_id == engine_id && Arc::ptr_eq(&l.handle, handle))?;
+        if let Some(tu) = l.cached(upstream) {
+            let tu = tu.clone();
+            tu.up.touch(now_ms);
+            tu.up.value.touch(now_ms);
+            return Some(tu);
+        }
+        let up = handle.pol.upstream(upstream, now_ms);
+        let block = up.value.counters.value.new_block();
+        let tu = Arc::new(ThreadUp {
+            handle: handle.clone(),
+            up,
+            clock: handle.pol.shared.clock.clone(),
+            counters: Some(Owned::new(block)),
+        });
+        l.cache(&tu);
+        Some(tu)
+    });
+    match cached {
+        Ok(Some(tu)) => tu,
+        _ => Arc::new(ThreadUp {
+            handle: handle.clone(),
+            up: handle.pol.upstream(upstream, now_ms),
+            clock: handle.pol.shared.clock.clone(),
+            counters: None,
+        }),
+    }
+}
