@@ -196,6 +196,16 @@ def test_stream_cut_after_visible_output_is_not_replayed(fault: FaultServer) -> 
     check_invariants(r, deadline_ms=3_000, key="k-cut")
 
 
+def test_stream_cut_before_any_byte_is_retried(fault: FaultServer) -> None:
+    """A stream that dies right after its headers delivered nothing: phase
+    stream_open, retried inside the transport, exactly max_attempts."""
+    r = run(fault, "sse-cut:0", stream=True)
+    assert isinstance(r.error, openai.APIConnectionError)
+    assert r.value == ""
+    assert r.attempts == MAX_ATTEMPTS and r.stops() == {"max_attempts": 1}
+    check_invariants(r, deadline_ms=3_000)
+
+
 def test_slow_stream_hits_the_idle_timeout_and_is_not_replayed(fault: FaultServer) -> None:
     """Chunks 1 s apart with idle_ms 300: the stream times out between chunks
     (not at the deadline) and, bytes having been delivered, is not replayed."""
