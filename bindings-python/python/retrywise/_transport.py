@@ -312,13 +312,13 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
             else:
                 if d.is_streamed(response):
                     d.idle_timeout(request, attempt, base)
-                    inner = response.stream
-                    rest = iter(inner)
+                    body = response.stream
+                    rest = iter(body)
                     try:
                         first = _first_chunk(rest)
                     except BaseException as exc:
                         # Broken before a single byte reached the caller: phase stream_open, retryable.
-                        inner.close()
+                        body.close()
                         if is_cancellation(exc):
                             call.cancel()
                             raise
@@ -328,7 +328,7 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                         )
                         last, last_exc = None, exc
                     else:
-                        wrapped = _Prefixed(first, rest, inner)
+                        wrapped = _Prefixed(first, rest, body)
                         response.stream = _stream_types(d.hx)[0](wrapped, _StreamState(call, response))
                         return response
                     if decision.action in _RETRY:
@@ -387,13 +387,13 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
             else:
                 if d.is_streamed(response):
                     d.idle_timeout(request, attempt, base)
-                    ainner = response.stream
-                    arest = ainner.__aiter__()
+                    abody = response.stream
+                    arest = abody.__aiter__()
                     try:
                         afirst = await _afirst_chunk(arest)
                     except BaseException as exc:
                         # Broken before a single byte reached the caller: phase stream_open, retryable.
-                        await ainner.aclose()
+                        await abody.aclose()
                         if is_cancellation(exc):
                             call.cancel()
                             raise
@@ -403,7 +403,7 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                         )
                         last, last_exc = None, exc
                     else:
-                        awrapped = _AsyncPrefixed(afirst, arest, ainner)
+                        awrapped = _AsyncPrefixed(afirst, arest, abody)
                         response.stream = _stream_types(d.hx)[1](awrapped, _StreamState(call, response))
                         return response
                     if decision.action in _RETRY:
