@@ -31,7 +31,21 @@ echo "== tsc --noEmit (examples/usage.ts)"
 npm run typecheck
 
 echo "== node --test"
-node --test __test__/
+# node --test exits 0 when it finds no test at all: count them and fail on none.
+log="$(mktemp)"
+set +e
+node --test __test__/ 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+tests="$(sed -n 's/^# tests \([0-9][0-9]*\)$/\1/p' "$log" | tail -n 1)"
+rm -f "$log"
+if [ "$status" != 0 ]; then
+  exit "$status"
+fi
+if [ -z "$tests" ] || [ "$tests" = 0 ]; then
+  echo "ci.sh: node --test ran no test: treated as a failure" >&2
+  exit 1
+fi
 
 echo "== npm install ./bindings-node from another project"
 scratch="$(mktemp -d)"

@@ -806,6 +806,8 @@ function errorOutcome(err, attemptSignal, phase) {
     if (k) return { error: k, phase }
     if (err.name === 'AbortError') return { error: 'cancelled', phase }
     if (err.name === 'TimeoutError') return { error: 'first_byte_timeout', phase }
+    // JSON.parse of a truncated or garbled body (an SDK decoding the answer).
+    if (err instanceof SyntaxError) return { error: 'malformed_response', phase }
   }
   return { error: 'other', phase }
 }

@@ -354,6 +354,25 @@ typedef enum rw_wait_source {
 } rw_wait_source;
 
 /**
+ * What `rw_call_next_hedge` says (core `HedgePlan`).
+ */
+typedef enum rw_hedge_action {
+  /**
+   * Start `attempt` now, in parallel with the attempt in flight.
+   */
+  RW_HEDGE_ACTION_START = 0,
+  /**
+   * Too early: ask again after `after_ms`.
+   */
+  RW_HEDGE_ACTION_AFTER = 1,
+  /**
+   * No hedge now; `reason` says why (`RW_REASON_HEDGE_NOT_ALLOWED`,
+   * `RW_REASON_MAX_ATTEMPTS`, `RW_REASON_BUDGET_EXHAUSTED`, ...). The call goes on.
+   */
+  RW_HEDGE_ACTION_NO = 2,
+} rw_hedge_action;
+
+/**
  * Machine-level error of an attempt (core `ErrorKind`).
  */
 typedef enum rw_error_kind {
@@ -806,6 +825,34 @@ typedef struct rw_decision {
 } rw_decision;
 
 /**
+ * Whether a hedged (parallel) attempt may start (from `rw_call_next_hedge`).
+ *
+ * Strings and `headers` of `attempt` are owned by the call and stay valid
+ * until the next `rw_call_next_hedge` or `rw_call_free` on that call (an
+ * attempt from `rw_call_next_attempt` keeps its own strings).
+ */
+typedef struct rw_hedge_plan {
+  /**
+   * Start, after or no.
+   */
+  enum rw_hedge_action action;
+  /**
+   * With `RW_HEDGE_ACTION_AFTER`: ms until a hedge may start; 0 otherwise.
+   */
+  uint64_t after_ms;
+  /**
+   * With `RW_HEDGE_ACTION_NO`: why; `RW_REASON_SUCCESS` otherwise.
+   */
+  enum rw_reason reason;
+  /**
+   * With `RW_HEDGE_ACTION_START`: the hedged attempt to make now
+   * (`attempt.hedge` is true; report it with `rw_call_report_attempt` and
+   * `attempt.number`). Otherwise a stop whose `stop_reason` equals `reason`.
+   */
+  struct rw_attempt attempt;
+} rw_hedge_plan;
+
+/**
  * Options for `rw_engine_new_with`: testing hooks shared with the Python and
  * Node bindings so that conformance vectors replay identically.
  */
@@ -876,8 +923,10 @@ enum rw_result rw_call_next_attempt(struct rw_call *call, struct rw_attempt *out
  * `RW_ACTION_RETRY` / `RW_ACTION_FALLBACK` (sleep `delay_ms`, then call
  * `rw_call_next_attempt` again), `RW_ACTION_STOP` / `RW_ACTION_RECONCILE`
  * (surface it with its reason). Strings in `*out` are owned by the call and
- * valid until the next `rw_call_report`, `rw_call_cancel` or `rw_call_free`.
- * `outcome` and what it points to are only read during this call.
+ * valid until the next `rw_call_report`, `rw_call_report_attempt`,
+ * `rw_call_cancel` or `rw_call_free`. `outcome` and what it points to are
+ * only read during this call. With a hedge in flight, report each attempt by
+ * number with `rw_call_report_attempt` instead.
  *
  * Returns `RW_ERR_NULL`, `RW_ERR_INVALID_ARG` (enum value out of range,
  * vendor code not UTF-8; the attempt stays in flight, report it again) or
@@ -897,9 +946,55 @@ enum rw_result rw_call_report(struct rw_call *call,
                               struct rw_decision *out);
 
 /**
- * Cancels the call: an attempt in flight is reported as cancelled and the
- * call stops with `RW_REASON_CANCELLED` (or keeps its earlier final
- * decision). `*out` and error results as for `rw_call_report`.
+ * Reports what attempt `number` met (with hedging, when a primary and a
+ * hedge are in flight; `rw_call_report` reports the latest attempt) and
+ * returns the decision in `*out`. After a final decision (a sibling already
+ * succeeded, stopped or must reconcile) every later report returns that
+ * final decision. A `number` that is not in flight gives a Stop with reason
+ * `RW_REASON_INVALID_STATE` and changes nothing. `*out`, string lifetimes
+ * and error results as for `rw_call_report`.
+ *
+ * Thread safety: not concurrently with any other function on the same call.
+ *
+ * # Safety
+ * `call` is NULL or live; `outcome` is NULL or a readable `rw_outcome`
+ * whose pointers are valid as documented there; `out` is NULL or writable.
+ */
+enum rw_result rw_call_report_attempt(struct rw_call *call,
+                                      uint32_t number,
+                                      const struct rw_outcome *outcome,
+                                      struct rw_decision *out);
+
+/**
+ * Asks whether a hedged (parallel) attempt may start now, while exactly one
+ * attempt is in flight. `out->action` is `RW_HEDGE_ACTION_START` (make
+ * `out->attempt` now, alongside the one in flight, and report each with
+ * `rw_call_report_attempt`), `RW_HEDGE_ACTION_AFTER` (ask again after
+ * `out->after_ms`) or `RW_HEDGE_ACTION_NO` (`out->reason` says why: the
+ * route has no `hedge_after_ms`, the call is unsafe, not the owner or
+ * finished, the kill switch is off, no attempt or budget is left, ...).
+ * A hedge counts against `max_attempts` and draws from the retry budget.
+ * Returns `RW_OK` for all three. Strings in `out->attempt` are owned by the
+ * call and valid until the next `rw_call_next_hedge` or `rw_call_free`.
+ *
+ * On an error result (`RW_ERR_NULL`, `RW_ERR_PANIC`), `*out` (when `out` is
+ * not NULL) is `RW_HEDGE_ACTION_NO` with reason `RW_REASON_INVALID_STATE`
+ * and a detail in `out->attempt.detail`. After `RW_ERR_PANIC` the call is
+ * unusable: free it; the engine stays usable.
+ *
+ * Thread safety: not concurrently with any other function on the same call.
+ *
+ * # Safety
+ * `call` is NULL or live; `out` is NULL or writable.
+ */
+enum rw_result rw_call_next_hedge(struct rw_call *call, struct rw_hedge_plan *out);
+
+/**
+ * Cancels the call: every attempt in flight (a primary and its hedge) is
+ * reported as cancelled and the call stops with `RW_REASON_CANCELLED` (or
+ * keeps its earlier final decision). With no attempt in flight (between
+ * attempts, or before the first) the call stops with `RW_REASON_CANCELLED`
+ * at once. `*out` and error results as for `rw_call_report`.
  *
  * Thread safety: not concurrently with any other function on the same call.
  *
@@ -1121,6 +1216,14 @@ const char *rw_class_name(int32_t code);
  * Thread safety: may be called from any thread.
  */
 const char *rw_wait_source_name(int32_t code);
+
+/**
+ * Stable snake_case name of an `rw_hedge_action` code (`"start"`, `"after"`,
+ * `"no"`). Static; NULL for an unknown code.
+ *
+ * Thread safety: may be called from any thread.
+ */
+const char *rw_hedge_action_name(int32_t code);
 
 /**
  * The C name of an `rw_result` code (`"RW_ERR_NULL"`), for log messages.

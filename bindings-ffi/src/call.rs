@@ -1,4 +1,5 @@
-//! `rw_call`: one logical request — begin, next attempt, report, cancel, free.
+//! `rw_call`: one logical request — begin, next attempt, report, hedge,
+//! cancel, free.
 //! Every decision is the core's; this module only converts types and keeps
 //! the strings the C caller borrows alive.
 
@@ -6,7 +7,9 @@ use crate::args;
 use crate::engine::rw_engine;
 use crate::panic::{ffi_boundary, try_arg};
 use crate::types::*;
-use retrywise_core::{Attempt, Call, CallSpec, Decision, Headers, Inbound, Outcome, RequestId, SmolStr, Stopped};
+use retrywise_core::{
+    Attempt, Call, CallSpec, Decision, Headers, HedgePlan, Inbound, Outcome, RequestId, SmolStr, Stopped,
+};
 use std::time::Duration;
 
 /// One logical request.
@@ -20,11 +23,12 @@ pub struct rw_call {
     call: Call,
     /// Set when a panic was caught inside this call: its state is unknown.
     poisoned: bool,
-    att_upstream: Option<SmolStr>,
-    att_request_id: Option<RequestId>,
-    att_headers: Vec<(&'static str, String)>,
-    att_views: Views,
+    /// Strings of the attempt from `rw_call_next_attempt`.
+    att: AttemptStrings,
     att_detail: Option<String>,
+    /// Strings of the hedged attempt from `rw_call_next_hedge` (kept apart, so
+    /// asking for a hedge leaves the primary attempt's strings valid).
+    hed: AttemptStrings,
     dec_upstream: Option<SmolStr>,
     dec_detail: Option<String>,
     dec_excluded: Vec<(String, String)>,
@@ -33,7 +37,7 @@ pub struct rw_call {
 
 // SAFETY: the core's `Call` is `Send` (checked in lib.rs); the only non-Send
 // fields are the `rw_header` views, whose raw pointers point into strings
-// owned by this same `rw_call` (`att_headers`, `dec_excluded`) and move with it.
+// owned by this same `rw_call` (`att`, `hed`, `dec_excluded`) and move with it.
 unsafe impl Send for rw_call {}
 
 const DETAIL_NULL: &str = "a required argument is NULL";
@@ -167,6 +171,42 @@ impl Views {
     }
 }
 
+/// The strings an `rw_attempt` points into, kept alive by the call.
+#[derive(Default)]
+struct AttemptStrings {
+    upstream: Option<SmolStr>,
+    request_id: Option<RequestId>,
+    headers: Vec<(&'static str, String)>,
+    views: Views,
+}
+
+impl AttemptStrings {
+    /// Keeps the attempt's strings and returns the C view of them. The
+    /// strings are stored first: the view points into these fields (short
+    /// names are stored inline, so they must not move after the view is made).
+    fn view(&mut self, a: Attempt) -> rw_attempt {
+        self.headers = a.headers();
+        let (headers, headers_len) = self.views.set(&self.headers);
+        self.upstream = Some(a.upstream);
+        self.request_id = Some(a.request_id);
+        rw_attempt {
+            number: a.number,
+            upstream: rw_str::of(self.upstream.as_deref().unwrap_or("")),
+            request_id: rw_str::of(self.request_id.as_ref().map_or("", |r| r.as_str())),
+            connect_timeout_ms: ms(a.timeouts.connect),
+            first_byte_timeout_ms: ms(a.timeouts.first_byte),
+            idle_timeout_ms: ms(a.timeouts.idle),
+            total_timeout_ms: ms(a.timeouts.total),
+            remaining_ms: ms(a.remaining),
+            headers,
+            headers_len,
+            hedge: a.hedge,
+            fallback: a.fallback,
+            ..rw_attempt::stopped(rw_reason::Success)
+        }
+    }
+}
+
 /// Whole milliseconds, saturating (u64 arithmetic: cheaper than `as_millis`'s u128).
 fn ms(d: Duration) -> u64 {
     d.as_secs()
@@ -179,11 +219,9 @@ impl rw_call {
         rw_call {
             call,
             poisoned: false,
-            att_upstream: None,
-            att_request_id: None,
-            att_headers: Vec::new(),
-            att_views: Views::default(),
+            att: AttemptStrings::default(),
             att_detail: None,
+            hed: AttemptStrings::default(),
             dec_upstream: None,
             dec_detail: None,
             dec_excluded: Vec::new(),
@@ -193,28 +231,25 @@ impl rw_call {
 
     /// Keeps the attempt's strings in the call and returns the C view of them.
     fn attempt(&mut self, a: Attempt) -> rw_attempt {
-        self.att_headers = a.headers();
-        let (headers, headers_len) = self.att_views.set(&self.att_headers);
         self.att_detail = None;
-        // Kept in the call first: the views below point into these fields (inline bytes).
-        self.att_upstream = Some(a.upstream);
-        self.att_request_id = Some(a.request_id);
-        let upstream = rw_str::of(self.att_upstream.as_deref().unwrap_or(""));
-        let request_id = rw_str::of(self.att_request_id.as_ref().map_or("", |r| r.as_str()));
-        rw_attempt {
-            number: a.number,
-            upstream,
-            request_id,
-            connect_timeout_ms: ms(a.timeouts.connect),
-            first_byte_timeout_ms: ms(a.timeouts.first_byte),
-            idle_timeout_ms: ms(a.timeouts.idle),
-            total_timeout_ms: ms(a.timeouts.total),
-            remaining_ms: ms(a.remaining),
-            headers,
-            headers_len,
-            hedge: a.hedge,
-            fallback: a.fallback,
-            ..rw_attempt::stopped(rw_reason::Success)
+        self.att.view(a)
+    }
+
+    /// The C view of a hedge plan (a started hedge's strings kept in `hed`).
+    fn hedge_plan(&mut self, p: HedgePlan) -> rw_hedge_plan {
+        match p {
+            HedgePlan::Start(a) => rw_hedge_plan {
+                action: rw_hedge_action::Start,
+                after_ms: 0,
+                reason: rw_reason::Success,
+                attempt: self.hed.view(a),
+            },
+            HedgePlan::After(d) => rw_hedge_plan {
+                action: rw_hedge_action::After,
+                after_ms: ms(d),
+                ..rw_hedge_plan::no(rw_reason::Success, rw_str::NONE)
+            },
+            HedgePlan::No(r) => rw_hedge_plan::no(r.into(), rw_str::NONE),
         }
     }
 
@@ -382,8 +417,10 @@ pub unsafe extern "C" fn rw_call_next_attempt(call: *mut rw_call, out: *mut rw_a
 /// `RW_ACTION_RETRY` / `RW_ACTION_FALLBACK` (sleep `delay_ms`, then call
 /// `rw_call_next_attempt` again), `RW_ACTION_STOP` / `RW_ACTION_RECONCILE`
 /// (surface it with its reason). Strings in `*out` are owned by the call and
-/// valid until the next `rw_call_report`, `rw_call_cancel` or `rw_call_free`.
-/// `outcome` and what it points to are only read during this call.
+/// valid until the next `rw_call_report`, `rw_call_report_attempt`,
+/// `rw_call_cancel` or `rw_call_free`. `outcome` and what it points to are
+/// only read during this call. With a hedge in flight, report each attempt by
+/// number with `rw_call_report_attempt` instead.
 ///
 /// Returns `RW_ERR_NULL`, `RW_ERR_INVALID_ARG` (enum value out of range,
 /// vendor code not UTF-8; the attempt stays in flight, report it again) or
@@ -426,9 +463,98 @@ pub unsafe extern "C" fn rw_call_report(
     unsafe { fail_decision(out, r) }
 }
 
-/// Cancels the call: an attempt in flight is reported as cancelled and the
-/// call stops with `RW_REASON_CANCELLED` (or keeps its earlier final
-/// decision). `*out` and error results as for `rw_call_report`.
+/// Reports what attempt `number` met (with hedging, when a primary and a
+/// hedge are in flight; `rw_call_report` reports the latest attempt) and
+/// returns the decision in `*out`. After a final decision (a sibling already
+/// succeeded, stopped or must reconcile) every later report returns that
+/// final decision. A `number` that is not in flight gives a Stop with reason
+/// `RW_REASON_INVALID_STATE` and changes nothing. `*out`, string lifetimes
+/// and error results as for `rw_call_report`.
+///
+/// Thread safety: not concurrently with any other function on the same call.
+///
+/// # Safety
+/// `call` is NULL or live; `outcome` is NULL or a readable `rw_outcome`
+/// whose pointers are valid as documented there; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rw_call_report_attempt(
+    call: *mut rw_call,
+    number: u32,
+    outcome: *const rw_outcome,
+    out: *mut rw_decision,
+) -> rw_result {
+    let r = ffi_boundary! {
+        // SAFETY: NULL or a live call used by this thread only / readable, per the contract.
+        let (Some(h), Some(outcome), false) = (unsafe { call.as_mut() }, unsafe { outcome.as_ref() }, out.is_null()) else {
+            return rw_result::RwErrNull;
+        };
+        if h.poisoned {
+            return rw_result::RwErrPanic;
+        }
+        // SAFETY: the outcome's pointers are valid per the contract.
+        let outcome = try_arg!(unsafe { outcome_from(outcome) });
+        // Stays set if the core panics: the call's state is then unknown.
+        h.poisoned = true;
+        let d = h.call.report_attempt(number, &outcome);
+        let d = h.decision(d);
+        h.poisoned = false;
+        // SAFETY: non-NULL (checked) and writable per the contract.
+        unsafe { out.write(d) };
+        rw_result::RwOk
+    };
+    // SAFETY: `out` is NULL or writable, per the contract.
+    unsafe { fail_decision(out, r) }
+}
+
+/// Asks whether a hedged (parallel) attempt may start now, while exactly one
+/// attempt is in flight. `out->action` is `RW_HEDGE_ACTION_START` (make
+/// `out->attempt` now, alongside the one in flight, and report each with
+/// `rw_call_report_attempt`), `RW_HEDGE_ACTION_AFTER` (ask again after
+/// `out->after_ms`) or `RW_HEDGE_ACTION_NO` (`out->reason` says why: the
+/// route has no `hedge_after_ms`, the call is unsafe, not the owner or
+/// finished, the kill switch is off, no attempt or budget is left, ...).
+/// A hedge counts against `max_attempts` and draws from the retry budget.
+/// Returns `RW_OK` for all three. Strings in `out->attempt` are owned by the
+/// call and valid until the next `rw_call_next_hedge` or `rw_call_free`.
+///
+/// On an error result (`RW_ERR_NULL`, `RW_ERR_PANIC`), `*out` (when `out` is
+/// not NULL) is `RW_HEDGE_ACTION_NO` with reason `RW_REASON_INVALID_STATE`
+/// and a detail in `out->attempt.detail`. After `RW_ERR_PANIC` the call is
+/// unusable: free it; the engine stays usable.
+///
+/// Thread safety: not concurrently with any other function on the same call.
+///
+/// # Safety
+/// `call` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rw_call_next_hedge(call: *mut rw_call, out: *mut rw_hedge_plan) -> rw_result {
+    let r = ffi_boundary! {
+        // SAFETY: NULL or a live call used by this thread only, per the contract.
+        let (Some(h), false) = (unsafe { call.as_mut() }, out.is_null()) else { return rw_result::RwErrNull };
+        if h.poisoned {
+            return rw_result::RwErrPanic;
+        }
+        // Stays set if the core panics: the call's state is then unknown.
+        h.poisoned = true;
+        let p = h.call.next_hedge();
+        let p = h.hedge_plan(p);
+        h.poisoned = false;
+        // SAFETY: non-NULL (checked) and writable per the contract.
+        unsafe { out.write(p) };
+        rw_result::RwOk
+    };
+    if let (Some(why), false) = (error_detail(r), out.is_null()) {
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe { out.write(rw_hedge_plan::no(rw_reason::InvalidState, rw_str::of(why))) };
+    }
+    r
+}
+
+/// Cancels the call: every attempt in flight (a primary and its hedge) is
+/// reported as cancelled and the call stops with `RW_REASON_CANCELLED` (or
+/// keeps its earlier final decision). With no attempt in flight (between
+/// attempts, or before the first) the call stops with `RW_REASON_CANCELLED`
+/// at once. `*out` and error results as for `rw_call_report`.
 ///
 /// Thread safety: not concurrently with any other function on the same call.
 ///

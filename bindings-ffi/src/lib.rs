@@ -21,6 +21,12 @@
 //!     SUCCEEDED -> done; RETRY/FALLBACK -> sleep decision.delay_ms; STOP/RECONCILE -> surface it
 //! rw_call_free(call)
 //! ```
+//!
+//! Hedging (routes with `hedge_after_ms`): while an attempt is in flight,
+//! `rw_call_next_hedge` says start / after N ms / no; a started hedge and the
+//! primary are each reported with `rw_call_report_attempt(call, number, ...)`,
+//! and the first answer decides. `rw_call_cancel` reports every attempt in
+//! flight as cancelled.
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -1,5 +1,5 @@
 //! Static names: `rw_reason_name`, `rw_action_name`, `rw_class_name`,
-//! `rw_wait_source_name`, `rw_result_name` and `rw_version`. Vocabulary names
+//! `rw_wait_source_name`, `rw_hedge_action_name`, `rw_result_name` and `rw_version`. Vocabulary names
 //! come from the core's `NAMES` tables, so every language prints the same
 //! snake_case strings.
 
@@ -67,6 +67,19 @@ pub extern "C" fn rw_wait_source_name(code: i32) -> *const c_char {
     ffi_boundary! { lookup(&T, WaitSource::NAMES, code) }
 }
 
+/// Stable snake_case name of an `rw_hedge_action` code (`"start"`, `"after"`,
+/// `"no"`). Static; NULL for an unknown code.
+///
+/// Thread safety: may be called from any thread.
+#[no_mangle]
+pub extern "C" fn rw_hedge_action_name(code: i32) -> *const c_char {
+    const NAMES: [&std::ffi::CStr; 3] = [c"start", c"after", c"no"];
+    const _: () = assert!(NAMES.len() == crate::types::rw_hedge_action::No as usize + 1);
+    ffi_boundary! {
+        usize::try_from(code).ok().and_then(|i| NAMES.get(i)).map_or(std::ptr::null(), |s| s.as_ptr())
+    }
+}
+
 /// The C name of an `rw_result` code (`"RW_ERR_NULL"`), for log messages.
 /// Static; NULL for an unknown code.
 ///
@@ -121,6 +134,9 @@ mod tests {
         assert_eq!(s(rw_action_name(1)), "retry");
         assert_eq!(s(rw_wait_source_name(1)), "retry_after");
         assert_eq!(s(rw_result_name(2)), "RW_ERR_NULL");
+        assert_eq!(s(rw_hedge_action_name(0)), "start");
+        assert_eq!(s(rw_hedge_action_name(2)), "no");
+        assert!(rw_hedge_action_name(3).is_null());
         assert_eq!(s(rw_version()), retrywise_core::VERSION);
     }
 }

@@ -555,6 +555,59 @@ impl rw_attempt {
     }
 }
 
+/// What `rw_call_next_hedge` says (core `HedgePlan`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum rw_hedge_action {
+    /// Start `attempt` now, in parallel with the attempt in flight.
+    Start = 0,
+    /// Too early: ask again after `after_ms`.
+    After = 1,
+    /// No hedge now; `reason` says why (`RW_REASON_HEDGE_NOT_ALLOWED`,
+    /// `RW_REASON_MAX_ATTEMPTS`, `RW_REASON_BUDGET_EXHAUSTED`, ...). The call goes on.
+    No = 2,
+}
+
+/// Whether a hedged (parallel) attempt may start (from `rw_call_next_hedge`).
+///
+/// Strings and `headers` of `attempt` are owned by the call and stay valid
+/// until the next `rw_call_next_hedge` or `rw_call_free` on that call (an
+/// attempt from `rw_call_next_attempt` keeps its own strings).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rw_hedge_plan {
+    /// Start, after or no.
+    pub action: rw_hedge_action,
+    /// With `RW_HEDGE_ACTION_AFTER`: ms until a hedge may start; 0 otherwise.
+    pub after_ms: u64,
+    /// With `RW_HEDGE_ACTION_NO`: why; `RW_REASON_SUCCESS` otherwise.
+    pub reason: rw_reason,
+    /// With `RW_HEDGE_ACTION_START`: the hedged attempt to make now
+    /// (`attempt.hedge` is true; report it with `rw_call_report_attempt` and
+    /// `attempt.number`). Otherwise a stop whose `stop_reason` equals `reason`.
+    pub attempt: rw_attempt,
+}
+
+impl rw_hedge_plan {
+    /// A "no hedge" plan; also the fail-safe plan written on an error result.
+    pub(crate) fn no(reason: rw_reason, detail: rw_str) -> rw_hedge_plan {
+        let mut attempt = rw_attempt::stopped(reason);
+        attempt.detail = detail;
+        rw_hedge_plan {
+            action: rw_hedge_action::No,
+            after_ms: 0,
+            reason,
+            attempt,
+        }
+    }
+}
+
+impl Default for rw_hedge_plan {
+    fn default() -> Self {
+        rw_hedge_plan::no(rw_reason::HedgeNotAllowed, rw_str::NONE)
+    }
+}
+
 /// What an attempt met, as given to `rw_call_report`. Start from
 /// `RW_OUTCOME_INIT` (a zeroed struct means "DNS error", since
 /// `RW_ERROR_KIND_DNS` is 0). Read during `rw_call_report` only.

@@ -339,6 +339,16 @@ static void test_null_and_invalid_args(void) {
   CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_INVALID_STATE);
   CHECK_RC(rw_call_report(NULL, NULL, NULL), RW_ERR_NULL);
   CHECK_RC(rw_call_cancel(NULL, NULL), RW_ERR_NULL);
+  rw_hedge_plan hp;
+  memset(&hp, 0, sizeof hp);
+  CHECK_RC(rw_call_next_hedge(NULL, &hp), RW_ERR_NULL);
+  CHECK(hp.action == RW_HEDGE_ACTION_NO && hp.reason == RW_REASON_INVALID_STATE && hp.attempt.detail.len > 0);
+  CHECK_RC(rw_call_next_hedge(NULL, NULL), RW_ERR_NULL);
+  rw_outcome o0 = RW_OUTCOME_INIT;
+  CHECK_RC(rw_call_report_attempt(NULL, 1, &o0, &d), RW_ERR_NULL);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_INVALID_STATE);
+  CHECK_RC(rw_call_report_attempt(NULL, 1, NULL, NULL), RW_ERR_NULL);
+  CHECK(rw_hedge_action_name(-1) == NULL && rw_hedge_action_name(3) == NULL);
   CHECK_RC(rw_engine_stats_json(NULL, &json), RW_ERR_NULL);
   CHECK(json == NULL);
   CHECK_RC(rw_engine_stats_json(e, NULL), RW_ERR_NULL);
@@ -411,6 +421,13 @@ static void test_null_and_invalid_args(void) {
   o.headers_len = 2;
   CHECK_RC(rw_call_report(c, &o, &d), RW_ERR_NULL);
   o.headers_len = 0;
+  CHECK_RC(rw_call_report_attempt(c, 1, NULL, &d), RW_ERR_NULL);
+  CHECK_RC(rw_call_report_attempt(c, 1, &o, NULL), RW_ERR_NULL);
+  o.effect = 9;
+  CHECK_RC(rw_call_report_attempt(c, 1, &o, &d), RW_ERR_INVALID_ARG);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_INVALID_STATE && d.detail.len > 0);
+  o.effect = RW_EFFECT_UNSET;
+  CHECK_RC(rw_call_next_hedge(c, NULL), RW_ERR_NULL);
   /* The attempt is still in flight after rejected reports: report it properly. */
   CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
   CHECK(d.action == RW_ACTION_RETRY);
@@ -465,6 +482,109 @@ static void test_panic_boundary(void) {
   char *json = NULL;
   CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
   CHECK(json != NULL);
+  rw_string_free(json);
+  rw_engine_free(e);
+}
+
+/* Hedging: next_hedge says after / start / no, each attempt is reported by
+ * number, the first answer decides, and the primary's strings stay valid
+ * after a hedge was started. */
+static const char *HEDGE_POLICY =
+    "{\"budget\": {\"enabled\": false}, \"upstreams\": {\"a\": {}, \"b\": {}},"
+    " \"routes\": {\"r\": {\"candidates\": [\"a\", \"b\"], \"hedge_after_ms\": 200}}}";
+
+static void test_hedging(void) {
+  rw_engine *e = engine_with(HEDGE_POLICY, 1);
+  rw_call *c = begin(e, "r", 10000);
+  rw_attempt a;
+  rw_hedge_plan h;
+  rw_decision d;
+
+  /* Nothing in flight yet: no hedge. */
+  CHECK_RC(rw_call_next_hedge(c, &h), RW_OK);
+  CHECK(h.action == RW_HEDGE_ACTION_NO && h.reason == RW_REASON_HEDGE_NOT_ALLOWED);
+  CHECK(h.attempt.stop_reason == RW_REASON_HEDGE_NOT_ALLOWED && h.attempt.number == 0);
+  CHECK(strcmp(rw_hedge_action_name(h.action), "no") == 0);
+
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK(a.number == 1 && str_eq(a.upstream, "a") && !a.hedge);
+  CHECK_RC(rw_call_next_hedge(c, &h), RW_OK);
+  CHECK(h.action == RW_HEDGE_ACTION_AFTER && h.after_ms == 200 && h.reason == RW_REASON_SUCCESS);
+  CHECK_RC(rw_engine_advance_clock(e, 150), RW_OK);
+  CHECK_RC(rw_call_next_hedge(c, &h), RW_OK);
+  CHECK(h.action == RW_HEDGE_ACTION_AFTER && h.after_ms == 50);
+  CHECK_RC(rw_engine_advance_clock(e, 50), RW_OK);
+  CHECK_RC(rw_call_next_hedge(c, &h), RW_OK);
+  CHECK(h.action == RW_HEDGE_ACTION_START && strcmp(rw_hedge_action_name(h.action), "start") == 0);
+  CHECK(h.attempt.number == 2 && h.attempt.hedge && h.attempt.fallback);
+  CHECK(str_eq(h.attempt.upstream, "b"));
+  CHECK(str_eq(header(&h.attempt, "retrywise-attempt"), "2"));
+  CHECK(h.attempt.remaining_ms == 9800);
+  /* The primary's strings were not overwritten by the hedge. */
+  CHECK(str_eq(a.upstream, "a") && str_eq(header(&a, "retrywise-attempt"), "1"));
+  CHECK(a.request_id.len == h.attempt.request_id.len &&
+        memcmp(a.request_id.ptr, h.attempt.request_id.ptr, a.request_id.len) == 0);
+
+  /* Two in flight: no further hedge, no plain attempt. */
+  CHECK_RC(rw_call_next_hedge(c, &h), RW_OK);
+  CHECK(h.action == RW_HEDGE_ACTION_NO && h.reason == RW_REASON_HEDGE_NOT_ALLOWED);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_STOPPED);
+  CHECK(a.stop_reason == RW_REASON_INVALID_STATE);
+
+  rw_outcome ok = RW_OUTCOME_INIT;
+  ok.status = 200;
+  rw_outcome busy = RW_OUTCOME_INIT;
+  busy.status = 503;
+  /* An attempt number that is not in flight changes nothing. */
+  CHECK_RC(rw_call_report_attempt(c, 9, &ok, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_INVALID_STATE && d.attempt == 9);
+  CHECK(str_eq(d.detail, "attempt 9 is not in flight"));
+  /* The hedge answers first and wins; the primary's late failure gets that final decision. */
+  CHECK_RC(rw_call_report_attempt(c, 2, &ok, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_SUCCEEDED && d.attempt == 2 && d.hedge && str_eq(d.upstream, "b"));
+  CHECK_RC(rw_call_report_attempt(c, 1, &busy, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_SUCCEEDED && d.attempt == 2 && d.hedge);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_STOPPED);
+  CHECK(a.stop_reason == RW_REASON_CALL_FINISHED);
+  rw_call_free(c);
+
+  /* Cancel with a primary and a hedge in flight: both reported, one cancelled stop. */
+  c = begin(e, "r", 10000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(rw_engine_advance_clock(e, 200), RW_OK);
+  CHECK_RC(rw_call_next_hedge(c, &h), RW_OK);
+  CHECK(h.action == RW_HEDGE_ACTION_START && h.attempt.number == 2);
+  CHECK_RC(rw_call_cancel(c, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_CANCELLED && d.error_class == RW_ERROR_CLASS_CANCELLED);
+  CHECK(d.attempt == 1 && !d.hedge);
+  CHECK_RC(rw_call_report_attempt(c, 2, &ok, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_CANCELLED);
+  rw_call_free(c);
+
+  /* A hedge that is never reported: freeing the call gives its budget and gates back. */
+  c = begin(e, "r", 10000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(rw_engine_advance_clock(e, 200), RW_OK);
+  CHECK_RC(rw_call_next_hedge(c, &h), RW_OK);
+  CHECK(h.action == RW_HEDGE_ACTION_START);
+  rw_call_free(c);
+
+  /* An unsafe call never hedges. */
+  rw_call_spec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.route = str_of("r");
+  spec.idempotency = RW_IDEMPOTENCY_UNSAFE;
+  c = NULL;
+  CHECK_RC(rw_call_begin(e, &spec, &c), RW_OK);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(rw_engine_advance_clock(e, 500), RW_OK);
+  CHECK_RC(rw_call_next_hedge(c, &h), RW_OK);
+  CHECK(h.action == RW_HEDGE_ACTION_NO && h.reason == RW_REASON_HEDGE_NOT_ALLOWED);
+  rw_call_free(c);
+
+  char *json = NULL;
+  CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
+  CHECK(json != NULL && strstr(json, "\"hedges\":3") != NULL);
   rw_string_free(json);
   rw_engine_free(e);
 }
@@ -527,6 +647,7 @@ int main(void) {
   test_policies();
   test_null_and_invalid_args();
   test_panic_boundary();
+  test_hedging();
   test_threads();
   if (failures) {
     fprintf(stderr, "FAIL: %d of %d checks failed\n", failures, checks);

@@ -69,6 +69,10 @@ async function startFaultServer() {
     url: (spec) => `${base}/s/${spec}/v1`,
     counts: () => get('/control/counts'),
     requests: (q = '') => get('/control/requests' + q),
+    /** Records of one spec, oldest first. */
+    recordsOf: (spec) => get('/control/requests?spec=' + encodeURIComponent(spec)),
+    /** A 127.0.0.1 port just bound and released: connecting to it is refused. */
+    closedPort: async () => (await get('/control/closed-port')).port,
     reset: async () => (await fetch(base + '/control/reset', { method: 'POST' })).json(),
     stop: () =>
       new Promise((r) => {

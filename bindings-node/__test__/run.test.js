@@ -169,3 +169,23 @@ test('run: AbortSignal aborts the sleep between attempts', async () => {
   pre.abort()
   await assert.rejects(e.run(async () => 1, { signal: pre.signal }), (err) => err.name === 'AbortError')
 })
+
+test('run: a SyntaxError (a body that does not parse) is a retryable malformed_response', async () => {
+  const e = new Engine({ ...fast, max_attempts: 3 })
+  let n = 0
+  const v = await e.run(
+    async () => {
+      n++
+      if (n < 3) return JSON.parse('{"truncated": ')
+      return 'parsed'
+    },
+    { route: 'u', deadlineMs: 5000 },
+  )
+  assert.equal(v, 'parsed')
+  assert.equal(n, 3)
+  const ends = e.events().filter((ev) => ev.kind === 'attempt_end' && ev['error.type'])
+  assert.deepEqual(
+    ends.map((ev) => ev.error_kind),
+    ['malformed_response', 'malformed_response'],
+  )
+})

@@ -927,6 +927,11 @@ impl PyHedgePlan {
     fn after_s(&self) -> Option<f64> {
         self.after.map(|d| d.as_secs_f64())
     }
+    /// Whole milliseconds (truncated) until a hedge may start, when `action == "after"`.
+    #[getter]
+    fn after_ms(&self) -> Option<u64> {
+        self.after.map(ms_of)
+    }
     /// Why no hedge, when `action == "no"`.
     #[getter]
     fn reason(&self) -> Option<&'static str> {

@@ -67,6 +67,11 @@ class FaultServer:
         n: int = self._get("/control/counts")["total"]
         return n
 
+    def closed_port(self) -> int:
+        """A 127.0.0.1 port just bound and released: connecting to it is refused."""
+        port: int = self._get("/control/closed-port")["port"]
+        return port
+
     def requests(self, spec: str | None = None) -> list[dict[str, Any]]:
         q = "" if spec is None else "?spec=" + urllib.request.quote(spec, safe="")
         rows: list[dict[str, Any]] = self._get("/control/requests" + q)

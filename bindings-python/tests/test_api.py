@@ -264,8 +264,11 @@ def test_hedge_plan() -> None:
     call = engine.begin("chat", deadline_ms=10_000)
     call.next_attempt()
     plan = call.next_hedge()
-    assert plan.action == "after" and plan.after_s == pytest.approx(0.1)
-    engine.advance_clock(150)
+    assert plan.action == "after" and plan.after_s == pytest.approx(0.1) and plan.after_ms == 100
+    assert plan.attempt is None and plan.reason is None
+    engine.advance_clock(40)
+    assert call.next_hedge().after_ms == 60
+    engine.advance_clock(110)
     plan = call.next_hedge()
     assert plan.action == "start" and plan.attempt is not None and plan.attempt.hedge
     assert plan.attempt.upstream == "b"
@@ -273,7 +276,8 @@ def test_hedge_plan() -> None:
     assert d.action == "succeeded" and d.hedge
     unsafe = engine.begin("chat", idempotency="unsafe")
     unsafe.next_attempt()
-    assert unsafe.next_hedge().action == "no" and unsafe.next_hedge().reason == "hedge_not_allowed"
+    no = unsafe.next_hedge()
+    assert no.action == "no" and no.reason == "hedge_not_allowed" and no.after_ms is None and no.after_s is None
 
 
 def test_manual_clock_and_seed_are_reproducible() -> None:

@@ -156,16 +156,30 @@ def test_stream_broken_after_output_is_stream_visible_and_not_replayed(engine: E
     assert end["phase"] == "stream_visible" and end["error.type"] == "partial_stream"
 
 
-def test_stream_broken_before_output_is_stream_open(engine: Engine) -> None:
-    seen, handler = script(sse([], fail=True))
-    with (
-        client(engine, handler) as c,
-        c.stream("POST", "http://up/v1/chat/completions", json={}) as r,
-        pytest.raises(httpx.RemoteProtocolError),
-    ):
-        r.read()
-    end = [e for e in engine.events() if e["kind"] == "attempt_end"][-1]
-    assert end["phase"] == "stream_open" and len(seen) == 1
+def test_stream_broken_before_output_is_stream_open_and_retried(engine: Engine) -> None:
+    """A stream that breaks before its first byte never reached the caller: the
+    transport reads the first chunk inside its loop, so it retries (phase stream_open)."""
+    seen, handler = script(sse([], fail=True), sse([b"data: ok\n\n"], fail=False))
+    with client(engine, handler) as c, c.stream("POST", "http://up/v1/chat/completions", json={}) as r:
+        assert r.read() == b"data: ok\n\n"
+    ends = [e for e in engine.events() if e["kind"] == "attempt_end"]
+    assert [e.get("phase") for e in ends] == ["stream_open", None] and len(seen) == 2
+    s = engine.stats()
+    assert s["successes"] == 1 and s["retries"] == 1 and s["stops"] == {}
+
+
+def test_stream_broken_before_output_every_time_stops_at_max_attempts(engine: Engine) -> None:
+    seen, handler = script(*[sse([], fail=True)] * 3)
+    with client(engine, handler) as c, pytest.raises(httpx.RemoteProtocolError):
+        c.post("http://up/v1/chat/completions", json={})
+    assert len(seen) == 3 and engine.stats()["stops"] == {"max_attempts": 1}
+
+
+def test_empty_stream_is_a_success(engine: Engine) -> None:
+    _, handler = script(sse([], fail=False))
+    with client(engine, handler) as c, c.stream("GET", "http://up/v1/x") as r:
+        assert r.read() == b""
+    assert engine.stats()["successes"] == 1
 
 
 def test_stream_completed_is_a_success_and_idle_timeout_applies(engine: Engine) -> None:
@@ -201,6 +215,17 @@ def test_transport_nested_in_run_is_not_an_owner(engine: Engine) -> None:
     assert len({req.headers["retrywise-request-id"] for req in seen}) == 1
     s = engine.stats()
     assert s["stops"]["not_owner"] == 3
+
+
+async def test_async_stream_broken_before_output_is_retried(engine: Engine) -> None:
+    seen, handler = script(sse([], fail=True), sse([b"data: ok\n\n"], fail=False))
+    transport = AsyncRetryTransport(engine, "openai", transport=httpx.MockTransport(handler))
+    async with (
+        httpx.AsyncClient(transport=transport) as c,
+        c.stream("POST", "http://up/v1/chat/completions", json={}) as r,
+    ):
+        assert await r.aread() == b"data: ok\n\n"
+    assert len(seen) == 2 and engine.stats()["successes"] == 1 and engine.stats()["retries"] == 1
 
 
 async def test_async_transport_retries_and_streams(engine: Engine) -> None:

@@ -4,6 +4,7 @@ mapped to error kinds, cancellation, and nesting that never multiplies."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from dataclasses import dataclass, field
@@ -137,6 +138,8 @@ def test_keyboard_interrupt_cancels_the_call(engine: Engine) -> None:
         (socket.gaierror(), ("dns", None)),
         (TimeoutError(), ("first_byte_timeout", None)),
         (asyncio.CancelledError(), ("cancelled", None)),
+        (json.JSONDecodeError("Expecting value", "{", 1), ("malformed_response", None)),
+        (ValueError("x"), ("other", None)),
         (RuntimeError("x"), ("other", None)),
     ],
 )

@@ -117,8 +117,18 @@ def canon_decision(d: Any) -> dict[str, Any]:
         "on_failure": d.on_failure,
         "detail": d.detail,
         "attempt": d.attempt,
+        "hedge": d.hedge,
         "excluded": {u: why for u, why in d.excluded},
     }
+
+
+def canon_hedge(plan: Any) -> dict[str, Any]:
+    if plan.action == "start":
+        return {"action": "start", "attempt": canon_attempt(plan.attempt)}
+    if plan.action == "after":
+        after_ms = getattr(plan, "after_ms", None)
+        return {"action": "after", "after_ms": after_ms if after_ms is not None else secs_to_ms(plan.after_s)}
+    return {"action": plan.action, "reason": plan.reason}
 
 
 # ------------------------------------------------------------------ runner --
@@ -175,8 +185,16 @@ class Run:
                 actual = canon_stop(s)
             self.check_attempt(label, step.get("expect"), actual)
         elif op == "report":
-            d = self.calls[call].report(**step.get("outcome", {}))
+            # `attempt`: report that attempt (hedging), else the latest in flight.
+            kwargs = dict(step.get("outcome", {}))
+            if "attempt" in step:
+                kwargs["attempt"] = step["attempt"]
+            d = self.calls[call].report(**kwargs)
             self.check(label, step.get("expect"), canon_decision(d))
+        elif op == "next_hedge":
+            self.check(label, step.get("expect"), canon_hedge(self.calls[call].next_hedge()))
+        elif op == "cancel":
+            self.check(label, step.get("expect"), canon_decision(self.calls[call].cancel()))
         elif op == "reload":
             try:
                 self.engine.reload(step.get("policy", {}))
@@ -220,6 +238,14 @@ def load(path: Path) -> dict[str, Any]:
     return v
 
 
+def skip_reason(path: Path) -> str | None:
+    """The vector's `skip` (a known core bug) unless RETRYWISE_VECTORS_RUN_SKIPPED=1."""
+    reason = json.loads(path.read_text()).get("skip")
+    if reason is None or os.environ.get("RETRYWISE_VECTORS_RUN_SKIPPED") == "1":
+        return None
+    return str(reason)
+
+
 def run_vector(path: Path) -> list[str]:
     v = load(path)
     try:
@@ -239,7 +265,7 @@ def vector_paths(names: list[str] | None = None) -> list[Path]:
 
 
 def test_vectors() -> None:  # pytest entry point: one assertion listing every mismatch
-    problems = [m for p in vector_paths() for m in run_vector(p)]
+    problems = [m for p in vector_paths() if skip_reason(p) is None for m in run_vector(p)]
     assert not problems, "\n".join(problems)
 
 
@@ -249,14 +275,20 @@ def main(argv: list[str]) -> int:
         print(f"no vectors in {HERE}", file=sys.stderr)
         return 2
     problems: list[str] = []
-    failed = 0
+    failed = skipped = 0
     for p in paths:
+        why = skip_reason(p)
+        if why is not None:
+            skipped += 1
+            print(f"vector {p.stem} skipped: {why}")
+            continue
         ms = run_vector(p)
         failed += bool(ms)
         problems += ms
     for m in problems:
         print(m)
-    print(f"python: {len(paths)} vectors, {len(paths) - failed} passed, {failed} failed, {len(problems)} mismatches")
+    passed = len(paths) - failed - skipped
+    print(f"python: {len(paths)} vectors, {passed} passed, {failed} failed, {len(problems)} mismatches, {skipped} skipped")
     return 1 if problems else 0
 
 

@@ -11,6 +11,7 @@ an empty string is the single token `%`. Records:
     vector NAME                      starts a vector
     seed U64
     policy JSON                      the policy as compact JSON text
+    skip REASON                      a known core bug: the vector is not run (no steps follow)
     step LABEL OP [CALL] [ARGS...]   one step; LABEL as the other runners print it
     expect PATH TYPE VALUE           a leaf of the step's `expect` (TYPE s, i, f, b, n)
     within LO HI                     the step's delay_within_ms bounds
@@ -23,12 +24,15 @@ Step ARGS are key/value pairs:
              input_tokens N, max_output_tokens N, data_boundary S, max_cost F,
              inbound NAME VALUE (repeated)
     report:  status N, error S, phase S, effect S, vendor_code S,
-             input_tokens N, ok 0|1, header NAME VALUE (repeated)
+             input_tokens N, ok 0|1, header NAME VALUE (repeated),
+             attempt N (report that attempt number: hedging)
+    next_hedge, cancel: no arguments
     advance: ms N      reload: policy JSON      set_mode: retries B fallback B hedging B
 
 `repeat` steps are expanded here (with `{i}` substituted), and `params` is
 replaced by its digest: SHA-256 of the canonical JSON (object keys sorted,
-compact), as the core's `params_digest` computes it. Nested `expect` objects
+compact), as the core's `params_digest` computes it. A vector with `skip`
+becomes `vector`, `skip`, `end` unless RETRYWISE_VECTORS_RUN_SKIPPED=1. Nested `expect` objects
 become dotted paths; keys must therefore not contain dots.
 """
 
@@ -134,6 +138,8 @@ def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
                 args += [k, enc(o[k])]
         for name, value in o.get("headers", {}).items():
             args += ["header", enc(name), enc(value)]
+        if "attempt" in step:
+            args += ["attempt", enc(step["attempt"])]
     elif op == "reload":
         args = ["policy", enc(json.dumps(step.get("policy", {}), separators=(",", ":")))]
     elif op == "set_mode":
@@ -160,6 +166,8 @@ def convert(path: Path) -> list[str]:
         raise ValueError(f"{path}: format must be {FORMAT}")
     if v.get("name") != path.stem:
         raise ValueError(f"{path}: name {v.get('name')!r} differs from the file name")
+    if "skip" in v and os.environ.get("RETRYWISE_VECTORS_RUN_SKIPPED") != "1":
+        return [f"vector {enc(v['name'])}", f"skip {enc(v['skip'])}", "end"]
     out = [f"vector {enc(v['name'])}", f"seed {int(v['seed'])}",
            f"policy {enc(json.dumps(v.get('policy', {}), separators=(',', ':')))}"]
     for i, s in enumerate(v.get("steps", [])):

@@ -5,6 +5,7 @@ Python's and httpx's exception types; what they mean is decided by the core."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import ssl
 import sys
@@ -63,6 +64,9 @@ def _builtin_kind(exc: BaseException, in_body: bool) -> Kind | None:
         return "connection_reset", None if in_body else "sent"
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return ("stream_idle_timeout" if in_body else "first_byte_timeout"), None
+    if isinstance(exc, json.JSONDecodeError):
+        # A body that does not parse (an SDK decoding a truncated or garbled answer).
+        return "malformed_response", None
     return None
 
 

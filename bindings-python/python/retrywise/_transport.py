@@ -7,8 +7,10 @@ Per attempt: propagation headers and timeouts from the core are put on the
 request (``extensions["timeout"]``, never longer than the caller's own);
 error bodies are read so the core sees vendor codes; JSON bodies are read
 inside the loop (a body that breaks is still retryable); other bodies
-(server-sent events) are handed to the caller wrapped, and the outcome is
-reported when the stream ends, so output already delivered is never replayed.
+(server-sent events) are read up to their first chunk inside the loop (a
+stream that breaks before any byte is still retried), then handed to the
+caller wrapped, and the outcome is reported when the stream ends, so output
+already delivered is never replayed.
 """
 
 from __future__ import annotations
@@ -177,6 +179,52 @@ class _StreamState:
         self.success()
 
 
+class _Prefixed:
+    """A sync byte stream whose first chunk was already read (to know the stream started)."""
+
+    def __init__(self, first: bytes | None, rest: Iterator[bytes], inner: Any) -> None:
+        self._first, self._rest, self._inner = first, rest, inner
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._first:
+            yield self._first
+        yield from self._rest
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _AsyncPrefixed:
+    """The async counterpart of ``_Prefixed``."""
+
+    def __init__(self, first: bytes | None, rest: AsyncIterator[bytes], inner: Any) -> None:
+        self._first, self._rest, self._inner = first, rest, inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._first:
+            yield self._first
+        async for chunk in self._rest:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _first_chunk(it: Iterator[bytes]) -> bytes | None:
+    """The first non-empty chunk, or None when the body ended without one."""
+    for chunk in it:
+        if chunk:
+            return chunk
+    return None
+
+
+async def _afirst_chunk(it: AsyncIterator[bytes]) -> bytes | None:
+    async for chunk in it:
+        if chunk:
+            return chunk
+    return None
+
+
 @functools.cache
 def _stream_types(hx: Any) -> tuple[type, type]:
     """Stream wrappers for one httpx flavour (created once per flavour)."""
@@ -264,8 +312,29 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
             else:
                 if d.is_streamed(response):
                     d.idle_timeout(request, attempt, base)
-                    response.stream = _stream_types(d.hx)[0](response.stream, _StreamState(call, response))
-                    return response
+                    body = response.stream
+                    rest = iter(body)
+                    try:
+                        first = _first_chunk(rest)
+                    except BaseException as exc:
+                        # Broken before a single byte reached the caller: phase stream_open, retryable.
+                        body.close()
+                        if is_cancellation(exc):
+                            call.cancel()
+                            raise
+                        kind, _ = error_kind(exc, in_body=True)
+                        decision = call.report(
+                            status=response.status_code, error=kind, headers=response.headers, phase="stream_open"
+                        )
+                        last, last_exc = None, exc
+                    else:
+                        wrapped = _Prefixed(first, rest, body)
+                        response.stream = _stream_types(d.hx)[0](wrapped, _StreamState(call, response))
+                        return response
+                    if decision.action in _RETRY:
+                        d.wait(decision)
+                        continue
+                    return d.final(decision, last, last_exc)
                 try:
                     raw = b"".join(response.stream)
                 except BaseException as exc:
@@ -318,8 +387,33 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
             else:
                 if d.is_streamed(response):
                     d.idle_timeout(request, attempt, base)
-                    response.stream = _stream_types(d.hx)[1](response.stream, _StreamState(call, response))
-                    return response
+                    abody = response.stream
+                    arest = abody.__aiter__()
+                    try:
+                        afirst = await _afirst_chunk(arest)
+                    except BaseException as exc:
+                        # Broken before a single byte reached the caller: phase stream_open, retryable.
+                        await abody.aclose()
+                        if is_cancellation(exc):
+                            call.cancel()
+                            raise
+                        kind, _ = error_kind(exc, in_body=True)
+                        decision = call.report(
+                            status=response.status_code, error=kind, headers=response.headers, phase="stream_open"
+                        )
+                        last, last_exc = None, exc
+                    else:
+                        awrapped = _AsyncPrefixed(afirst, arest, abody)
+                        response.stream = _stream_types(d.hx)[1](awrapped, _StreamState(call, response))
+                        return response
+                    if decision.action in _RETRY:
+                        try:
+                            await d.wait_async(decision)
+                        except BaseException:
+                            call.cancel()
+                            raise
+                        continue
+                    return d.final(decision, last, last_exc)
                 try:
                     raw = b"".join([chunk async for chunk in response.stream])
                 except BaseException as exc:

@@ -90,7 +90,7 @@ impl Plan {
                     success
                 }
             }
-            Fault::RetryAfter { hint, then_ok } => {
+            Fault::RetryAfter { hint, then_ok, status } => {
                 if *then_ok && prior > 0 {
                     return success;
                 }
@@ -100,11 +100,15 @@ impl Plan {
                     RetryAfterHint::Date(secs) => ("retry-after", http_date_in(*secs)),
                 };
                 Plan::Error {
-                    status: 429,
+                    status: *status,
                     vendor_code: None,
                     header: Some(header),
                 }
             }
+            Fault::Seq(steps) => match usize::try_from(prior).ok().and_then(|i| steps.get(i)) {
+                Some(step) => Plan::decide(step, 0),
+                None => success,
+            },
             Fault::Hang => Plan::Hang,
             Fault::Drop => Plan::Drop,
             Fault::Malformed => Plan::Malformed,
@@ -459,9 +463,14 @@ mod tests {
         let ra = Fault::RetryAfter {
             hint: RetryAfterHint::Ms("5".into()),
             then_ok: true,
+            status: 429,
         };
         assert_eq!(Plan::decide(&ra, 0).status(), Some(429));
         assert_eq!(Plan::decide(&ra, 1).status(), Some(200));
+
+        let seq: Fault = "seq:ra-secs:1:503,hang,status:500".parse().unwrap();
+        let statuses: Vec<_> = (0..5).map(|p| Plan::decide(&seq, p).status()).collect();
+        assert_eq!(statuses, [Some(503), None, Some(500), Some(200), Some(200)]);
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub const MAX_WAIT_MS: u64 = 120_000;
 /// Upper bound for `sse-cut:<n>`, so a typo cannot make one response unbounded.
 pub const MAX_CUT_CHUNKS: u32 = 10_000;
 
+/// Upper bound for the steps of `seq:<spec>,<spec>,...`.
+pub const MAX_SEQ_STEPS: usize = 64;
+
 /// One parsed fault spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
@@ -29,9 +32,14 @@ pub enum Fault {
         code: u16,
         vendor_code: Option<String>,
     },
-    /// `ra-secs:<v>`, `ra-date:<secs>`, `ra-ms:<v>`, each with optional `:then-ok`:
-    /// a 429 carrying a Retry-After hint.
-    RetryAfter { hint: RetryAfterHint, then_ok: bool },
+    /// `ra-secs:<v>`, `ra-date:<secs>`, `ra-ms:<v>`, each with optional `:then-ok`
+    /// and an optional status (default 429, e.g. `ra-secs:1:503`): an error carrying
+    /// a Retry-After hint.
+    RetryAfter {
+        hint: RetryAfterHint,
+        then_ok: bool,
+        status: u16,
+    },
     /// `hang`: read the request, never answer (capped at [`MAX_WAIT_MS`]).
     Hang,
     /// `drop`: read the request, close the connection without a response.
@@ -44,6 +52,10 @@ pub enum Fault {
     SlowSse { gap_ms: u64 },
     /// `delay:<ms>`: wait, then behave like `ok`.
     Delay { ms: u64 },
+    /// `seq:<spec>,<spec>,...`: the n-th request of each logical request gets the
+    /// n-th spec (each step answers as on a first request); requests after the
+    /// last step behave like `ok`. Steps cannot be `seq` themselves.
+    Seq(Vec<Fault>),
 }
 
 /// The three Retry-After forms upstreams send.
@@ -119,6 +131,22 @@ impl FromStr for Fault {
     type Err = SpecError;
 
     fn from_str(spec: &str) -> Result<Self, SpecError> {
+        if let Some(steps) = spec.strip_prefix("seq:") {
+            let steps: Vec<&str> = steps.split(',').collect();
+            if steps.len() > MAX_SEQ_STEPS {
+                return err(format!("{spec}: at most {MAX_SEQ_STEPS} steps, got {}", steps.len()));
+            }
+            let mut out = Vec::with_capacity(steps.len());
+            for step in steps {
+                if step.is_empty() || step == "seq" || step.starts_with("seq:") {
+                    return err(format!(
+                        "{spec}: each step must be a non-empty spec other than seq, got {step:?}"
+                    ));
+                }
+                out.push(step.parse::<Fault>()?);
+            }
+            return Ok(Fault::Seq(out));
+        }
         let parts: Vec<&str> = spec.split(':').collect();
         let kind = parts.first().copied().unwrap_or_default();
         let args = parts.get(1..).unwrap_or_default();
@@ -152,20 +180,30 @@ impl FromStr for Fault {
                 })
             }
             "ra-secs" | "ra-date" | "ra-ms" => {
-                arity(1, 2)?;
-                let then_ok = match args.get(1) {
-                    None => false,
-                    Some(&"then-ok") => true,
-                    Some(other) => {
-                        return err(format!("{spec}: expected `then-ok`, got {other:?}"));
+                arity(1, 3)?;
+                // After the value: `then-ok` and/or a status code, each at most once.
+                let (mut then_ok, mut status) = (false, None);
+                for extra in &args[1..] {
+                    match *extra {
+                        "then-ok" if !then_ok => then_ok = true,
+                        code if status.is_none() && code.bytes().all(|b| b.is_ascii_digit()) => {
+                            status = Some(parse_status(spec, code)?);
+                        }
+                        other => {
+                            return err(format!("{spec}: expected `then-ok` or a status code, got {other:?}"));
+                        }
                     }
-                };
+                }
                 let hint = match kind {
                     "ra-secs" => RetryAfterHint::Secs(header_text(spec, args[0])?),
                     "ra-ms" => RetryAfterHint::Ms(header_text(spec, args[0])?),
                     _ => RetryAfterHint::Date(parse_num(spec, "seconds", args[0])?),
                 };
-                Ok(Fault::RetryAfter { hint, then_ok })
+                Ok(Fault::RetryAfter {
+                    hint,
+                    then_ok,
+                    status: status.unwrap_or(429),
+                })
             }
             "sse-cut" => {
                 arity(1, 1)?;
@@ -189,7 +227,7 @@ impl FromStr for Fault {
             }
             _ => err(format!(
                 "unknown fault spec {spec:?}; expected one of ok, status, flaky, ra-secs, \
-                 ra-date, ra-ms, hang, drop, malformed, sse-cut, slow-sse, delay"
+                 ra-date, ra-ms, hang, drop, malformed, sse-cut, slow-sse, delay, seq"
             )),
         }
     }
@@ -233,6 +271,7 @@ mod tests {
                 Fault::RetryAfter {
                     hint: RetryAfterHint::Secs("1.5".into()),
                     then_ok: false,
+                    status: 429,
                 },
             ),
             (
@@ -240,6 +279,7 @@ mod tests {
                 Fault::RetryAfter {
                     hint: RetryAfterHint::Date(-3),
                     then_ok: true,
+                    status: 429,
                 },
             ),
             (
@@ -247,7 +287,36 @@ mod tests {
                 Fault::RetryAfter {
                     hint: RetryAfterHint::Ms("250".into()),
                     then_ok: true,
+                    status: 429,
                 },
+            ),
+            (
+                "ra-secs:1:503",
+                Fault::RetryAfter {
+                    hint: RetryAfterHint::Secs("1".into()),
+                    then_ok: false,
+                    status: 503,
+                },
+            ),
+            (
+                "ra-secs:1:503:then-ok",
+                Fault::RetryAfter {
+                    hint: RetryAfterHint::Secs("1".into()),
+                    then_ok: true,
+                    status: 503,
+                },
+            ),
+            (
+                "seq:ra-secs:1,hang,sse-cut:2",
+                Fault::Seq(vec![
+                    Fault::RetryAfter {
+                        hint: RetryAfterHint::Secs("1".into()),
+                        then_ok: false,
+                        status: 429,
+                    },
+                    Fault::Hang,
+                    Fault::SseCut { chunks: 2 },
+                ]),
             ),
             ("sse-cut:2", Fault::SseCut { chunks: 2 }),
             ("slow-sse:50", Fault::SlowSse { gap_ms: 50 }),
@@ -270,6 +339,13 @@ mod tests {
             "status:503:",
             "flaky:2",
             "ra-secs:1:later",
+            "ra-secs:1:503:503",
+            "ra-secs:1:then-ok:then-ok",
+            "ra-secs:1:99",
+            "seq:",
+            "seq:ok,,ok",
+            "seq:ok,seq:ok",
+            "seq:nope",
             "ra-date:soon",
             "delay:999999",
             "sse-cut:99999999",

@@ -311,6 +311,42 @@ fn retry_after_forms() {
 }
 
 #[test]
+fn retry_after_on_another_status() {
+    let (addr, _server) = server();
+    let reply = post(addr, "/s/ra-secs:1:503/v1/chat/completions", "{}");
+    assert_eq!(reply.status, 503);
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert_eq!(reply.json()["error"]["type"], "server_error");
+    let path = "/s/ra-ms:20:503:then-ok/v1/chat/completions";
+    assert_eq!(post_as(addr, path, "Z").status, 503);
+    assert_eq!(post_as(addr, path, "Z").status, 200);
+}
+
+#[test]
+fn seq_gives_each_attempt_of_a_logical_request_its_own_fault() {
+    let (addr, _server) = server();
+    let path = "/s/seq:ra-secs:1,status:500,sse-cut:2/v1/chat/completions";
+    let a = post_as(addr, path, "S1");
+    assert_eq!((a.status, a.header("retry-after")), (429, Some("1")));
+    assert_eq!(post_as(addr, path, "S1").status, 500);
+    let cut = call(
+        addr,
+        "POST",
+        path,
+        &[("retrywise-request-id", "S1")],
+        r#"{"stream":true}"#,
+    );
+    assert_eq!(cut.status, 200);
+    assert!(!cut.complete, "the third step cuts the stream");
+    // After the last step: ok. Another logical request starts over.
+    assert_eq!(post_as(addr, path, "S1").status, 200);
+    assert_eq!(post_as(addr, path, "S2").status, 429);
+    let records = get_json(addr, "/control/requests?logical_id=S1");
+    let statuses: Vec<&Value> = records.as_array().unwrap().iter().map(|r| &r["status"]).collect();
+    assert_eq!(statuses, [&json!(429), &json!(500), &json!(200), &json!(200)]);
+}
+
+#[test]
 fn drop_closes_without_any_response() {
     let (addr, _server) = server();
     let reply = post(addr, "/s/drop/v1/chat/completions", r#"{"model":"m"}"#);
