@@ -141,8 +141,23 @@ impl Classifier {
             };
         }
         let code = o.vendor_code.as_deref();
+        // Cancellation and the deadline end the call; but an unsafe request
+        // that was already sent may have executed, so it is reconciled
+        // (unless the caller knows nothing happened).
+        let maybe_executed =
+            idem == Idempotency::Unsafe && phase != Phase::BeforeSend && !matches!(o.effect, Some(EffectState::None));
         match o.error {
+            Some(ErrorKind::Cancelled) if maybe_executed => {
+                return mk(ErrorClass::Cancelled, Disposition::Reconcile, Reason::EffectUnknown)
+            }
             Some(ErrorKind::Cancelled) => return mk(ErrorClass::Cancelled, Disposition::Stop, Reason::Cancelled),
+            Some(ErrorKind::DeadlineExceeded) if maybe_executed => {
+                return mk(
+                    ErrorClass::DeadlineExceeded,
+                    Disposition::Reconcile,
+                    Reason::EffectUnknown,
+                )
+            }
             Some(ErrorKind::DeadlineExceeded) => {
                 return mk(
                     ErrorClass::DeadlineExceeded,
@@ -387,6 +402,33 @@ mod tests {
         assert!(c.larger_context);
         let plain = Classifier::default().classify(&Outcome::status(400), Idempotency::Safe);
         assert!(!plain.larger_context);
+    }
+
+    #[test]
+    fn cancel_and_deadline_after_send_reconcile_unsafe_calls() {
+        for (k, class, reason) in [
+            (ErrorKind::Cancelled, C::Cancelled, Reason::Cancelled),
+            (
+                ErrorKind::DeadlineExceeded,
+                C::DeadlineExceeded,
+                Reason::DeadlineExceeded,
+            ),
+        ] {
+            let sent = Outcome::error(k).phase(Phase::Sent);
+            assert_eq!(
+                cls(sent.clone(), Idempotency::Unsafe),
+                (Some(class), D::Reconcile, Reason::EffectUnknown)
+            );
+            for idem in [Idempotency::Safe, Idempotency::Keyed] {
+                assert_eq!(cls(sent.clone(), idem), (Some(class), D::Stop, reason));
+            }
+            // Not sent, or the caller knows nothing happened: a plain stop.
+            let before = Outcome::error(k).phase(Phase::BeforeSend);
+            assert_eq!(cls(before, Idempotency::Unsafe), (Some(class), D::Stop, reason));
+            let mut nothing = sent;
+            nothing.effect = Some(EffectState::None);
+            assert_eq!(cls(nothing, Idempotency::Unsafe), (Some(class), D::Stop, reason));
+        }
     }
 
     #[test]

@@ -2468,16 +2468,18 @@ impl Call {
             route.attempts_per_upstream
         };
         let max_up = route.max_upstreams.unwrap_or(u32::MAX);
-        let same_ok = !force_switch && self.target_attempts < per_upstream_cap && !self.is_open(&f.upstream, now_ms);
+        // The call's target, not the reported attempt's upstream: a hedge to another upstream does not move the call.
+        let current = self.target.clone();
+        let same_ok = !force_switch && self.target_attempts < per_upstream_cap && !self.is_open(&current, now_ms);
         let mut excluded = Vec::new();
         let (target, is_fallback) = if same_ok {
-            (f.upstream.clone(), false)
+            (current, false)
         } else {
             let tried: Vec<&str> = self.tried.iter().map(|s| s.as_str()).collect();
             let m = self.match_now(&tried, larger_than, now_ms);
             excluded = m.exclusion_strings();
             let distinct = self.tried.len() as u32;
-            let current_open = self.is_open(&f.upstream, now_ms);
+            let current_open = self.is_open(&self.target, now_ms);
             if forbidden || self.route_key.is_none() {
                 // Only one upstream is allowed; it has attempts left, so it is refused by its breaker or the failure demands another upstream.
                 let reason = if force_switch {
