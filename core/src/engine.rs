@@ -1080,8 +1080,34 @@ impl Engine {
     /// Begins one logical request.
     #[inline]
     pub fn begin(&self, spec: CallSpec) -> Call {
+        self.begin_at(spec, self.inner.shared.clock.now())
+    }
+
+    /// Begins one logical request and asks for its first attempt, with one
+    /// clock reading for both: exactly `begin` followed at once by
+    /// [`Call::next_attempt`]. Bindings use it to cross into the core once
+    /// for the first step of every call.
+    ///
+    /// ```
+    /// use retrywise::{CallSpec, Engine, Outcome, Policy, Action};
+    /// let engine = Engine::new(Policy::default()).unwrap();
+    /// let (mut call, attempt) = engine.begin_attempt(CallSpec::new("openai/gpt-4o"));
+    /// assert_eq!(attempt.unwrap().number, 1);
+    /// assert_eq!(call.report(&Outcome::success()).action, Action::Succeeded);
+    /// ```
+    #[inline]
+    pub fn begin_attempt(&self, spec: CallSpec) -> (Call, Result<Attempt, Stopped>) {
+        let now = self.inner.shared.clock.now();
+        let mut call = self.begin_at(spec, now);
+        let mut b = Batch::new();
+        let a = call.next_attempt_at(now, &mut b);
+        call.flush(&mut b);
+        (call, a)
+    }
+
+    #[inline]
+    fn begin_at(&self, spec: CallSpec, now: Duration) -> Call {
         let inner = &self.inner;
-        let now = inner.shared.clock.now();
         let now_ms = ms(now);
         let direct = (!spec.route.is_empty()).then_some(spec.route.as_str());
         let lb = inner.local.begin(
@@ -1702,6 +1728,12 @@ impl Call {
 
     #[inline]
     fn next_attempt_in(&mut self, b: &mut Batch) -> Result<Attempt, Stopped> {
+        let now = self.now();
+        self.next_attempt_at(now, b)
+    }
+
+    #[inline]
+    fn next_attempt_at(&mut self, now: Duration, b: &mut Batch) -> Result<Attempt, Stopped> {
         if let Some(f) = &self.final_decision {
             return Err(f.stopped());
         }
@@ -1715,7 +1747,6 @@ impl Call {
                 detail: Some("an attempt is still in flight: report it first".into()),
             });
         }
-        let now = self.now();
         if let Some(c) = self.ext.as_mut().and_then(|e| e.conflict.take()) {
             return Err(self.stop_now(Reason::IdempotencyConflict, Some(c), now, b));
         }

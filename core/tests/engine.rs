@@ -974,3 +974,39 @@ fn adaptive_throttling_rejects_without_touching_the_network() {
     assert!(throttled > 100, "{throttled}");
     assert_eq!(e.stats().overall.throttled, throttled);
 }
+
+#[test]
+fn begin_attempt_is_begin_then_next_attempt() {
+    let yaml = "telemetry: {ring_size: 64}\nupstreams: {a: {}, b: {}}\nroutes: {r: {candidates: [a, b]}}";
+    let run = |combined: bool| {
+        let (e, clock) = engine(yaml);
+        let mut out = Vec::new();
+        for route in ["up", "r", "up"] {
+            let spec = CallSpec::new(route).deadline_ms(5_000).tenant("t");
+            let (mut c, a) = if combined {
+                e.begin_attempt(spec)
+            } else {
+                let mut c = e.begin(spec);
+                let a = c.next_attempt();
+                (c, a)
+            };
+            let a = a.unwrap();
+            out.push(format!("{} {} {} {:?}", c.id(), a.number, a.upstream, a.timeouts));
+            clock.advance_ms(10);
+            let d = c.report(&Outcome::status(503));
+            out.push(format!("{:?} {} {:?}", d.action, d.delay_ms(), d.upstream));
+        }
+        let events: Vec<_> = e
+            .events()
+            .iter()
+            .map(|ev| (ev.kind, ev.seq, ev.at_ms, ev.attempt))
+            .collect();
+        (out, events, serde_json::to_value(e.stats()).unwrap())
+    };
+    assert_eq!(run(true), run(false));
+    // A stop at the door is the same too.
+    let (e, _) = engine("min_attempt_ms: 100");
+    let (c, a) = e.begin_attempt(CallSpec::new("up").deadline_ms(50));
+    assert_eq!(a.unwrap_err().reason, Reason::DeadlineExceeded);
+    assert!(c.is_finished());
+}
