@@ -1664,6 +1664,8 @@ impl Call {
                     reason: d.reason,
                     error_class: d.class,
                     remaining_ms,
+                    delay_ms: 0,
+                    wait_source: WaitSource::None,
                 });
             }
             _ => {
@@ -2644,29 +2646,51 @@ impl Call {
             ..base
         };
         if self.active() {
-            let mut e = self.rec(
-                if is_fallback {
-                    EventKind::Fallback
-                } else {
-                    EventKind::Decision
-                },
-                now,
-            );
-            e.action = Some(d.action);
-            e.reason = Some(d.reason);
-            e.error_class = d.class;
-            e.upstream = Some(target);
-            e.attempt = Some(f.number);
-            e.attempt_id = Some(f.number);
-            e.resend_count = Some(f.number - 1);
-            e.delay_ms = Some(ms(delay));
-            e.wait_source = Some(source);
-            if d.detail.is_some() || !d.excluded.is_empty() {
-                let x = e.extra();
-                x.detail = d.detail.clone();
-                x.excluded = d.excluded.clone();
+            let plain = !is_fallback && !f.hedge && d.detail.is_none() && d.excluded.is_empty();
+            match b.last_mut() {
+                // A plain retry right after its attempt's end: folded into that record.
+                Some(end)
+                    if plain
+                        && end.then.is_none()
+                        && end.kind == EventKind::AttemptEnd
+                        && end.attempt == Some(f.number)
+                        && end.upstream.as_ref() == Some(&target) =>
+                {
+                    end.then = Some(Then {
+                        action: d.action,
+                        reason: d.reason,
+                        error_class: d.class,
+                        remaining_ms: ms(self.deadline_at.saturating_sub(now)),
+                        delay_ms: ms(delay),
+                        wait_source: source,
+                    });
+                }
+                _ => {
+                    let mut e = self.rec(
+                        if is_fallback {
+                            EventKind::Fallback
+                        } else {
+                            EventKind::Decision
+                        },
+                        now,
+                    );
+                    e.action = Some(d.action);
+                    e.reason = Some(d.reason);
+                    e.error_class = d.class;
+                    e.upstream = Some(target);
+                    e.attempt = Some(f.number);
+                    e.attempt_id = Some(f.number);
+                    e.resend_count = Some(f.number - 1);
+                    e.delay_ms = Some(ms(delay));
+                    e.wait_source = Some(source);
+                    if d.detail.is_some() || !d.excluded.is_empty() {
+                        let x = e.extra();
+                        x.detail = d.detail.clone();
+                        x.excluded = d.excluded.clone();
+                    }
+                    b.push(e);
+                }
             }
-            b.push(e);
         }
         d
     }

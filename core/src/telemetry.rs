@@ -244,6 +244,8 @@ pub(crate) struct Then {
     pub(crate) reason: Reason,
     pub(crate) error_class: Option<ErrorClass>,
     pub(crate) remaining_ms: u64,
+    pub(crate) delay_ms: u64,
+    pub(crate) wait_source: WaitSource,
 }
 
 /// An event as the ring stores it: fixed-size fields, names inline (see
@@ -329,8 +331,8 @@ impl Rec {
             d.error_class = t.error_class;
             d.reason = Some(t.reason);
             d.action = Some(t.action);
-            d.delay_ms = Some(0);
-            d.wait_source = Some(WaitSource::None);
+            d.delay_ms = Some(t.delay_ms);
+            d.wait_source = Some(t.wait_source);
             d.remaining_ms = Some(t.remaining_ms);
             d.hedge = first.hedge;
             d
