@@ -34,7 +34,7 @@ use crate::policy::{
 };
 use crate::registry::{Registry, Slot};
 use crate::stats::{CounterSet, Counters, Ctr, Stats, VersionStats, VersionTable};
-use crate::telemetry::{header_allowed, Batch, BreakerChange, Event, EventBus, EventKind, Rec, Sink, Then};
+use crate::telemetry::{header_allowed, BreakerChange, Event, EventBus, EventKind, Rec, Sink, Then};
 use crate::throttle::{ThrottleCell, ThrottleParams};
 use crate::types::{Action, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
 use crate::upstream::{breaker_seed, BreakerRef, BudgetScope, UpstreamState};
@@ -128,7 +128,7 @@ pub(crate) struct Shared {
     pub(crate) upstream_stats: Registry<CounterSet>,
     tenant_stats: Registry<Counters>,
     versions: VersionTable,
-    bus: EventBus,
+    pub(crate) bus: EventBus,
     ledger: Ledger,
     reconcile: Mutex<VecDeque<ReconcileItem>>,
     reconcile_dropped: AtomicU64,
@@ -840,7 +840,6 @@ enum Next {
 pub struct Call {
     /// The call's upstream as this thread sees it; through it, the policy handle.
     tu: Arc<ThreadUp>,
-    stripe: u8,
     id: RequestId,
     route_key: Option<SmolStr>,
     tenant: Option<SmolStr>,
@@ -868,6 +867,16 @@ pub struct Call {
     tenant_counters: Option<Arc<Slot<Counters>>>,
     last_class: Option<ErrorClass>,
     fallback_pending: bool,
+    /// The attempt-end record this call wrote last, while it is the newest of the thread's ring.
+    last_end: std::cell::Cell<Option<EndMark>>,
+}
+
+/// Where an attempt's end was recorded, so the decision that follows can fold into it.
+struct EndMark {
+    index: u64,
+    attempt: u32,
+    hedge: bool,
+    upstream: Option<SmolStr>,
 }
 
 impl std::fmt::Debug for Call {
@@ -928,7 +937,7 @@ impl Engine {
                 "retries={} fallback={} hedging={}",
                 mode.retries, mode.fallback, mode.hedging
             ));
-            sh.bus.emit(self.inner.local.stripe(), e);
+            sh.bus.emit(e);
         }
     }
 
@@ -946,10 +955,7 @@ impl Engine {
         self.inner.generation.store(generation, Ordering::Release);
         sh.bus.set_capacity(ring);
         if sh.bus.active() {
-            sh.bus.emit(
-                self.inner.local.stripe(),
-                Event::new(EventKind::Reload, ms(self.now()), version),
-            );
+            sh.bus.emit(Event::new(EventKind::Reload, ms(self.now()), version));
         }
         Ok(())
     }
@@ -1099,9 +1105,7 @@ impl Engine {
     pub fn begin_attempt(&self, spec: CallSpec) -> (Call, Result<Attempt, Stopped>) {
         let now = self.inner.shared.clock.now();
         let mut call = self.begin_at(spec, now);
-        let mut b = Batch::new();
-        let a = call.next_attempt_at(now, &mut b);
-        call.flush(&mut b);
+        let a = call.next_attempt_at(now);
         (call, a)
     }
 
@@ -1214,7 +1218,6 @@ impl Engine {
                 }))
             };
         let mut call = Call {
-            stripe: lb.stripe as u8,
             id,
             route_key,
             tenant: spec.tenant,
@@ -1241,19 +1244,18 @@ impl Engine {
             tenant_counters,
             last_class: None,
             fallback_pending: false,
+            last_end: std::cell::Cell::new(None),
             tu,
         };
         call.count(Ctr::Begun);
         if let Some((_, m)) = routed {
             if call.active() && !m.excluded.is_empty() {
-                let mut b = Batch::new();
                 let mut e = call.rec(EventKind::Fallback, now);
                 e.upstream = Some(call.target.clone());
                 let x = e.extra();
                 x.excluded = m.exclusion_strings();
                 x.detail = Some("initial_selection".into());
-                b.push(e);
-                call.flush(&mut b);
+                call.emit(e);
             }
             call.fallback_pending = m.eligible.is_empty();
         }
@@ -1539,7 +1541,7 @@ impl Call {
     }
 
     /// A record with the call's common fields.
-    #[inline]
+    #[inline(always)]
     fn rec(&self, kind: EventKind, now: Duration) -> Rec {
         let mut e = Rec::new(kind, ns(now), self.pol().version_idx);
         e.id = Some(self.id.raw().clone());
@@ -1549,10 +1551,36 @@ impl Call {
         e
     }
 
+    /// Records an event: into this thread's ring (or the shared one), and to the sinks.
     #[inline]
-    fn flush(&self, b: &mut Batch) {
-        if !b.is_empty() {
-            self.sh().bus.record(self.stripe as usize, b);
+    fn emit(&self, mut e: Rec) {
+        let end = e.kind == EventKind::AttemptEnd;
+        let at = self.sh().bus.write(self.tu.handle.ring_here(), &mut e);
+        // An attempt's end is remembered so that the decision right after it can fold into it.
+        self.last_end.set(match (end, at) {
+            (true, Some(index)) => Some(EndMark {
+                index,
+                attempt: e.attempt.unwrap_or(0),
+                hedge: e.hedge,
+                upstream: e.upstream.take(),
+            }),
+            _ => None,
+        });
+    }
+
+    /// Folds a decision into the attempt-end record written just before it,
+    /// when that is the last record of this thread's ring.
+    #[inline]
+    fn fold(&self, attempt: u32, hedge: bool, upstream: Option<&SmolStr>, then: Then) -> bool {
+        let Some(m) = self.last_end.take() else {
+            return false;
+        };
+        if m.attempt != attempt || m.hedge != hedge || m.upstream.as_ref() != upstream {
+            return false;
+        }
+        match self.tu.handle.ring_here() {
+            Some(ring) => ring.fold(m.index, then),
+            None => false,
         }
     }
 
@@ -1624,7 +1652,7 @@ impl Call {
     }
 
     #[inline]
-    fn finish(&mut self, d: Decision, now: Duration, b: &mut Batch) -> Decision {
+    fn finish(&mut self, d: Decision, now: Duration) -> Decision {
         match d.action {
             Action::Succeeded => {}
             Action::Reconcile => {
@@ -1639,54 +1667,43 @@ impl Call {
             }
         }
         if self.active() {
-            self.record_decision(&d, now, b);
+            self.record_decision(&d, now);
         }
         self.final_decision = Some(Final::of(&d));
         d
     }
 
     /// Records the decision event, folded into the attempt-end record it follows when it can be.
-    fn record_decision(&self, d: &Decision, now: Duration, b: &mut Batch) {
+    fn record_decision(&self, d: &Decision, now: Duration) {
         let remaining_ms = ms(self.deadline_at.saturating_sub(now));
         let plain = d.detail.is_none() && d.excluded.is_empty();
-        match b.last_mut() {
-            // The usual end: the decision right after its attempt's end, folded into that record.
-            Some(end)
-                if plain
-                    && end.then.is_none()
-                    && end.kind == EventKind::AttemptEnd
-                    && end.attempt == Some(d.attempt)
-                    && end.upstream == d.upstream
-                    && end.hedge == d.hedge =>
-            {
-                end.then = Some(Then {
-                    action: d.action,
-                    reason: d.reason,
-                    error_class: d.class,
-                    remaining_ms,
-                    delay_ms: 0,
-                    wait_source: WaitSource::None,
-                });
+        let then = Then {
+            action: d.action,
+            reason: d.reason,
+            error_class: d.class,
+            remaining_ms,
+            delay_ms: 0,
+            wait_source: WaitSource::None,
+        };
+        // The usual end: the decision right after its attempt's end, folded into that record.
+        if !(plain && self.fold(d.attempt, d.hedge, d.upstream.as_ref(), then)) {
+            let mut e = self.rec(EventKind::Decision, now);
+            e.action = Some(d.action);
+            e.reason = Some(d.reason);
+            e.error_class = d.class;
+            e.upstream = d.upstream.clone();
+            e.attempt = Some(d.attempt).filter(|n| *n > 0);
+            e.attempt_id = e.attempt;
+            e.resend_count = e.attempt.map(|n| n.saturating_sub(1));
+            e.delay_ms = Some(0);
+            e.wait_source = Some(WaitSource::None);
+            e.hedge = d.hedge;
+            if !plain {
+                let x = e.extra();
+                x.detail = d.detail.clone();
+                x.excluded = d.excluded.clone();
             }
-            _ => {
-                let mut e = self.rec(EventKind::Decision, now);
-                e.action = Some(d.action);
-                e.reason = Some(d.reason);
-                e.error_class = d.class;
-                e.upstream = d.upstream.clone();
-                e.attempt = Some(d.attempt).filter(|n| *n > 0);
-                e.attempt_id = e.attempt;
-                e.resend_count = e.attempt.map(|n| n.saturating_sub(1));
-                e.delay_ms = Some(0);
-                e.wait_source = Some(WaitSource::None);
-                e.hedge = d.hedge;
-                if !plain {
-                    let x = e.extra();
-                    x.detail = d.detail.clone();
-                    x.excluded = d.excluded.clone();
-                }
-                b.push(e);
-            }
+            self.emit(e);
         }
     }
 
@@ -1707,13 +1724,13 @@ impl Call {
         }
     }
 
-    fn stop_now(&mut self, reason: Reason, detail: Option<String>, now: Duration, b: &mut Batch) -> Stopped {
+    fn stop_now(&mut self, reason: Reason, detail: Option<String>, now: Duration) -> Stopped {
         let mut d = self.stop_decision(reason, self.last_class, self.attempts);
         d.detail = detail;
         if reason == Reason::DeadlineExceeded && d.class.is_none() {
             d.class = Some(ErrorClass::DeadlineExceeded);
         }
-        self.finish(d, now, b).stopped()
+        self.finish(d, now).stopped()
     }
 
     /// The next attempt to make, or why none may start. Checks, in order: the
@@ -1722,20 +1739,17 @@ impl Call {
     /// (moving to an eligible fallback when it is open); concurrency gates.
     #[inline]
     pub fn next_attempt(&mut self) -> Result<Attempt, Stopped> {
-        let mut b = Batch::new();
-        let r = self.next_attempt_in(&mut b);
-        self.flush(&mut b);
-        r
+        self.next_attempt_in()
     }
 
     #[inline]
-    fn next_attempt_in(&mut self, b: &mut Batch) -> Result<Attempt, Stopped> {
+    fn next_attempt_in(&mut self) -> Result<Attempt, Stopped> {
         let now = self.now();
-        self.next_attempt_at(now, b)
+        self.next_attempt_at(now)
     }
 
     #[inline]
-    fn next_attempt_at(&mut self, now: Duration, b: &mut Batch) -> Result<Attempt, Stopped> {
+    fn next_attempt_at(&mut self, now: Duration) -> Result<Attempt, Stopped> {
         if let Some(f) = &self.final_decision {
             return Err(f.stopped());
         }
@@ -1750,7 +1764,7 @@ impl Call {
             });
         }
         if let Some(c) = self.ext.as_mut().and_then(|e| e.conflict.take()) {
-            return Err(self.stop_now(Reason::IdempotencyConflict, Some(c), now, b));
+            return Err(self.stop_now(Reason::IdempotencyConflict, Some(c), now));
         }
         let remaining = self.deadline_at.saturating_sub(now);
         if remaining < self.pol().min_attempt || remaining.is_zero() {
@@ -1759,10 +1773,10 @@ impl Call {
                 ms(remaining),
                 self.pol().policy.min_attempt_ms
             );
-            return Err(self.stop_now(Reason::DeadlineExceeded, Some(detail), now, b));
+            return Err(self.stop_now(Reason::DeadlineExceeded, Some(detail), now));
         }
         if self.attempts >= self.max_attempts {
-            return Err(self.stop_now(Reason::MaxAttempts, None, now, b));
+            return Err(self.stop_now(Reason::MaxAttempts, None, now));
         }
         if self.fallback_pending {
             self.fallback_pending = false;
@@ -1776,11 +1790,11 @@ impl Call {
                 };
                 let mut d = self.stop_decision(reason, self.last_class, self.attempts);
                 d.excluded = m.exclusion_strings();
-                return Err(self.finish(d, now, b).stopped());
+                return Err(self.finish(d, now).stopped());
             }
         }
         let retry = self.next == Next::Retry;
-        self.admit(None, retry, now, remaining, b)
+        self.admit(None, retry, now, remaining)
     }
 
     /// Throttle, breaker (with fallback when open), gates; then starts the
@@ -1793,7 +1807,6 @@ impl Call {
         retry: bool,
         now: Duration,
         remaining: Duration,
-        b: &mut Batch,
     ) -> Result<Attempt, Stopped> {
         let now_ms = ms(now);
         let is_hedge = hedge.is_some();
@@ -1802,7 +1815,7 @@ impl Call {
             None => (self.target.clone(), None),
         };
         if self.pol().policy.throttle.enabled {
-            self.throttle(&target, is_hedge, now, b)?;
+            self.throttle(&target, is_hedge, now)?;
         }
         // Breaker: one atomic load while closed; anything else takes the slow path.
         let mut probe = false;
@@ -1818,7 +1831,7 @@ impl Call {
             BreakerRef::None => (Held::None, None),
         };
         if let Some((admit, t, key)) = refused {
-            match self.breaker_verdict(admit, t, &key, &target, is_hedge, now, b)? {
+            match self.breaker_verdict(admit, t, &key, &target, is_hedge, now)? {
                 Verdict::Go { probe: p } => probe = p,
                 Verdict::Moved {
                     target: u,
@@ -1840,7 +1853,7 @@ impl Call {
                     if let Some((c, _)) = Self::held_cell(&held, hedge_tu.as_deref().unwrap_or(&self.tu)) {
                         c.value.release(&self.pol().breaker, probe);
                     }
-                    return Err(self.gate_refusal(is_hedge, detail, now, b));
+                    return Err(self.gate_refusal(is_hedge, detail, now));
                 }
             }
         } else {
@@ -1882,7 +1895,7 @@ impl Call {
             e.resend_count = Some(number - 1);
             e.upstream = Some(target.clone());
             e.hedge = is_hedge;
-            b.push(e);
+            self.emit(e);
         }
         self.in_flight.push(InFlight {
             number,
@@ -1974,9 +1987,8 @@ impl Call {
         target: &SmolStr,
         is_hedge: bool,
         now: Duration,
-        b: &mut Batch,
     ) -> Result<Verdict, Stopped> {
-        self.on_transition(key, t, now, b);
+        self.on_transition(key, t, now);
         match admit {
             Admit::Allowed { probe } => Ok(Verdict::Go { probe }),
             Admit::Rejected { .. } if is_hedge => Err(Stopped {
@@ -1986,14 +1998,14 @@ impl Call {
                 detail: None,
             }),
             Admit::Rejected { retry_in_ms } => {
-                let (u, held, probe) = self.breaker_fallback(target, key, retry_in_ms, now, b)?;
+                let (u, held, probe) = self.breaker_fallback(target, key, retry_in_ms, now)?;
                 Ok(Verdict::Moved { target: u, held, probe })
             }
         }
     }
 
     /// Adaptive throttling: a rejected attempt stops the call (or the hedge) without touching the network.
-    fn throttle(&mut self, target: &str, is_hedge: bool, now: Duration, b: &mut Batch) -> Result<(), Stopped> {
+    fn throttle(&mut self, target: &str, is_hedge: bool, now: Duration) -> Result<(), Stopped> {
         let now_ms = ms(now);
         let tu = self.tu.clone();
         let pol = &tu.handle.pol;
@@ -2019,7 +2031,7 @@ impl Call {
                 detail: None,
             });
         }
-        Err(self.stop_now(Reason::Throttled, Some(format!("p_reject={prob:.3}")), now, b))
+        Err(self.stop_now(Reason::Throttled, Some(format!("p_reject={prob:.3}")), now))
     }
 
     /// The target's breaker refused: switch to the next eligible candidate
@@ -2031,7 +2043,6 @@ impl Call {
         key: &str,
         retry_in_ms: u64,
         now: Duration,
-        b: &mut Batch,
     ) -> Result<(SmolStr, Held, bool), Stopped> {
         let now_ms = ms(now);
         let tried: Vec<&str> = self
@@ -2050,7 +2061,7 @@ impl Call {
             let mut d = self.stop_decision(Reason::BreakerOpen, self.last_class, self.attempts);
             d.detail = Some(format!("breaker {} open for {retry_in_ms} ms more", display_key(key)));
             d.excluded = m.exclusion_strings();
-            return Err(self.finish(d, now, b).stopped());
+            return Err(self.finish(d, now).stopped());
         };
         let u = SmolStr::from(u);
         let tu2 = self.thread_up(&u, now_ms);
@@ -2059,7 +2070,7 @@ impl Call {
         let mut ok = true;
         if let Some((c2, o2)) = Self::held_cell(&held2, &tu2) {
             let (a2, t2) = c2.value.acquire(&self.pol().breaker, o2, now_ms);
-            self.on_transition(&c2.key, t2, now, b);
+            self.on_transition(&c2.key, t2, now);
             match a2 {
                 Admit::Allowed { probe: pr } => probe = pr,
                 Admit::Rejected { .. } => ok = false,
@@ -2067,7 +2078,7 @@ impl Call {
         }
         if !ok {
             let detail = format!("{target} and {u} refuse traffic");
-            return Err(self.stop_now(Reason::BreakerOpen, Some(detail), now, b));
+            return Err(self.stop_now(Reason::BreakerOpen, Some(detail), now));
         }
         self.count(Ctr::Fallbacks);
         if self.active() {
@@ -2075,7 +2086,7 @@ impl Call {
             e.upstream = Some(u.clone());
             e.reason = Some(Reason::BreakerOpen);
             e.extra().excluded = m.exclusion_strings();
-            b.push(e);
+            self.emit(e);
         }
         self.switch_target(u.clone(), tu2);
         Ok((u, held2, probe))
@@ -2119,7 +2130,7 @@ impl Call {
         Ok(Slots { gate, pool })
     }
 
-    fn gate_refusal(&mut self, hedge: bool, detail: String, now: Duration, b: &mut Batch) -> Stopped {
+    fn gate_refusal(&mut self, hedge: bool, detail: String, now: Duration) -> Stopped {
         if hedge {
             return Stopped {
                 reason: Reason::ConcurrencyLimit,
@@ -2128,7 +2139,7 @@ impl Call {
                 detail: Some(detail),
             };
         }
-        self.stop_now(Reason::ConcurrencyLimit, Some(detail), now, b)
+        self.stop_now(Reason::ConcurrencyLimit, Some(detail), now)
     }
 
     fn switch_target(&mut self, u: SmolStr, tu: Arc<ThreadUp>) {
@@ -2139,7 +2150,7 @@ impl Call {
         }
     }
 
-    fn on_transition(&self, key: &str, t: Option<Transition>, now: Duration, b: &mut Batch) {
+    fn on_transition(&self, key: &str, t: Option<Transition>, now: Duration) {
         let Some(t) = t else { return };
         if t.to == BreakerState::Open {
             self.count(Ctr::BreakerOpens);
@@ -2153,7 +2164,7 @@ impl Call {
                 reason: t.reason,
                 open_for_ms: t.open_for_ms,
             });
-            b.push(e);
+            self.emit(e);
         }
     }
 
@@ -2181,14 +2192,11 @@ impl Call {
     /// return that final decision.
     #[inline]
     pub fn report_attempt(&mut self, number: u32, outcome: &Outcome) -> Decision {
-        let mut b = Batch::new();
-        let d = self.report_in(number, outcome, &mut b);
-        self.flush(&mut b);
-        d
+        self.report_in(number, outcome)
     }
 
     #[inline]
-    fn report_in(&mut self, number: u32, outcome: &Outcome, b: &mut Batch) -> Decision {
+    fn report_in(&mut self, number: u32, outcome: &Outcome) -> Decision {
         if let Some(hook) = &self.pol().policy.testing.panic_on_vendor_code {
             if outcome.vendor_code.as_deref() == Some(hook.as_str()) {
                 panic!("retrywise test hook: forced panic inside a decision");
@@ -2244,7 +2252,7 @@ impl Call {
         };
         self.last_class = cls.class;
         if let Some((key, t)) = transition {
-            self.on_transition(&key, Some(t), now, b);
+            self.on_transition(&key, Some(t), now);
         }
         if self.active() {
             let mut e = self.rec(EventKind::AttemptEnd, now);
@@ -2272,7 +2280,7 @@ impl Call {
                     e.extra().headers = headers;
                 }
             }
-            b.push(e);
+            self.emit(e);
         }
         if let Some(f) = &self.final_decision {
             // A sibling already ended the call (hedging).
@@ -2317,7 +2325,7 @@ impl Call {
                     excluded: Vec::new(),
                 };
                 if self.active() {
-                    self.record_decision(&d, now, b);
+                    self.record_decision(&d, now);
                 }
                 self.final_decision = Some(Final::Succeeded {
                     attempt: f.number,
@@ -2332,7 +2340,7 @@ impl Call {
                     ..base(self)
                 };
                 self.push_reconcile(&d, &f, now_ms);
-                self.finish(d, now, b)
+                self.finish(d, now)
             }
             Disposition::Stop => {
                 let switch = if cls.larger_context {
@@ -2367,17 +2375,17 @@ impl Call {
                 match switch {
                     Some(larger_than) if self.fallback_allowed() && self.sh().mode().retries => {
                         let d = base(self);
-                        self.continue_call(d, &f, now, true, larger_than, &hint, b)
+                        self.continue_call(d, &f, now, true, larger_than, &hint)
                     }
                     _ => {
                         let d = base(self);
-                        self.finish(d, now, b)
+                        self.finish(d, now)
                     }
                 }
             }
             Disposition::Retryable => {
                 let d = base(self);
-                self.continue_call(d, &f, now, false, None, &hint, b)
+                self.continue_call(d, &f, now, false, None, &hint)
             }
         }
     }
@@ -2449,24 +2457,23 @@ impl Call {
         force_switch: bool,
         larger_than: Option<u64>,
         hint: &crate::backoff::RetryHint,
-        b: &mut Batch,
     ) -> Decision {
         let now_ms = ms(now);
-        let stop = |s: &mut Self, reason: Reason, detail: Option<String>, b: &mut Batch| {
+        let stop = |s: &mut Self, reason: Reason, detail: Option<String>| {
             let mut d = base.clone();
             d.action = Action::Stop;
             d.reason = reason;
             if detail.is_some() {
                 d.detail = detail;
             }
-            s.finish(d, now, b)
+            s.finish(d, now)
         };
         if !self.sh().mode().retries {
-            return stop(self, Reason::RetriesDisabled, None, b);
+            return stop(self, Reason::RetriesDisabled, None);
         }
         if !self.owner {
             let detail = format!("upstream owner decides; evidence: {}", base.reason);
-            return stop(self, Reason::NotOwner, Some(detail), b);
+            return stop(self, Reason::NotOwner, Some(detail));
         }
         if !self.in_flight.is_empty() {
             // A sibling (hedge) is still running: let it finish rather than add load.
@@ -2478,7 +2485,7 @@ impl Call {
             return d;
         }
         if self.attempts >= self.max_attempts {
-            return stop(self, Reason::MaxAttempts, None, b);
+            return stop(self, Reason::MaxAttempts, None);
         }
         let remaining = self.deadline_at.saturating_sub(now);
         let min_attempt = self.pol().min_attempt;
@@ -2488,7 +2495,7 @@ impl Call {
                 ms(remaining),
                 self.pol().policy.min_attempt_ms
             );
-            return stop(self, Reason::DeadlineExceeded, Some(detail), b);
+            return stop(self, Reason::DeadlineExceeded, Some(detail));
         }
         let room = remaining - min_attempt;
 
@@ -2526,7 +2533,7 @@ impl Call {
                 d.action = Action::Stop;
                 d.reason = reason;
                 d.excluded = excluded;
-                return self.finish(d, now, b);
+                return self.finish(d, now);
             }
             if !self.sh().mode().fallback {
                 let mut d = base.clone();
@@ -2539,14 +2546,14 @@ impl Call {
                     Reason::FallbackForbidden
                 };
                 d.detail = Some("fallback switched off (kill switch)".into());
-                return self.finish(d, now, b);
+                return self.finish(d, now);
             }
             if distinct >= max_up {
                 let mut d = base.clone();
                 d.action = Action::Stop;
                 d.reason = Reason::MaxUpstreams;
                 d.excluded = excluded;
-                return self.finish(d, now, b);
+                return self.finish(d, now);
             }
             match m.eligible.first() {
                 Some(u) => (SmolStr::from(u.as_str()), true),
@@ -2559,7 +2566,7 @@ impl Call {
                         Reason::NoEligibleUpstream
                     };
                     d.excluded = excluded;
-                    return self.finish(d, now, b);
+                    return self.finish(d, now);
                 }
             }
         };
@@ -2580,9 +2587,9 @@ impl Call {
                     e.extra().detail = Some(detail.clone());
                     e.attempt = Some(f.number);
                     e.attempt_id = Some(f.number);
-                    b.push(e);
+                    self.emit(e);
                 }
-                return stop(self, reason, Some(detail), b);
+                return stop(self, reason, Some(detail));
             }
         };
         let refund = |s: &Self, held: &BudgetHold| {
@@ -2605,12 +2612,12 @@ impl Call {
                 if w > room {
                     refund(self, &held);
                     let detail = format!("retry-after {} ms, {} ms usable before the deadline", ms(w), ms(room));
-                    return stop(self, Reason::RetryAfterExceedsDeadline, Some(detail), b);
+                    return stop(self, Reason::RetryAfterExceedsDeadline, Some(detail));
                 }
                 if w > max {
                     refund(self, &held);
                     let detail = format!("retry-after {} ms > max {} ms", ms(w), max_ms);
-                    return stop(self, Reason::RetryAfterTooLarge, Some(detail), b);
+                    return stop(self, Reason::RetryAfterTooLarge, Some(detail));
                 }
                 if ra_jitter > 0 {
                     let extra = Duration::from_millis(self.rng().gen_range(0..=ra_jitter));
@@ -2647,49 +2654,39 @@ impl Call {
         };
         if self.active() {
             let plain = !is_fallback && !f.hedge && d.detail.is_none() && d.excluded.is_empty();
-            match b.last_mut() {
-                // A plain retry right after its attempt's end: folded into that record.
-                Some(end)
-                    if plain
-                        && end.then.is_none()
-                        && end.kind == EventKind::AttemptEnd
-                        && end.attempt == Some(f.number)
-                        && end.upstream.as_ref() == Some(&target) =>
-                {
-                    end.then = Some(Then {
-                        action: d.action,
-                        reason: d.reason,
-                        error_class: d.class,
-                        remaining_ms: ms(self.deadline_at.saturating_sub(now)),
-                        delay_ms: ms(delay),
-                        wait_source: source,
-                    });
+            let then = Then {
+                action: d.action,
+                reason: d.reason,
+                error_class: d.class,
+                remaining_ms: ms(self.deadline_at.saturating_sub(now)),
+                delay_ms: ms(delay),
+                wait_source: source,
+            };
+            // A plain retry right after its attempt's end: folded into that record.
+            if !(plain && self.fold(f.number, false, Some(&target), then)) {
+                let mut e = self.rec(
+                    if is_fallback {
+                        EventKind::Fallback
+                    } else {
+                        EventKind::Decision
+                    },
+                    now,
+                );
+                e.action = Some(d.action);
+                e.reason = Some(d.reason);
+                e.error_class = d.class;
+                e.upstream = Some(target);
+                e.attempt = Some(f.number);
+                e.attempt_id = Some(f.number);
+                e.resend_count = Some(f.number - 1);
+                e.delay_ms = Some(ms(delay));
+                e.wait_source = Some(source);
+                if d.detail.is_some() || !d.excluded.is_empty() {
+                    let x = e.extra();
+                    x.detail = d.detail.clone();
+                    x.excluded = d.excluded.clone();
                 }
-                _ => {
-                    let mut e = self.rec(
-                        if is_fallback {
-                            EventKind::Fallback
-                        } else {
-                            EventKind::Decision
-                        },
-                        now,
-                    );
-                    e.action = Some(d.action);
-                    e.reason = Some(d.reason);
-                    e.error_class = d.class;
-                    e.upstream = Some(target);
-                    e.attempt = Some(f.number);
-                    e.attempt_id = Some(f.number);
-                    e.resend_count = Some(f.number - 1);
-                    e.delay_ms = Some(ms(delay));
-                    e.wait_source = Some(source);
-                    if d.detail.is_some() || !d.excluded.is_empty() {
-                        let x = e.extra();
-                        x.detail = d.detail.clone();
-                        x.excluded = d.excluded.clone();
-                    }
-                    b.push(e);
-                }
+                self.emit(e);
             }
         }
         d
@@ -2700,13 +2697,10 @@ impl Call {
     /// against `max_attempts` and draw from the retry budget, and go to a
     /// different eligible upstream when one exists.
     pub fn next_hedge(&mut self) -> HedgePlan {
-        let mut b = Batch::new();
-        let r = self.next_hedge_in(&mut b);
-        self.flush(&mut b);
-        r
+        self.next_hedge_in()
     }
 
-    fn next_hedge_in(&mut self, b: &mut Batch) -> HedgePlan {
+    fn next_hedge_in(&mut self) -> HedgePlan {
         if self.final_decision.is_some() || !self.hedging_allowed() || self.in_flight.len() != 1 {
             return HedgePlan::No(Reason::HedgeNotAllowed);
         }
@@ -2745,7 +2739,7 @@ impl Call {
             return HedgePlan::No(Reason::BudgetExhausted);
         };
         let saved_target_attempts = self.target_attempts;
-        match self.admit(Some((target.clone(), target_up)), true, now, remaining, b) {
+        match self.admit(Some((target.clone(), target_up)), true, now, remaining) {
             Ok(mut a) => {
                 if let Some(last) = self.in_flight.last_mut() {
                     last.budget_hold = held;
@@ -2785,10 +2779,7 @@ impl Call {
             _ => {
                 let mut d = self.stop_decision(Reason::Cancelled, Some(ErrorClass::Cancelled), self.attempts);
                 d.on_failure = None;
-                let mut b = Batch::new();
-                let d = self.finish(d, self.now(), &mut b);
-                self.flush(&mut b);
-                d
+                self.finish(d, self.now())
             }
         }
     }

@@ -37,10 +37,25 @@ impl<T> Few<T> {
 
     #[inline]
     pub(crate) fn push(&mut self, v: T) {
+        self.push_mut(v);
+    }
+
+    /// Pushes `v` and returns it in place, for filling.
+    #[inline(always)]
+    pub(crate) fn push_mut(&mut self, v: T) -> &mut T {
+        self.push_with(|| v)
+    }
+
+    /// Pushes the value `make` builds, built in place when it is the first
+    /// (large values are not copied from the stack).
+    #[inline(always)]
+    pub(crate) fn push_with(&mut self, make: impl FnOnce() -> T) -> &mut T {
         if self.first.is_none() {
-            self.first = Some(v);
+            self.first.get_or_insert_with(make)
         } else {
-            self.rest.push(v);
+            self.rest.push(make());
+            let n = self.rest.len() - 1;
+            &mut self.rest[n]
         }
     }
 
@@ -53,17 +68,6 @@ impl<T> Few<T> {
     #[inline]
     pub(crate) fn first(&self) -> Option<&T> {
         self.first.as_ref()
-    }
-
-    #[inline]
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.first.iter_mut().chain(self.rest.iter_mut())
-    }
-
-    #[inline]
-    pub(crate) fn clear(&mut self) {
-        self.first = None;
-        self.rest.clear();
     }
 
     /// The most recently pushed element.
@@ -92,14 +96,6 @@ impl<T> Few<T> {
         }
         let i = self.rest.iter().position(f)?;
         Some(self.rest.remove(i))
-    }
-
-    /// Removes every element, in order.
-    #[inline]
-    pub(crate) fn drain(&mut self) -> impl Iterator<Item = T> {
-        let first = self.first.take();
-        let rest = std::mem::take(&mut self.rest);
-        first.into_iter().chain(rest)
     }
 
     #[inline]
@@ -138,7 +134,5 @@ mod tests {
         assert_eq!(f.take(|x| *x == 9), None);
         *f.last_mut().unwrap() = 40;
         assert!(f.contains(&40) && !f.contains(&4));
-        assert_eq!(f.drain().collect::<Vec<_>>(), vec![2, 40]);
-        assert!(f.is_empty());
     }
 }

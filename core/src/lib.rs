@@ -52,6 +52,7 @@ mod local;
 pub mod outcome;
 pub mod policy;
 pub mod registry;
+mod ring;
 pub mod stats;
 mod sync;
 pub mod telemetry;

@@ -13,7 +13,7 @@
 //! - a block of logical-request sequence numbers, taken from the engine 64 at
 //!   a time. A single thread therefore numbers calls 1, 2, 3, … exactly as
 //!   one shared counter would, which keeps ids and jitter reproducible;
-//! - the event-ring stripe it records into.
+//! - its own event ring (see [`crate::ring`]), which only it writes.
 //!
 //! A counter block is written only by its thread, and only while the block
 //! is current; a call used on another thread, or across a reload, counts into
@@ -24,6 +24,7 @@
 
 use crate::clock::EngineClock;
 use crate::engine::{Compiled, Up};
+use crate::ring::ThreadRing;
 use crate::stats::{CounterSink, OwnedCounters};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,19 +75,30 @@ impl Owned {
     }
 }
 
-/// A thread's pointer to one policy generation, with its counter block.
+/// A thread's pointer to one policy generation, with its counter block and event ring.
 pub(crate) struct Handle {
     pub(crate) pol: Arc<Compiled>,
     counters: Owned,
+    ring: Option<Arc<ThreadRing>>,
 }
 
 impl Handle {
     fn new(pol: Arc<Compiled>) -> Arc<Handle> {
         let block = pol.version_stats.set.new_block();
+        let ring = pol.shared.bus.new_ring();
         Arc::new(Handle {
             pol,
             counters: Owned::new(block),
+            ring,
         })
+    }
+
+    /// The ring a call holding this handle records into on the current
+    /// thread: the handle's own when this is its thread (else the shared one).
+    #[inline]
+    pub(crate) fn ring_here(&self) -> Option<&ThreadRing> {
+        self.counters.writable()?;
+        self.ring.as_deref()
     }
 
     /// Where the per-version counts of a call holding this handle go, on the current thread.
@@ -101,6 +113,9 @@ impl Handle {
     fn retire(&self) {
         self.counters.current.store(false, Ordering::Relaxed);
         self.pol.version_stats.set.retire_block(&self.counters.block);
+        if let Some(r) = &self.ring {
+            self.pol.shared.bus.retire_ring(r);
+        }
     }
 }
 
@@ -156,7 +171,6 @@ struct Local {
     engine: Weak<()>,
     engine_id: u64,
     handle: Arc<Handle>,
-    stripe: u8,
     seq_next: u64,
     seq_end: u64,
     /// Recently used upstreams under `handle`'s policy version.
@@ -207,7 +221,6 @@ impl Drop for Local {
 /// How a call begins on this thread (see [`EngineLocal::begin`]).
 pub(crate) struct Begin {
     pub(crate) seq: u64,
-    pub(crate) stripe: usize,
     pub(crate) start: Start,
 }
 
@@ -236,7 +249,6 @@ pub(crate) struct EngineLocal {
     pub(crate) id: u64,
     /// Next unreserved sequence number.
     next_seq: AtomicU64,
-    next_stripe: AtomicU64,
 }
 
 impl EngineLocal {
@@ -245,12 +257,10 @@ impl EngineLocal {
             alive: Arc::new(()),
             id: NEXT_ENGINE.fetch_add(1, Ordering::Relaxed),
             next_seq: AtomicU64::new(0),
-            next_stripe: AtomicU64::new(0),
         }
     }
 
-    /// For a call beginning on this thread: its sequence number, the ring
-    /// stripe, and either the thread's state for upstream `direct` (when the
+    /// For a call beginning on this thread: its sequence number and either the thread's state for upstream `direct` (when the
     /// call names an upstream this thread used recently) or the thread's
     /// handle on the policy in force. `current` is asked for the policy only
     /// when it changed since the thread last looked.
@@ -288,24 +298,8 @@ impl EngineLocal {
                 },
                 None => Start::Fresh(l.handle.clone()),
             };
-            Begin {
-                seq: l.seq_next,
-                stripe: l.stripe as usize,
-                start,
-            }
+            Begin { seq: l.seq_next, start }
         })
-    }
-
-    /// The ring stripe of the current thread for this engine.
-    pub(crate) fn stripe(&self) -> usize {
-        LOCAL
-            .try_with(|cell| {
-                cell.borrow()
-                    .iter()
-                    .find(|l| l.engine_id == self.id)
-                    .map_or(0, |l| l.stripe as usize)
-            })
-            .unwrap_or(0)
     }
 
     #[cold]
@@ -314,12 +308,10 @@ impl EngineLocal {
         if v.len() >= MAX_ENGINES {
             v.remove(0);
         }
-        let stripe = (self.next_stripe.fetch_add(1, Ordering::Relaxed) % crate::telemetry::STRIPES as u64) as u8;
         v.push(Local {
             engine: Arc::downgrade(&self.alive),
             engine_id: self.id,
             handle: Handle::new(pol),
-            stripe,
             seq_next: 0,
             seq_end: 0,
             ups: Default::default(),

@@ -6,10 +6,10 @@
 #[cfg(not(loom))]
 pub(crate) use parking_lot::{Mutex, MutexGuard};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8};
 #[cfg(loom)]
 pub(crate) use loom::sync::MutexGuard;
 

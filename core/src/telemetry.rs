@@ -4,14 +4,16 @@
 //! buffer (drop-oldest, with a dropped counter). Only allow-listed response
 //! headers are copied, and credentials never are.
 //!
-//! The ring stores compact records (no allocation for the common events) in
-//! one stripe per recording thread, so threads do not contend on one lock;
-//! an [`Event`] is built from a record only when a sink or a snapshot asks.
-//! Each stripe keeps the last `ring_size` events and a snapshot merges the
-//! stripes in time order and keeps the newest `ring_size`: exactly the events
-//! one ring of that size would hold.
+//! The ring stores compact records (no allocation for the common events):
+//! each thread that runs calls records into a ring of its own, with plain
+//! stores ([`crate::ring`]); calls used off their thread, reloads and mode
+//! changes go to one shared ring under a lock. An [`Event`] is built from a
+//! record only when a sink or a snapshot asks. Every ring keeps the last
+//! `ring_size` records and a snapshot merges them in time order and keeps the
+//! newest `ring_size` events: exactly the events one ring of that size would hold.
 
 use crate::id::CallId;
+use crate::ring::ThreadRing;
 use crate::types::{Action, ErrorClass, ErrorKind, Phase, Reason, WaitSource};
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
@@ -41,6 +43,21 @@ pub enum EventKind {
     Reload,
     /// The kill switch changed.
     ModeChange,
+}
+
+impl EventKind {
+    /// Every kind, in a stable order (the ring stores an index into it).
+    pub const ALL: &'static [EventKind] = &[
+        EventKind::AttemptStart,
+        EventKind::AttemptEnd,
+        EventKind::Decision,
+        EventKind::BreakerTransition,
+        EventKind::BudgetRefusal,
+        EventKind::Fallback,
+        EventKind::Hedge,
+        EventKind::Reload,
+        EventKind::ModeChange,
+    ];
 }
 
 /// A breaker transition carried by an event.
@@ -282,6 +299,7 @@ pub(crate) struct Rec {
 
 impl Rec {
     /// A record with only the common fields set.
+    #[inline(always)]
     pub(crate) fn new(kind: EventKind, at_ns: u64, version: u32) -> Self {
         Rec {
             at_ns,
@@ -312,7 +330,7 @@ impl Rec {
     }
 
     /// Events this record stands for (1, or 2 with a folded decision).
-    fn events(&self) -> u64 {
+    pub(crate) fn events(&self) -> u64 {
         1 + self.then.is_some() as u64
     }
 
@@ -387,13 +405,7 @@ impl Rec {
     }
 }
 
-/// The records one step of a call produces (usually one).
-pub(crate) type Batch = crate::few::Few<Rec>;
-
-/// Number of ring stripes; threads are spread over them round-robin.
-pub(crate) const STRIPES: usize = 8;
-
-/// One stripe's records: a circular buffer that overwrites its oldest
+/// The shared ring's records: a circular buffer that overwrites its oldest
 /// record in place once full (no allocation after it filled up).
 #[derive(Debug, Default)]
 struct Ring {
@@ -457,16 +469,16 @@ impl Ring {
     }
 }
 
-/// One stripe, on its own cache lines.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Stripe(Mutex<Ring>);
-
-/// Ring buffer + sinks.
+/// Ring buffers + sinks.
 pub struct EventBus {
-    stripes: Box<[Stripe]>,
+    /// Records of calls used off their thread, reloads, mode changes, and
+    /// the records of thread rings that were retired.
+    shared: Mutex<Ring>,
+    /// The rings of threads that run calls.
+    rings: Mutex<Vec<Arc<ThreadRing>>>,
+    next_ring: AtomicU64,
     cap: AtomicU64,
-    /// Events a snapshot left out because the stripes together held more than `cap`.
+    /// Events a drain left out because the rings together held more than `cap`.
     hidden: AtomicU64,
     names: RwLock<Vec<Arc<str>>>,
     sinks: RwLock<Vec<(u64, Sink)>>,
@@ -492,7 +504,9 @@ impl EventBus {
     /// A bus keeping at most `cap` events.
     pub fn new(cap: u32) -> Self {
         EventBus {
-            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
+            shared: Mutex::new(Ring::default()),
+            rings: Mutex::new(Vec::new()),
+            next_ring: AtomicU64::new(1),
             cap: AtomicU64::new(cap as u64),
             hidden: AtomicU64::new(0),
             names: RwLock::new(Vec::new()),
@@ -535,15 +549,39 @@ impl EventBus {
         (names.len() - 1) as u32
     }
 
-    /// Changes the ring size (on reload); excess old events are dropped and counted.
+    /// Changes the ring size (on reload); excess old events are dropped and
+    /// counted. Threads' rings take the new size when their calls move to the
+    /// new policy version.
     pub fn set_capacity(&self, cap: u32) {
         self.cap.store(cap as u64, Ordering::Relaxed);
-        for s in self.stripes.iter() {
-            s.0.lock().keep_newest(cap as usize);
-        }
-        // What snapshots hid is gone now; count it as dropped from here on.
-        self.trim_to(cap as usize);
+        self.shared.lock().keep_newest(cap as usize);
         self.refresh_active();
+    }
+
+    /// A ring for the current thread, when the bus keeps events.
+    pub(crate) fn new_ring(&self) -> Option<Arc<ThreadRing>> {
+        let cap = self.cap.load(Ordering::Relaxed) as usize;
+        if cap == 0 {
+            return None;
+        }
+        let id = self.next_ring.fetch_add(1, Ordering::Relaxed) as u32;
+        let ring = Arc::new(ThreadRing::new(id, cap));
+        self.rings.lock().push(ring.clone());
+        Some(ring)
+    }
+
+    /// A thread stops writing `ring`: its records move to the shared ring.
+    pub(crate) fn retire_ring(&self, ring: &Arc<ThreadRing>) {
+        let mut recs = Vec::new();
+        ring.read(true, &mut recs);
+        let dropped = ring.dropped();
+        self.rings.lock().retain(|r| !Arc::ptr_eq(r, ring));
+        let cap = self.cap.load(Ordering::Relaxed) as usize;
+        let mut sh = self.shared.lock();
+        sh.dropped += dropped;
+        for r in recs {
+            sh.push(r, cap);
+        }
     }
 
     /// Registers a sink; returns its id for [`EventBus::remove_sink`].
@@ -565,8 +603,8 @@ impl EventBus {
         removed
     }
 
-    /// Publishes a full event (reloads, mode changes) from stripe `stripe`.
-    pub fn emit(&self, stripe: usize, ev: Event) {
+    /// Publishes a full event (reloads, mode changes) through the shared ring.
+    pub fn emit(&self, ev: Event) {
         let mut rec = Rec::new(
             ev.kind,
             ev.at_ms.saturating_mul(1_000_000),
@@ -601,42 +639,47 @@ impl EventBus {
                 excluded: ev.excluded,
             }));
         }
-        let mut b = Batch::new();
-        b.push(rec);
-        self.record(stripe, &mut b);
+        self.write(None, &mut rec);
     }
 
-    /// Publishes a batch of records: into stripe `stripe` of the ring, then to
-    /// the sinks (outside any engine lock). A panicking sink is counted and
-    /// does not disturb the decision.
-    pub(crate) fn record(&self, stripe: usize, batch: &mut Batch) {
+    /// Publishes a record: into `ring` (the calling thread's own, lock-free)
+    /// or else the shared ring, then to the sinks (outside any engine lock; a
+    /// panicking sink is counted and does not disturb the decision). Returns
+    /// the record's index in `ring` when a following decision may fold into
+    /// it (nobody has seen it yet: no sink).
+    #[inline]
+    pub(crate) fn write(&self, ring: Option<&ThreadRing>, rec: &mut Rec) -> Option<u64> {
         let cap = self.cap.load(Ordering::Relaxed) as usize;
-        let sinks = self.has_sinks.load(Ordering::Relaxed);
-        let mut copies: Vec<Rec> = Vec::new();
-        {
-            let mut r = self.stripes[stripe % STRIPES].0.lock();
-            for rec in batch.iter_mut() {
-                rec.seq = r.seq + 1;
-                r.seq += rec.events();
+        let at = match ring.filter(|_| cap > 0) {
+            Some(ring) => Some(ring.push(rec)),
+            None => {
+                self.write_shared(rec, cap);
+                None
             }
-            if sinks {
-                copies.extend(batch.iter().cloned());
-            }
-            if cap > 0 {
-                for rec in batch.drain() {
-                    r.push(rec, cap);
-                }
-            } else {
-                batch.clear();
-            }
+        };
+        if self.has_sinks.load(Ordering::Relaxed) {
+            self.to_sinks(std::slice::from_ref(rec));
+            return None;
         }
-        if !sinks {
-            return;
+        at
+    }
+
+    #[cold]
+    fn write_shared(&self, rec: &mut Rec, cap: usize) {
+        let mut r = self.shared.lock();
+        rec.seq = r.seq + 1;
+        r.seq += rec.events();
+        if cap > 0 {
+            r.push(rec.clone(), cap);
         }
+    }
+
+    #[cold]
+    fn to_sinks(&self, batch: &[Rec]) {
         let list: Vec<Sink> = self.sinks.read().iter().map(|(_, f)| f.clone()).collect();
         let names = self.names.read().clone();
-        let mut events = Vec::with_capacity(copies.len() + 1);
-        for rec in &copies {
+        let mut events = Vec::with_capacity(batch.len() + 1);
+        for rec in batch.iter() {
             rec.push_events(&names, &mut events);
         }
         for ev in &events {
@@ -648,47 +691,39 @@ impl EventBus {
         }
     }
 
-    /// Every stripe's events merged oldest first (time, then recording order), newest `cap` kept.
+    /// Every ring's events merged oldest first (time, then ring, then
+    /// recording order), newest `cap` kept.
     fn merged(&self, take: bool) -> Vec<Event> {
         let cap = self.cap.load(Ordering::Relaxed) as usize;
         let names = self.names.read().clone();
-        let mut all: Vec<(u64, usize, u64, Event)> = Vec::new();
+        let mut all: Vec<(u64, u32, u64, Event)> = Vec::new();
         let mut out = Vec::new();
-        for (i, s) in self.stripes.iter().enumerate() {
-            let mut r = s.0.lock();
-            let recs: Vec<Rec> = if take { r.take() } else { r.iter().cloned().collect() };
-            drop(r);
-            for rec in &recs {
+        let mut add = |src: u32, recs: &[Rec]| {
+            for rec in recs {
                 out.clear();
                 rec.push_events(&names, &mut out);
-                all.extend(out.drain(..).map(|e| (rec.at_ns, i, e.seq, e)));
+                all.extend(out.drain(..).map(|e| (rec.at_ns, src, e.seq, e)));
             }
+        };
+        {
+            let mut r = self.shared.lock();
+            let recs: Vec<Rec> = if take { r.take() } else { r.iter().cloned().collect() };
+            drop(r);
+            add(0, &recs);
         }
-        all.sort_by_key(|(at, i, seq, _)| (*at, *i, *seq));
+        let rings: Vec<Arc<ThreadRing>> = self.rings.lock().clone();
+        for ring in &rings {
+            let mut recs = Vec::new();
+            ring.read(take, &mut recs);
+            add(ring.id, &recs);
+        }
+        all.sort_by_key(|(at, src, seq, _)| (*at, *src, *seq));
         let excess = all.len().saturating_sub(cap);
         if take && excess > 0 {
             self.hidden.fetch_add(excess as u64, Ordering::Relaxed);
         }
         all.drain(..excess);
         all.into_iter().map(|(_, _, _, e)| e).collect()
-    }
-
-    /// Drops records beyond the newest `cap` across stripes, counting them.
-    fn trim_to(&self, cap: usize) {
-        let mut stamps: Vec<(u64, usize, u64)> = Vec::new();
-        for (i, s) in self.stripes.iter().enumerate() {
-            stamps.extend(s.0.lock().iter().map(|e| (e.at_ns, i, e.seq + e.events() - 1)));
-        }
-        if stamps.len() <= cap {
-            return;
-        }
-        stamps.sort_unstable();
-        let cut = stamps[stamps.len() - cap - 1];
-        for (i, s) in self.stripes.iter().enumerate() {
-            let mut r = s.0.lock();
-            let keep = r.iter().filter(|e| (e.at_ns, i, e.seq + e.events() - 1) > cut).count();
-            r.keep_newest(keep);
-        }
     }
 
     /// A copy of the ring, oldest first.
@@ -703,11 +738,13 @@ impl EventBus {
 
     /// Events dropped from the ring so far.
     pub fn dropped(&self) -> u64 {
-        let (mut dropped, mut held) = (0, 0);
-        for s in self.stripes.iter() {
-            let r = s.0.lock();
-            dropped += r.dropped;
-            held += r.held();
+        let (mut dropped, mut held) = {
+            let r = self.shared.lock();
+            (r.dropped, r.held())
+        };
+        for ring in self.rings.lock().iter() {
+            dropped += ring.dropped();
+            held += ring.held();
         }
         let cap = self.cap.load(Ordering::Relaxed);
         // Held beyond the cap: a snapshot would not show them, so they count as dropped.
@@ -732,7 +769,7 @@ mod tests {
     fn ring_is_bounded_and_counts_drops() {
         let bus = EventBus::new(3);
         for i in 0..10 {
-            bus.emit(0, ev(i));
+            bus.emit(ev(i));
         }
         let evs = bus.snapshot();
         assert_eq!(evs.len(), 3);
@@ -744,14 +781,30 @@ mod tests {
     }
 
     #[test]
-    fn stripes_merge_in_time_order_within_the_cap() {
+    fn thread_rings_and_the_shared_ring_merge_in_time_order_within_the_cap() {
         let bus = EventBus::new(4);
-        for (stripe, at) in [(0, 1), (1, 2), (0, 3), (2, 4), (1, 5), (0, 6)] {
-            bus.emit(stripe, ev(at));
+        let r1 = bus.new_ring().unwrap();
+        let r2 = bus.new_ring().unwrap();
+        let rec = |at: u64| Rec::new(EventKind::AttemptStart, at * 1_000_000, 0);
+        for (ring, at) in [
+            (Some(&r1), 1),
+            (Some(&r2), 2),
+            (None, 3),
+            (Some(&r1), 4),
+            (Some(&r2), 5),
+            (Some(&r1), 6),
+        ] {
+            bus.write(ring.map(|r| &**r), &mut rec(at));
         }
         let at: Vec<u64> = bus.snapshot().iter().map(|e| e.at_ms).collect();
         assert_eq!(at, vec![3, 4, 5, 6]);
         assert_eq!(bus.dropped(), 2);
+        // A retired ring's records stay visible, now in the shared ring.
+        bus.retire_ring(&r2);
+        assert_eq!(
+            bus.snapshot().iter().map(|e| e.at_ms).collect::<Vec<_>>(),
+            vec![3, 4, 5, 6]
+        );
         assert_eq!(bus.drain().len(), 4);
         assert!(bus.snapshot().is_empty());
         assert_eq!(bus.dropped(), 2);
@@ -771,7 +824,7 @@ mod tests {
         }));
         bus.add_sink(Arc::new(|_e: &Event| panic!("sink bug")));
         assert!(bus.active());
-        bus.emit(0, ev(0));
+        bus.emit(ev(0));
         assert_eq!(seen.load(Ordering::Relaxed), 1);
         assert_eq!(bus.sink_panics(), 1);
         assert!(bus.remove_sink(id));

@@ -1,0 +1,489 @@
+//! One thread's event ring: written only by its thread, with plain stores —
+//! no lock and no read-modify-write, which would stall behind the record's
+//! own stores — and read by anyone.
+//!
+//! Each slot is a small seqlock: the writer marks it busy, stores the
+//! record's words and marks it done with the record's index; a reader that
+//! sees the mark change while copying retries, and skips a slot the writer
+//! has already moved past. A record that does not fit the fixed words (a
+//! name longer than 23 bytes, response headers, a detail, an exclusion
+//! list) is kept whole in a side list under a lock: the rare case.
+
+use crate::id::CallId;
+use crate::sync::{fence, AtomicU64, Mutex};
+use crate::telemetry::{EventKind, Rec, Then};
+use crate::types::{Action, ErrorClass, ErrorKind, Phase, Reason, WaitSource};
+use smol_str::SmolStr;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+/// Words per record.
+const W: usize = 22;
+const NONE: u8 = 0xff;
+/// Length mark of a call id made here (`prefix` and `seq` stored as numbers).
+const LOCAL_ID: u8 = 0xfe;
+
+struct Slot {
+    /// `2 × index + 1` while the record with that index is written, `2 × index + 2` once done.
+    ver: AtomicU64,
+    w: [AtomicU64; W],
+}
+
+/// See the module documentation.
+pub(crate) struct ThreadRing {
+    /// Distinguishes rings when events are merged in time order.
+    pub(crate) id: u32,
+    cap: usize,
+    /// Records written so far (the next record's index).
+    head: AtomicU64,
+    /// Sequence number of the last event written (owner only).
+    seq: AtomicU64,
+    /// Events overwritten (owner only).
+    dropped: AtomicU64,
+    /// Slot of the next record, `head mod cap` kept without a division (owner only).
+    next_slot: AtomicU64,
+    /// Records below this index were taken by a drain.
+    floor: AtomicU64,
+    slots: OnceLock<Box<[Slot]>>,
+    spill: Mutex<VecDeque<(u64, Rec)>>,
+}
+
+impl std::fmt::Debug for ThreadRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadRing")
+            .field("id", &self.id)
+            .field("cap", &self.cap)
+            .finish()
+    }
+}
+
+#[inline(always)]
+fn code<T: Copy>(v: Option<T>, f: impl Fn(T) -> u8) -> u64 {
+    v.map_or(0, |x| f(x) as u64 + 1)
+}
+
+fn decode<T>(c: u64, f: impl Fn(u8) -> Option<T>) -> Option<T> {
+    match c & 0xff {
+        0 => None,
+        n => f((n - 1) as u8),
+    }
+}
+
+#[inline(always)]
+fn kind_code(k: EventKind) -> u64 {
+    EventKind::ALL.iter().position(|x| *x == k).unwrap_or(0) as u64
+}
+
+/// A name as a length byte and three words, when it fits.
+#[inline(always)]
+fn pack_str(s: &Option<SmolStr>) -> Option<(u8, [u64; 3])> {
+    let Some(s) = s else {
+        return Some((NONE, [0; 3]));
+    };
+    let b = s.as_bytes();
+    if b.len() > 23 {
+        return None;
+    }
+    // Whole words read straight from the string, the tail assembled in a
+    // register: no byte buffer stored and read back (that stalls the CPU).
+    let mut w = [0u64; 3];
+    for (i, chunk) in b.chunks(8).enumerate() {
+        w[i] = match <[u8; 8]>::try_from(chunk) {
+            Ok(full) => u64::from_le_bytes(full),
+            Err(_) => chunk
+                .iter()
+                .enumerate()
+                .fold(0, |x, (j, byte)| x | (*byte as u64) << (8 * j)),
+        };
+    }
+    Some((b.len() as u8, w))
+}
+
+fn unpack_str(len: u8, w: &[u64]) -> Option<SmolStr> {
+    if len == NONE || len > 23 {
+        return None;
+    }
+    let mut buf = [0u8; 24];
+    for (i, x) in w.iter().take(3).enumerate() {
+        buf[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
+    }
+    std::str::from_utf8(&buf[..len as usize]).ok().map(SmolStr::new)
+}
+
+/// The record as words, or `None` when it must be kept whole.
+#[inline(always)]
+fn encode(r: &Rec) -> Option<[u64; W]> {
+    if r.extra.is_some() {
+        return None;
+    }
+    let (id_len, id_words, prefix) = match &r.id {
+        None => (NONE, [0; 3], 0u32),
+        Some(CallId::Local { prefix, seq }) => (LOCAL_ID, [*seq, 0, 0], *prefix),
+        Some(CallId::Remote(s)) => {
+            let (l, w) = pack_str(&Some(s.clone()))?;
+            (l, w, 0)
+        }
+    };
+    let (up_len, up) = pack_str(&r.upstream)?;
+    let (tenant_len, tenant) = pack_str(&r.tenant)?;
+    let (task_len, task) = pack_str(&r.task)?;
+    let flags = r.hedge as u64
+        | (r.attempt.is_some() as u64) << 1
+        | (r.attempt_id.is_some() as u64) << 2
+        | (r.parent_attempt.is_some() as u64) << 3
+        | (r.resend_count.is_some() as u64) << 4
+        | (r.status.is_some() as u64) << 5
+        | (r.delay_ms.is_some() as u64) << 6
+        | (r.remaining_ms.is_some() as u64) << 7;
+    let t = r.then;
+    let mut w = [0u64; W];
+    w[0] = r.at_ns;
+    w[1] = r.seq;
+    w[2] = kind_code(r.kind) | flags << 8 | (r.version as u64) << 16 | (r.status.unwrap_or(0) as u64) << 48;
+    w[3] = r
+        .attempt
+        .or(r.attempt_id)
+        .or(r.parent_attempt.map(|p| p + 1))
+        .unwrap_or(0) as u64
+        | code(r.error_class, ErrorClass::code) << 32
+        | code(r.reason, Reason::code) << 40
+        | code(r.action, Action::code) << 48
+        | code(r.wait_source, WaitSource::code) << 56;
+    w[4] = code(r.phase, Phase::code)
+        | code(r.error_kind, ErrorKind::code) << 8
+        | code(t.map(|t| t.action), Action::code) << 16
+        | code(t.map(|t| t.reason), Reason::code) << 24
+        | code(t.and_then(|t| t.error_class), ErrorClass::code) << 32
+        | code(t.map(|t| t.wait_source), WaitSource::code) << 40
+        | (t.is_some() as u64) << 48;
+    w[5] = r.delay_ms.unwrap_or(0);
+    w[6] = r.remaining_ms.unwrap_or(0);
+    w[7] = t.map_or(0, |t| t.delay_ms);
+    w[8] = t.map_or(0, |t| t.remaining_ms);
+    w[9] = id_len as u64
+        | (up_len as u64) << 8
+        | (tenant_len as u64) << 16
+        | (task_len as u64) << 24
+        | (prefix as u64) << 32;
+    w[10..13].copy_from_slice(&id_words);
+    w[13..16].copy_from_slice(&up);
+    w[16..19].copy_from_slice(&tenant);
+    w[19..22].copy_from_slice(&task);
+    Some(w)
+}
+
+fn decode_rec(w: &[u64; W]) -> Rec {
+    let kind = EventKind::ALL
+        .get((w[2] & 0xff) as usize)
+        .copied()
+        .unwrap_or(EventKind::Decision);
+    let flags = (w[2] >> 8) & 0xff;
+    let has = |bit: u64| flags >> bit & 1 == 1;
+    let mut r = Rec::new(kind, w[0], (w[2] >> 16) as u32);
+    r.seq = w[1];
+    r.hedge = has(0);
+    let n = w[3] as u32;
+    r.attempt = has(1).then_some(n);
+    r.attempt_id = has(2).then_some(n);
+    r.parent_attempt = has(3).then_some(n.saturating_sub(1));
+    r.resend_count = has(4).then_some(n.saturating_sub(1));
+    r.status = has(5).then_some((w[2] >> 48) as u16);
+    r.error_class = decode(w[3] >> 32, ErrorClass::from_code);
+    r.reason = decode(w[3] >> 40, Reason::from_code);
+    r.action = decode(w[3] >> 48, Action::from_code);
+    r.wait_source = decode(w[3] >> 56, WaitSource::from_code);
+    r.phase = decode(w[4], Phase::from_code);
+    r.error_kind = decode(w[4] >> 8, ErrorKind::from_code);
+    r.delay_ms = has(6).then_some(w[5]);
+    r.remaining_ms = has(7).then_some(w[6]);
+    if w[4] >> 48 & 1 == 1 {
+        r.then = Some(Then {
+            action: decode(w[4] >> 16, Action::from_code).unwrap_or(Action::Stop),
+            reason: decode(w[4] >> 24, Reason::from_code).unwrap_or(Reason::Success),
+            error_class: decode(w[4] >> 32, ErrorClass::from_code),
+            wait_source: decode(w[4] >> 40, WaitSource::from_code).unwrap_or(WaitSource::None),
+            delay_ms: w[7],
+            remaining_ms: w[8],
+        });
+    }
+    let lens = w[9];
+    let id_len = lens as u8;
+    r.id = match id_len {
+        NONE => None,
+        LOCAL_ID => Some(CallId::Local {
+            prefix: (lens >> 32) as u32,
+            seq: w[10],
+        }),
+        l => unpack_str(l, &w[10..13]).map(CallId::Remote),
+    };
+    r.upstream = unpack_str((lens >> 8) as u8, &w[13..16]);
+    r.tenant = unpack_str((lens >> 16) as u8, &w[16..19]);
+    r.task = unpack_str((lens >> 24) as u8, &w[19..22]);
+    r
+}
+
+/// Marks a slot whose record is in the side list.
+const SPILLED: u64 = u64::MAX;
+
+impl ThreadRing {
+    /// A ring of `cap` records; only the thread that asked for it may push (the caller ensures it).
+    pub(crate) fn new(id: u32, cap: usize) -> Self {
+        ThreadRing {
+            id,
+            cap: cap.max(1),
+            head: AtomicU64::new(0),
+            seq: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            next_slot: AtomicU64::new(0),
+            floor: AtomicU64::new(0),
+            slots: OnceLock::new(),
+            spill: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn slots(&self) -> &[Slot] {
+        self.slots.get_or_init(|| {
+            (0..self.cap)
+                .map(|_| Slot {
+                    ver: AtomicU64::new(0),
+                    w: std::array::from_fn(|_| AtomicU64::new(0)),
+                })
+                .collect()
+        })
+    }
+
+    /// Appends `rec` (numbering its events) and returns its index. Only the owner thread may call this.
+    #[inline]
+    pub(crate) fn push(&self, rec: &mut Rec) -> u64 {
+        let i = self.head.load(Ordering::Relaxed);
+        let seq = self.seq.load(Ordering::Relaxed);
+        rec.seq = seq + 1;
+        self.seq.store(seq + rec.events(), Ordering::Relaxed);
+        let slots = self.slots();
+        let k = self.next_slot.load(Ordering::Relaxed) as usize;
+        self.next_slot
+            .store(if k + 1 >= self.cap { 0 } else { k as u64 + 1 }, Ordering::Relaxed);
+        let Some(slot) = slots.get(k) else { return i };
+        if i >= self.cap as u64 {
+            // The oldest record leaves: count its events.
+            let gone = 1 + (slot.w[4].load(Ordering::Relaxed) >> 48 & 1);
+            self.dropped
+                .store(self.dropped.load(Ordering::Relaxed) + gone, Ordering::Relaxed);
+        }
+        slot.ver.store(2 * i + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        match encode(rec) {
+            Some(words) => {
+                for (a, v) in slot.w.iter().zip(words) {
+                    a.store(v, Ordering::Relaxed);
+                }
+            }
+            None => {
+                // Kept whole; the slot's first word says so, the next says how many events.
+                slot.w[0].store(SPILLED, Ordering::Relaxed);
+                slot.w[4].store((rec.then.is_some() as u64) << 48, Ordering::Relaxed);
+                let mut s = self.spill.lock();
+                let low = (i + 1).saturating_sub(self.cap as u64);
+                while s.front().is_some_and(|(j, _)| *j < low) {
+                    s.pop_front();
+                }
+                s.push_back((i, rec.clone()));
+            }
+        }
+        slot.ver.store(2 * i + 2, Ordering::Release);
+        self.head.store(i + 1, Ordering::Release);
+        i
+    }
+
+    /// Adds `then` to record `index` when it is still the newest record and
+    /// has none (one record, two events). Only the owner thread may call this.
+    #[inline]
+    pub(crate) fn fold(&self, index: u64, then: Then) -> bool {
+        if self.head.load(Ordering::Relaxed) != index + 1 {
+            return false;
+        }
+        let Some(slots) = self.slots.get() else { return false };
+        let k = (self.next_slot.load(Ordering::Relaxed) as usize + self.cap - 1) % self.cap;
+        let Some(slot) = slots.get(k) else { return false };
+        let w4 = slot.w[4].load(Ordering::Relaxed);
+        if slot.w[0].load(Ordering::Relaxed) == SPILLED || w4 >> 48 & 1 == 1 {
+            return false;
+        }
+        let t = Some(then);
+        let w4 = w4 & 0xffff
+            | code(t.map(|t| t.action), Action::code) << 16
+            | code(t.map(|t| t.reason), Reason::code) << 24
+            | code(t.and_then(|t| t.error_class), ErrorClass::code) << 32
+            | code(t.map(|t| t.wait_source), WaitSource::code) << 40
+            | 1 << 48;
+        slot.ver.store(2 * index + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        slot.w[4].store(w4, Ordering::Relaxed);
+        slot.w[7].store(then.delay_ms, Ordering::Relaxed);
+        slot.w[8].store(then.remaining_ms, Ordering::Relaxed);
+        slot.ver.store(2 * index + 2, Ordering::Release);
+        self.seq.store(self.seq.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// The records still held, oldest first; `take` marks them as drained.
+    pub(crate) fn read(&self, take: bool, out: &mut Vec<Rec>) {
+        let h = self.head.load(Ordering::Acquire);
+        let start = h
+            .saturating_sub(self.cap as u64)
+            .max(self.floor.load(Ordering::Acquire));
+        if take {
+            self.floor.fetch_max(h, Ordering::AcqRel);
+        }
+        let Some(slots) = self.slots.get() else { return };
+        for i in start..h {
+            let slot = &slots[(i % self.cap as u64) as usize];
+            for _ in 0..4 {
+                let v1 = slot.ver.load(Ordering::Acquire);
+                if v1 != 2 * i + 2 {
+                    // Being written (retry) or already replaced by a newer record (skip).
+                    if v1 > 2 * i + 2 {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let mut w = [0u64; W];
+                for (x, a) in w.iter_mut().zip(slot.w.iter()) {
+                    *x = a.load(Ordering::Relaxed);
+                }
+                fence(Ordering::Acquire);
+                if slot.ver.load(Ordering::Relaxed) != v1 {
+                    continue;
+                }
+                if w[0] == SPILLED {
+                    if let Some((_, r)) = self.spill.lock().iter().find(|(j, _)| *j == i) {
+                        out.push(r.clone());
+                    }
+                } else {
+                    out.push(decode_rec(&w));
+                }
+                break;
+            }
+        }
+    }
+
+    /// Events overwritten so far.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Events held now (not drained, not overwritten).
+    pub(crate) fn held(&self) -> u64 {
+        let mut v = Vec::new();
+        self.read(false, &mut v);
+        v.iter().map(Rec::events).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Action, Reason};
+
+    fn rec(at: u64, name: &str) -> Rec {
+        let mut r = Rec::new(EventKind::AttemptEnd, at, 3);
+        r.id = Some(CallId::Local { prefix: 7, seq: at });
+        r.upstream = Some(SmolStr::new(name));
+        r.tenant = Some(SmolStr::new("acme"));
+        r.attempt = Some(2);
+        r.attempt_id = Some(2);
+        r.resend_count = Some(1);
+        r.status = Some(503);
+        r.error_class = Some(ErrorClass::Transient);
+        r.reason = Some(Reason::RetryableStatus);
+        r.delay_ms = Some(12);
+        r.remaining_ms = Some(900);
+        r.then = Some(Then {
+            action: Action::Retry,
+            reason: Reason::RetryableStatus,
+            error_class: Some(ErrorClass::Transient),
+            remaining_ms: 880,
+            delay_ms: 250,
+            wait_source: WaitSource::Jitter,
+        });
+        r
+    }
+
+    #[test]
+    fn records_round_trip_through_words_or_the_side_list() {
+        let ring = ThreadRing::new(1, 4);
+        let long = "an-upstream-name-longer-than-twenty-three-bytes";
+        for (i, name) in ["up", long, "up", "up", "up", "up"].iter().enumerate() {
+            let mut r = rec(i as u64, name);
+            ring.push(&mut r);
+        }
+        let mut out = Vec::new();
+        ring.read(false, &mut out);
+        assert_eq!(out.len(), 4);
+        assert_eq!(out.iter().map(|r| r.at_ns).collect::<Vec<_>>(), vec![2, 3, 4, 5]);
+        let r = &out[0];
+        let want = rec(2, "up");
+        assert_eq!(
+            (
+                r.id.clone(),
+                r.upstream.clone(),
+                r.tenant.clone(),
+                r.attempt,
+                r.attempt_id,
+                r.resend_count,
+                r.parent_attempt
+            ),
+            (want.id, want.upstream, want.tenant, Some(2), Some(2), Some(1), None)
+        );
+        assert_eq!(
+            (r.status, r.error_class, r.reason, r.delay_ms, r.remaining_ms),
+            (
+                Some(503),
+                Some(ErrorClass::Transient),
+                Some(Reason::RetryableStatus),
+                Some(12),
+                Some(900)
+            )
+        );
+        assert_eq!(r.then, want.then);
+        // Two events per record: seqs 1, 3, 5, ...; two records (four events) overwritten.
+        assert_eq!(out.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![5, 7, 9, 11]);
+        assert_eq!(ring.dropped(), 4);
+        // The long name went through the side list and round-trips too.
+        let ring = ThreadRing::new(2, 4);
+        let mut r = rec(1, long);
+        ring.push(&mut r);
+        let mut out = Vec::new();
+        ring.read(true, &mut out);
+        assert_eq!(out[0].upstream.as_deref(), Some(long));
+        let mut again = Vec::new();
+        ring.read(false, &mut again);
+        assert!(again.is_empty(), "drained");
+    }
+
+    #[test]
+    fn a_reader_sees_whole_records_while_the_writer_runs() {
+        let ring = std::sync::Arc::new(ThreadRing::new(1, 64));
+        let w = ring.clone();
+        let writer = std::thread::spawn(move || {
+            for i in 0..200_000u64 {
+                let mut r = rec(i, "up");
+                r.remaining_ms = Some(i * 3);
+                w.push(&mut r);
+            }
+        });
+        let mut seen = 0;
+        while !writer.is_finished() {
+            let mut out = Vec::new();
+            ring.read(false, &mut out);
+            for r in &out {
+                assert_eq!(r.remaining_ms, Some(r.at_ns * 3), "a torn record");
+            }
+            seen += out.len();
+        }
+        writer.join().unwrap();
+        assert!(seen > 0);
+    }
+}
