@@ -100,3 +100,67 @@ fn a_million_tenant_keys_stay_within_the_cap() {
     assert!(s.per_tenant.len() <= 10_000);
     assert_eq!(s.overall.logical_requests, 1_000_000);
 }
+
+/// Counters and events stay exact when calls cross threads, threads exit,
+/// and the policy is reloaded while calls are in flight (each thread counts
+/// into its own block; nothing may be lost when blocks are retired).
+#[test]
+fn counts_and_events_survive_thread_moves_exits_and_reloads() {
+    let e = Engine::builder(Policy::from_str_any("telemetry: {ring_size: 100000}").unwrap())
+        .seed(2)
+        .read_env(false)
+        .build()
+        .unwrap();
+    let calls_per_thread = 2_000u64;
+    // Calls begun on worker threads, some finished there, some sent back and finished here.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let workers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let e = e.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..calls_per_thread {
+                    let mut c = e.begin(CallSpec::new(format!("up{}", (t + i) % 3)).tenant("acme"));
+                    c.next_attempt().unwrap();
+                    if i % 3 == 0 {
+                        tx.send(c).unwrap();
+                    } else {
+                        assert_eq!(c.report(&Outcome::success()).action, Action::Succeeded);
+                    }
+                    if i == calls_per_thread / 2 && t == 0 {
+                        let mut p = e.policy();
+                        p.version = "v2".into();
+                        e.reload(p).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let mut moved = 0u64;
+    for mut c in rx {
+        assert_eq!(c.report(&Outcome::success()).action, Action::Succeeded);
+        moved += 1;
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+    let total = 4 * calls_per_thread;
+    let s = e.stats();
+    assert_eq!(s.overall.logical_requests, total);
+    assert_eq!(s.overall.attempts, total);
+    assert_eq!(s.overall.successes, total);
+    assert_eq!(s.overall.first_attempt_successes, total);
+    let per_version: u64 = s.per_policy_version.values().map(|k| k.logical_requests).sum();
+    assert_eq!(per_version, total);
+    assert_eq!(s.per_tenant["acme"].successes, total);
+    let per_upstream: u64 = s.per_upstream.values().map(|k| k.successes).sum();
+    assert_eq!(per_upstream, total);
+    assert!(moved > 0);
+    // Three events per call (start, end, decision) and the reload; none dropped at this ring size.
+    let events = e.events();
+    assert_eq!(events.len() as u64, 3 * total + 1);
+    assert_eq!(s.events_dropped, 0);
+    let starts = events.iter().filter(|ev| ev.kind == retrywise::EventKind::AttemptStart).count() as u64;
+    assert_eq!(starts, total);
+}
