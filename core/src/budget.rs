@@ -30,6 +30,8 @@ pub struct BudgetParams {
     pub max_in_flight: Option<u32>,
     /// `u64::MAX / bucket_ms + 1`: the bucket of a time without a division.
     div_m: u64,
+    /// Times below this divide exactly by `div_m`.
+    div_below: u64,
     /// Fingerprint of the fields above, computed once.
     fp: u64,
 }
@@ -48,6 +50,7 @@ impl BudgetParams {
             floor_milli: per_sec_milli.saturating_mul(window_ms) / 1000,
             max_in_flight: p.max_concurrent_retries,
             div_m: (u64::MAX / bucket_ms).wrapping_add(1),
+            div_below: (u64::MAX / 2) / bucket_ms,
             fp: 0,
         };
         b.fp = b.fingerprint();
@@ -58,7 +61,7 @@ impl BudgetParams {
     /// i.e. for any monotonic time of a running process; the division covers the rest).
     #[inline]
     fn epoch(&self, now_ms: u64) -> u64 {
-        let e = if self.div_m != 0 && now_ms < (u64::MAX / 2) / self.bucket_ms.max(1) {
+        let e = if self.div_m != 0 && now_ms < self.div_below {
             ((now_ms as u128 * self.div_m as u128) >> 64) as u64
         } else {
             now_ms / self.bucket_ms.max(1)

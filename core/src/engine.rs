@@ -1084,9 +1084,9 @@ impl Engine {
     }
 
     /// Begins one logical request.
-    #[inline]
-    pub fn begin(&self, spec: CallSpec) -> Call {
-        self.begin_at(spec, self.inner.shared.clock.now())
+    #[inline(always)]
+    pub fn begin(&self, mut spec: CallSpec) -> Call {
+        self.begin_at(&mut spec, self.inner.shared.clock.now())
     }
 
     /// Begins one logical request and asks for its first attempt, with one
@@ -1102,15 +1102,16 @@ impl Engine {
     /// assert_eq!(call.report(&Outcome::success()).action, Action::Succeeded);
     /// ```
     #[inline]
-    pub fn begin_attempt(&self, spec: CallSpec) -> (Call, Result<Attempt, Stopped>) {
+    pub fn begin_attempt(&self, mut spec: CallSpec) -> (Call, Result<Attempt, Stopped>) {
         let now = self.inner.shared.clock.now();
-        let mut call = self.begin_at(spec, now);
+        let mut call = self.begin_at(&mut spec, now);
         let a = call.next_attempt_at(now);
         (call, a)
     }
 
-    #[inline]
-    fn begin_at(&self, spec: CallSpec, now: Duration) -> Call {
+    #[inline(always)]
+    /// The fields of `spec` are taken (a spec is large: it is not copied).
+    fn begin_at(&self, spec: &mut CallSpec, now: Duration) -> Call {
         let inner = &self.inner;
         let now_ms = ms(now);
         let direct = (!spec.route.is_empty()).then_some(spec.route.as_str());
@@ -1121,7 +1122,7 @@ impl Engine {
         );
         let pol = &*lb.start.handle().pol;
         let sh = &*pol.shared;
-        let inbound = spec.inbound;
+        let inbound = spec.inbound.take();
         let id = match inbound.as_ref().and_then(|b| b.request_id.as_deref()) {
             Some(parent) => RequestId::remote(parent),
             None => RequestId::local(sh.id_prefix, lb.seq),
@@ -1153,6 +1154,7 @@ impl Engine {
         };
         let key: Option<SmolStr> = spec
             .idempotency_key
+            .take()
             .or_else(|| inbound.as_ref().and_then(|b| b.idempotency_key.clone()))
             .map(SmolStr::from);
         let conflict = match (&key, &spec.params_digest) {
@@ -1195,7 +1197,7 @@ impl Engine {
         let engine_id = sh.engine_id;
         let target = match &routed {
             Some((t, _)) => t.clone(),
-            None => spec.route,
+            None => std::mem::take(&mut spec.route),
         };
         let tu = match lb.start {
             Start::Cached(tu) => {
@@ -1205,27 +1207,50 @@ impl Engine {
             }
             Start::Fresh(h) => thread_up(engine_id, &h, &target, now_ms),
         };
+        let pol = &*tu.handle.pol;
+        let sh = &*pol.shared;
         let inbound_attempt = inbound.as_ref().and_then(|b| b.attempt);
         let ext =
             if spec.priority.is_none() && conflict.is_none() && inbound_attempt.is_none() && spec.needs == NO_NEEDS {
                 None
             } else {
                 Some(Box::new(Ext {
-                    needs: spec.needs,
-                    priority: spec.priority,
+                    needs: std::mem::take(&mut spec.needs),
+                    priority: spec.priority.take(),
                     conflict,
                     inbound_attempt,
                 }))
             };
-        let mut call = Call {
+        let deadline_at = now.saturating_add(deadline);
+        let tenant = spec.tenant.take();
+        let task = spec.task.take();
+        // Counted, and the initial fallback choice recorded, before the call
+        // is built: it is built in place, as the return value.
+        tu.handle.sink().bump(Ctr::Begun);
+        if let Some(t) = &tenant_counters {
+            t.value.bump(Ctr::Begun);
+        }
+        let mut fallback_pending = false;
+        if let Some((target, m)) = routed {
+            if sh.bus.active() && !m.excluded.is_empty() {
+                let mut e = rec_for(pol.version_idx, &id, &tenant, &task, deadline_at, EventKind::Fallback, now);
+                e.upstream = Some(target);
+                let x = e.extra();
+                x.excluded = m.exclusion_strings();
+                x.detail = Some("initial_selection".into());
+                sh.bus.write(tu.handle.ring_here(), &mut e);
+            }
+            fallback_pending = m.eligible.is_empty();
+        }
+        Call {
             id,
             route_key,
-            tenant: spec.tenant,
-            task: spec.task,
+            tenant,
+            task,
             idem: spec.idempotency,
             key,
             ext,
-            deadline_at: now.saturating_add(deadline),
+            deadline_at,
             owner,
             max_attempts,
             attempts: 0,
@@ -1243,24 +1268,30 @@ impl Engine {
             final_decision: None,
             tenant_counters,
             last_class: None,
-            fallback_pending: false,
+            fallback_pending,
             last_end: std::cell::Cell::new(None),
             tu,
-        };
-        call.count(Ctr::Begun);
-        if let Some((_, m)) = routed {
-            if call.active() && !m.excluded.is_empty() {
-                let mut e = call.rec(EventKind::Fallback, now);
-                e.upstream = Some(call.target.clone());
-                let x = e.extra();
-                x.excluded = m.exclusion_strings();
-                x.detail = Some("initial_selection".into());
-                call.emit(e);
-            }
-            call.fallback_pending = m.eligible.is_empty();
         }
-        call
     }
+}
+
+/// A record with a call's common fields.
+#[inline(always)]
+fn rec_for(
+    version_idx: u32,
+    id: &RequestId,
+    tenant: &Option<SmolStr>,
+    task: &Option<SmolStr>,
+    deadline_at: Duration,
+    kind: EventKind,
+    now: Duration,
+) -> Rec {
+    let mut e = Rec::new(kind, ns(now), version_idx);
+    e.id = Some(id.raw().clone());
+    e.tenant = tenant.clone();
+    e.task = task.clone();
+    e.remaining_ms = Some(ms(deadline_at.saturating_sub(now)));
+    e
 }
 
 /// The call's dimensions that scope keys may use besides the upstream.
@@ -1543,12 +1574,15 @@ impl Call {
     /// A record with the call's common fields.
     #[inline(always)]
     fn rec(&self, kind: EventKind, now: Duration) -> Rec {
-        let mut e = Rec::new(kind, ns(now), self.pol().version_idx);
-        e.id = Some(self.id.raw().clone());
-        e.tenant = self.tenant.clone();
-        e.task = self.task.clone();
-        e.remaining_ms = Some(ms(self.deadline_at.saturating_sub(now)));
-        e
+        rec_for(
+            self.pol().version_idx,
+            &self.id,
+            &self.tenant,
+            &self.task,
+            self.deadline_at,
+            kind,
+            now,
+        )
     }
 
     /// Records an event: into this thread's ring (or the shared one), and to the sinks.
