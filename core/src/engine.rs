@@ -1233,7 +1233,15 @@ impl Engine {
         let mut fallback_pending = false;
         if let Some((target, m)) = routed {
             if sh.bus.active() && !m.excluded.is_empty() {
-                let mut e = rec_for(pol.version_idx, &id, &tenant, &task, deadline_at, EventKind::Fallback, now);
+                let mut e = rec_for(
+                    pol.version_idx,
+                    &id,
+                    &tenant,
+                    &task,
+                    deadline_at,
+                    EventKind::Fallback,
+                    now,
+                );
                 e.upstream = Some(target);
                 let x = e.extra();
                 x.excluded = m.exclusion_strings();
@@ -1286,12 +1294,13 @@ fn rec_for(
     kind: EventKind,
     now: Duration,
 ) -> Rec {
-    let mut e = Rec::new(kind, ns(now), version_idx);
-    e.id = Some(id.raw().clone());
-    e.tenant = tenant.clone();
-    e.task = task.clone();
-    e.remaining_ms = Some(ms(deadline_at.saturating_sub(now)));
-    e
+    Rec {
+        id: Some(id.raw().clone()),
+        tenant: tenant.clone(),
+        task: task.clone(),
+        remaining_ms: Some(ms(deadline_at.saturating_sub(now))),
+        ..Rec::new(kind, ns(now), version_idx)
+    }
 }
 
 /// The call's dimensions that scope keys may use besides the upstream.
@@ -1585,11 +1594,19 @@ impl Call {
         )
     }
 
+    /// Records an event built in place by `fill` (records are large: never copied).
+    #[inline(always)]
+    fn emit_with(&self, kind: EventKind, now: Duration, fill: impl FnOnce(&mut Rec)) {
+        let mut e = self.rec(kind, now);
+        fill(&mut e);
+        self.emit(&mut e);
+    }
+
     /// Records an event: into this thread's ring (or the shared one), and to the sinks.
-    #[inline]
-    fn emit(&self, mut e: Rec) {
+    #[inline(always)]
+    fn emit(&self, e: &mut Rec) {
         let end = e.kind == EventKind::AttemptEnd;
-        let at = self.sh().bus.write(self.tu.handle.ring_here(), &mut e);
+        let at = self.sh().bus.write(self.tu.handle.ring_here(), e);
         // An attempt's end is remembered so that the decision right after it can fold into it.
         self.last_end.set(match (end, at) {
             (true, Some(index)) => Some(EndMark {
@@ -1721,23 +1738,23 @@ impl Call {
         };
         // The usual end: the decision right after its attempt's end, folded into that record.
         if !(plain && self.fold(d.attempt, d.hedge, d.upstream.as_ref(), then)) {
-            let mut e = self.rec(EventKind::Decision, now);
-            e.action = Some(d.action);
-            e.reason = Some(d.reason);
-            e.error_class = d.class;
-            e.upstream = d.upstream.clone();
-            e.attempt = Some(d.attempt).filter(|n| *n > 0);
-            e.attempt_id = e.attempt;
-            e.resend_count = e.attempt.map(|n| n.saturating_sub(1));
-            e.delay_ms = Some(0);
-            e.wait_source = Some(WaitSource::None);
-            e.hedge = d.hedge;
-            if !plain {
-                let x = e.extra();
-                x.detail = d.detail.clone();
-                x.excluded = d.excluded.clone();
-            }
-            self.emit(e);
+            self.emit_with(EventKind::Decision, now, |e| {
+                e.action = Some(d.action);
+                e.reason = Some(d.reason);
+                e.error_class = d.class;
+                e.upstream = d.upstream.clone();
+                e.attempt = Some(d.attempt).filter(|n| *n > 0);
+                e.attempt_id = e.attempt;
+                e.resend_count = e.attempt.map(|n| n.saturating_sub(1));
+                e.delay_ms = Some(0);
+                e.wait_source = Some(WaitSource::None);
+                e.hedge = d.hedge;
+                if !plain {
+                    let x = e.extra();
+                    x.detail = d.detail.clone();
+                    x.excluded = d.excluded.clone();
+                }
+            });
         }
     }
 
@@ -1915,21 +1932,22 @@ impl Call {
             std::mem::take(&mut self.pending_hold)
         };
         if self.active() {
-            let mut e = self.rec(
+            self.emit_with(
                 if is_hedge {
                     EventKind::Hedge
                 } else {
                     EventKind::AttemptStart
                 },
                 now,
+                |e| {
+                    e.attempt = Some(number);
+                    e.attempt_id = Some(number);
+                    e.parent_attempt = (number > 1).then_some(number - 1);
+                    e.resend_count = Some(number - 1);
+                    e.upstream = Some(target.clone());
+                    e.hedge = is_hedge;
+                },
             );
-            e.attempt = Some(number);
-            e.attempt_id = Some(number);
-            e.parent_attempt = (number > 1).then_some(number - 1);
-            e.resend_count = Some(number - 1);
-            e.upstream = Some(target.clone());
-            e.hedge = is_hedge;
-            self.emit(e);
         }
         self.in_flight.push(InFlight {
             number,
@@ -2116,11 +2134,11 @@ impl Call {
         }
         self.count(Ctr::Fallbacks);
         if self.active() {
-            let mut e = self.rec(EventKind::Fallback, now);
-            e.upstream = Some(u.clone());
-            e.reason = Some(Reason::BreakerOpen);
-            e.extra().excluded = m.exclusion_strings();
-            self.emit(e);
+            self.emit_with(EventKind::Fallback, now, |e| {
+                e.upstream = Some(u.clone());
+                e.reason = Some(Reason::BreakerOpen);
+                e.extra().excluded = m.exclusion_strings();
+            });
         }
         self.switch_target(u.clone(), tu2);
         Ok((u, held2, probe))
@@ -2190,15 +2208,15 @@ impl Call {
             self.count(Ctr::BreakerOpens);
         }
         if self.active() {
-            let mut e = self.rec(EventKind::BreakerTransition, now);
-            e.extra().breaker = Some(BreakerChange {
-                key: display_key(key).to_string(),
-                from: t.from.as_str(),
-                to: t.to.as_str(),
-                reason: t.reason,
-                open_for_ms: t.open_for_ms,
+            self.emit_with(EventKind::BreakerTransition, now, |e| {
+                e.extra().breaker = Some(BreakerChange {
+                    key: display_key(key).to_string(),
+                    from: t.from.as_str(),
+                    to: t.to.as_str(),
+                    reason: t.reason,
+                    open_for_ms: t.open_for_ms,
+                });
             });
-            self.emit(e);
         }
     }
 
@@ -2289,32 +2307,32 @@ impl Call {
             self.on_transition(&key, Some(t), now);
         }
         if self.active() {
-            let mut e = self.rec(EventKind::AttemptEnd, now);
-            e.attempt = Some(f.number);
-            e.attempt_id = Some(f.number);
-            e.resend_count = Some(f.number - 1);
-            e.upstream = Some(f.upstream.clone());
-            e.error_class = cls.class;
-            e.reason = Some(cls.reason);
-            e.phase = if cls.class.is_some() { Some(cls.phase) } else { None };
-            e.status = outcome.status;
-            e.error_kind = outcome.error;
-            e.hedge = f.hedge;
-            e.remaining_ms = Some(f.remaining_ms);
-            e.delay_ms = Some(elapsed_ms);
-            if !outcome.headers.is_empty() {
-                let allow = &self.pol().policy.telemetry.header_allowlist;
-                let headers: Vec<(String, String)> = outcome
-                    .headers
-                    .iter()
-                    .filter(|(k, _)| header_allowed(k, allow))
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect();
-                if !headers.is_empty() {
-                    e.extra().headers = headers;
+            self.emit_with(EventKind::AttemptEnd, now, |e| {
+                e.attempt = Some(f.number);
+                e.attempt_id = Some(f.number);
+                e.resend_count = Some(f.number - 1);
+                e.upstream = Some(f.upstream.clone());
+                e.error_class = cls.class;
+                e.reason = Some(cls.reason);
+                e.phase = if cls.class.is_some() { Some(cls.phase) } else { None };
+                e.status = outcome.status;
+                e.error_kind = outcome.error;
+                e.hedge = f.hedge;
+                e.remaining_ms = Some(f.remaining_ms);
+                e.delay_ms = Some(elapsed_ms);
+                if !outcome.headers.is_empty() {
+                    let allow = &self.pol().policy.telemetry.header_allowlist;
+                    let headers: Vec<(String, String)> = outcome
+                        .headers
+                        .iter()
+                        .filter(|(k, _)| header_allowed(k, allow))
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect();
+                    if !headers.is_empty() {
+                        e.extra().headers = headers;
+                    }
                 }
-            }
-            self.emit(e);
+            });
         }
         if let Some(f) = &self.final_decision {
             // A sibling already ended the call (hedging).
@@ -2615,13 +2633,13 @@ impl Call {
                 };
                 let detail = format!("scope {key}");
                 if self.active() {
-                    let mut e = self.rec(EventKind::BudgetRefusal, now);
-                    e.upstream = Some(target.clone());
-                    e.reason = Some(reason);
-                    e.extra().detail = Some(detail.clone());
-                    e.attempt = Some(f.number);
-                    e.attempt_id = Some(f.number);
-                    self.emit(e);
+                    self.emit_with(EventKind::BudgetRefusal, now, |e| {
+                        e.upstream = Some(target.clone());
+                        e.reason = Some(reason);
+                        e.extra().detail = Some(detail.clone());
+                        e.attempt = Some(f.number);
+                        e.attempt_id = Some(f.number);
+                    });
                 }
                 return stop(self, reason, Some(detail));
             }
@@ -2698,29 +2716,30 @@ impl Call {
             };
             // A plain retry right after its attempt's end: folded into that record.
             if !(plain && self.fold(f.number, false, Some(&target), then)) {
-                let mut e = self.rec(
+                self.emit_with(
                     if is_fallback {
                         EventKind::Fallback
                     } else {
                         EventKind::Decision
                     },
                     now,
+                    |e| {
+                        e.action = Some(d.action);
+                        e.reason = Some(d.reason);
+                        e.error_class = d.class;
+                        e.upstream = Some(target);
+                        e.attempt = Some(f.number);
+                        e.attempt_id = Some(f.number);
+                        e.resend_count = Some(f.number - 1);
+                        e.delay_ms = Some(ms(delay));
+                        e.wait_source = Some(source);
+                        if d.detail.is_some() || !d.excluded.is_empty() {
+                            let x = e.extra();
+                            x.detail = d.detail.clone();
+                            x.excluded = d.excluded.clone();
+                        }
+                    },
                 );
-                e.action = Some(d.action);
-                e.reason = Some(d.reason);
-                e.error_class = d.class;
-                e.upstream = Some(target);
-                e.attempt = Some(f.number);
-                e.attempt_id = Some(f.number);
-                e.resend_count = Some(f.number - 1);
-                e.delay_ms = Some(ms(delay));
-                e.wait_source = Some(source);
-                if d.detail.is_some() || !d.excluded.is_empty() {
-                    let x = e.extra();
-                    x.detail = d.detail.clone();
-                    x.excluded = d.excluded.clone();
-                }
-                self.emit(e);
             }
         }
         d

@@ -161,6 +161,9 @@ fn counts_and_events_survive_thread_moves_exits_and_reloads() {
     let events = e.events();
     assert_eq!(events.len() as u64, 3 * total + 1);
     assert_eq!(s.events_dropped, 0);
-    let starts = events.iter().filter(|ev| ev.kind == retrywise::EventKind::AttemptStart).count() as u64;
+    let starts = events
+        .iter()
+        .filter(|ev| ev.kind == retrywise::EventKind::AttemptStart)
+        .count() as u64;
     assert_eq!(starts, total);
 }
