@@ -29,6 +29,15 @@ fn success_cycle(e: &Engine, route: &str) {
     black_box(d);
 }
 
+/// The same cycle through `begin_attempt` (what the bindings use: one crossing, one clock read for the first step).
+fn success_cycle_begin_attempt(e: &Engine, route: &str) {
+    let (mut c, a) = e.begin_attempt(CallSpec::new(route));
+    black_box(&a);
+    let d = c.report(&Outcome::success());
+    debug_assert_eq!(d.action, Action::Succeeded);
+    black_box(d);
+}
+
 fn retry_decision(e: &Engine, route: &str, fail: &Outcome) {
     let mut c = e.begin(CallSpec::new(route));
     c.next_attempt().unwrap();
@@ -57,6 +66,9 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("cycle");
     let e = engine("");
     g.bench_function("success/1-thread", |b| b.iter(|| success_cycle(&e, "openai/gpt-4o")));
+    g.bench_function("success/1-thread/begin_attempt", |b| {
+        b.iter(|| success_cycle_begin_attempt(&e, "openai/gpt-4o"))
+    });
     let quiet = engine("telemetry: {ring_size: 0}");
     g.bench_function("success/1-thread/no-ring", |b| {
         b.iter(|| success_cycle(&quiet, "openai/gpt-4o"))
