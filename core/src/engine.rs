@@ -14,7 +14,7 @@
 //! shared state once ([`crate::upstream`]), touches the breaker and budget
 //! cells without locks while they are closed and unexhausted, counts into its
 //! thread's own counter block ([`crate::local`]) and records events as
-//! compact records into its thread's ring stripe ([`crate::telemetry`]).
+//! compact records into its thread's own event ring ([`crate::ring`]).
 
 use crate::backoff::{jitter_ms, parse_retry_after_with};
 use crate::breaker::{Admit, BreakerCell, BreakerParams, BreakerState, Record, Transition};
