@@ -5,8 +5,9 @@
 //!
 //! Every first attempt deposits a request, so deposits are lock-free: each
 //! bucket is one word holding its epoch and its count, bumped with a
-//! compare-and-swap. Withdrawals (retries, the rare path) take a short lock so
-//! that two threads can never both take the last retry. A bucket counts at
+//! compare-and-swap. Withdrawals are lock-free too and still exact: a retry is
+//! counted by a compare-and-swap on the current bucket's word, so two threads
+//! can never both take the last retry. A bucket counts at
 //! most 16 777 215 requests or retries (more saturates, which only makes the
 //! budget stricter); the window totals are summed from the buckets.
 
@@ -120,7 +121,7 @@ pub struct BudgetCell {
     /// Fingerprint of the parameters the counts were made under.
     params_id: AtomicU64,
     in_flight: AtomicU32,
-    /// Serializes withdrawals, refunds and resets.
+    /// Serializes resets after a reload changed the parameters.
     lock: Mutex<()>,
 }
 
@@ -214,28 +215,10 @@ impl BudgetCell {
                 return Err(Refusal::Concurrency);
             }
         }
-        let granted = {
-            let _g = self.lock.lock();
-            self.sync_params(params);
-            let n = self.n();
-            let epoch = params.epoch(now_ms);
-            let (requests, retries) = (&self.slots[..n], &self.slots[n..]);
-            let allowed = params
-                .ratio_milli
-                .saturating_mul(Self::window_sum(requests, epoch))
-                .saturating_add(params.floor_milli);
-            if n == 0 || (Self::window_sum(retries, epoch) + 1).saturating_mul(1000) > allowed {
-                false
-            } else {
-                let slot = &retries[(epoch % n as u64) as usize];
-                let (e, c) = unpack(slot.load(Ordering::Relaxed));
-                slot.store(
-                    if e == epoch { pack(e, c + 1) } else { pack(epoch, 1) },
-                    Ordering::Relaxed,
-                );
-                true
-            }
-        };
+        if self.params_id.load(Ordering::Acquire) != params.id() {
+            self.resync(params);
+        }
+        let granted = self.take_retry(params, now_ms);
         if granted {
             return Ok(());
         }
@@ -245,18 +228,56 @@ impl BudgetCell {
         Err(Refusal::Exhausted)
     }
 
+    /// Counts one more retry in the current bucket if the allowance has room.
+    /// Lock-free and exact: retries only grow in the current bucket, so a
+    /// compare-and-swap on that bucket's word fails (and the check is made
+    /// again) whenever another thread took or refunded a retry meanwhile;
+    /// requests only grow and old buckets only expire, so anything else that
+    /// changed can only have made room.
+    #[inline]
+    fn take_retry(&self, params: &BudgetParams, now_ms: u64) -> bool {
+        let n = self.n();
+        if n == 0 {
+            return false;
+        }
+        let epoch = params.epoch(now_ms);
+        let (requests, retries) = (&self.slots[..n], &self.slots[n..]);
+        let slot = &retries[(epoch % n as u64) as usize];
+        loop {
+            let cur = slot.load(Ordering::Acquire);
+            let allowed = params
+                .ratio_milli
+                .saturating_mul(Self::window_sum(requests, epoch))
+                .saturating_add(params.floor_milli);
+            if (Self::window_sum(retries, epoch) + 1).saturating_mul(1000) > allowed {
+                return false;
+            }
+            let (e, c) = unpack(cur);
+            let next = if e == epoch { pack(e, c + 1) } else { pack(epoch, 1) };
+            if slot
+                .compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return true;
+            }
+        }
+    }
+
     /// Undoes a grant that was not used (e.g. the wait did not fit the deadline).
     pub fn refund(&self, params: &BudgetParams, now_ms: u64) {
-        {
-            let _g = self.lock.lock();
-            self.sync_params(params);
-            let n = self.n();
-            if n > 0 {
-                let epoch = params.epoch(now_ms);
-                let slot = &self.slots[n + (epoch % n as u64) as usize];
-                let (e, c) = unpack(slot.load(Ordering::Relaxed));
-                if e == epoch && c > 0 {
-                    slot.store(pack(e, c - 1), Ordering::Relaxed);
+        let n = self.n();
+        if n > 0 && self.params_id.load(Ordering::Acquire) == params.id() {
+            let epoch = params.epoch(now_ms);
+            let slot = &self.slots[n + (epoch % n as u64) as usize];
+            let mut cur = slot.load(Ordering::Relaxed);
+            loop {
+                let (e, c) = unpack(cur);
+                if e != epoch || c == 0 {
+                    break;
+                }
+                match slot.compare_exchange_weak(cur, pack(e, c - 1), Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(seen) => cur = seen,
                 }
             }
         }
@@ -394,6 +415,45 @@ mod epoch_tests {
                     assert_eq!(p.epoch(now), (now / p.bucket_ms) & EPOCH_MAX, "{now} / {}", p.bucket_ms);
                 }
             }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod race_tests {
+    use super::*;
+
+    #[test]
+    fn racing_threads_take_exactly_the_allowance() {
+        for ratio in [0.1, 0.3, 1.0] {
+            let p = BudgetParams::new(&BudgetPolicy {
+                ratio,
+                min_per_sec: 0.0,
+                ..BudgetPolicy::default()
+            });
+            let cell = std::sync::Arc::new(BudgetCell::new(p));
+            for _ in 0..1_000 {
+                cell.deposit(&p, 5);
+            }
+            let granted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    let (cell, granted) = (cell.clone(), granted.clone());
+                    std::thread::spawn(move || {
+                        for _ in 0..1_000 {
+                            if cell.try_withdraw(&p, 5).is_ok() {
+                                granted.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            let want = (ratio * 1_000.0).round() as u64;
+            assert_eq!(granted.load(Ordering::Relaxed), want, "ratio {ratio}");
+            assert_eq!(cell.counts(&p, 5), (1_000, want));
         }
     }
 }

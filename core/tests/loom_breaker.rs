@@ -1,6 +1,7 @@
-//! Model-checks the half-open permit logic with loom: in every interleaving
+//! Model-checks the shared-state permits with loom: in every interleaving
 //! of threads acquiring, recording and releasing probes, probes in flight
-//! never exceed `half_open_probes`, and none is leaked.
+//! never exceed `half_open_probes`, and none is leaked; and threads racing
+//! for the last retries of a budget never take more than it allows.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p retrywise --test loom_breaker`
 #![cfg(loom)]
@@ -9,7 +10,8 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use retrywise::breaker::{Admit, BreakerCell, BreakerParams, Record};
-use retrywise::policy::Breaker;
+use retrywise::budget::{BudgetCell, BudgetParams};
+use retrywise::policy::{Breaker, Budget};
 
 fn half_open(probes: u32) -> (Arc<BreakerCell>, BreakerParams) {
     let p = BreakerParams::new(&Breaker {
@@ -68,4 +70,35 @@ fn one_probe_three_threads() {
 #[test]
 fn two_probes_three_threads() {
     check(2, 3, &[Record::Success, Record::Ignored, Record::Success]);
+}
+
+#[test]
+fn budget_withdrawals_never_exceed_the_allowance() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        // Ratio 1, one request: exactly one retry may be granted to two racing threads.
+        let p = BudgetParams::new(&Budget {
+            ratio: 1.0,
+            min_per_sec: 0.0,
+            ..Budget::default()
+        });
+        let cell = Arc::new(BudgetCell::new(p));
+        cell.deposit(&p, 0);
+        let granted = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let (cell, granted) = (cell.clone(), granted.clone());
+                thread::spawn(move || {
+                    if cell.try_withdraw(&p, 0).is_ok() {
+                        granted.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(granted.load(Ordering::SeqCst), 1);
+    });
 }
