@@ -650,7 +650,7 @@ impl BreakerCell {
         if let Some(tw) = g.time.as_mut() {
             tw.expire(params, now_ms);
             tw.push(params, now_ms, failure, slow);
-            let consecutive = self.bump_consecutive(failure);
+            let consecutive = self.bump_consecutive(params, failure);
             if matches!(ovr, Some(BreakerOverride::MetricsOnly | BreakerOverride::ForceClosed)) {
                 return None;
             }
@@ -663,7 +663,11 @@ impl BreakerCell {
     }
 
     #[inline]
-    fn bump_consecutive(&self, failure: bool) -> u32 {
+    fn bump_consecutive(&self, params: &BreakerParams, failure: bool) -> u32 {
+        if params.consecutive.is_none() {
+            // Not a trip condition of this policy: not kept.
+            return 0;
+        }
         if failure {
             self.consecutive.fetch_add(1, Ordering::Relaxed).saturating_add(1)
         } else {
@@ -694,7 +698,7 @@ impl BreakerCell {
         let bit = 1u64 << (idx % 64);
         set_bit(&self.bits[idx / 64], bit, failure);
         set_bit(&self.bits[words + idx / 64], bit, slow);
-        let consecutive = self.bump_consecutive(failure);
+        let consecutive = self.bump_consecutive(params, failure);
         if matches!(ovr, Some(BreakerOverride::MetricsOnly | BreakerOverride::ForceClosed)) {
             return None;
         }

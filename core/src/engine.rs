@@ -689,6 +689,31 @@ pub enum HedgePlan {
 /// Budget cells holding one granted retry each, released when its attempt is reported.
 type BudgetHold = Few<Arc<Slot<BudgetCell>>>;
 
+/// A budget cell, borrowed from the upstream's state or looked up for the call.
+enum CellRef<'a> {
+    Borrowed(&'a Arc<Slot<BudgetCell>>),
+    Owned(Arc<Slot<BudgetCell>>),
+}
+
+impl CellRef<'_> {
+    fn to_arc(&self) -> Arc<Slot<BudgetCell>> {
+        match self {
+            CellRef::Borrowed(c) => Arc::clone(c),
+            CellRef::Owned(c) => c.clone(),
+        }
+    }
+}
+
+impl std::ops::Deref for CellRef<'_> {
+    type Target = Slot<BudgetCell>;
+    fn deref(&self) -> &Slot<BudgetCell> {
+        match self {
+            CellRef::Borrowed(c) => c,
+            CellRef::Owned(c) => c,
+        }
+    }
+}
+
 /// The breaker cell an attempt holds.
 enum Held {
     None,
@@ -2442,9 +2467,28 @@ impl Call {
         }
     }
 
+    /// The budget cell of scope `i` (`dims`) for `target`: the upstream's
+    /// own when the scope depends only on it (borrowed, no reference count
+    /// touched), otherwise looked up for this call.
+    fn budget_scope<'a>(
+        &self,
+        i: usize,
+        dims: &[ScopeDim],
+        target: &str,
+        fixed: Option<&'a ThreadUp>,
+        now_ms: u64,
+    ) -> CellRef<'a> {
+        match fixed.and_then(|u| u.up.value.budgets.get(i)) {
+            Some(BudgetScope::Fixed(c)) => CellRef::Borrowed(c),
+            _ => CellRef::Owned(self.pol().budget_cell(&self.scope(dims, target), now_ms)),
+        }
+    }
+
     /// Takes one retry from every budget scope `target` belongs to. On a
     /// refusal, earlier grants are refunded, the refusal is counted, and the
     /// refusing scope key is returned. Retries and hedges share this path.
+    /// The granted cells are held (to free their in-flight slot when the
+    /// attempt ends) only when the policy caps retries in flight.
     fn withdraw_budget(
         &self,
         target: &str,
@@ -2459,21 +2503,48 @@ impl Call {
         }
         let params = pol.budget;
         let fixed = tu.filter(|u| u.up.key == target);
+        let mut granted: Few<CellRef<'_>> = Few::new();
         for (i, dims) in p.budget.scopes.iter().enumerate() {
-            let cell = match fixed.and_then(|u| u.up.value.budgets.get(i)) {
-                Some(BudgetScope::Fixed(c)) => c.clone(),
-                _ => pol.budget_cell(&self.scope(dims, target), now_ms),
-            };
+            let cell = self.budget_scope(i, dims, target, fixed, now_ms);
             if let Err(r) = cell.value.try_withdraw(&params, now_ms) {
-                for h in &held {
+                for h in &granted {
                     h.value.refund(&params, now_ms);
                 }
                 self.count(Ctr::BudgetRefusals);
                 return Err((r, display_key(&cell.key).to_string()));
             }
-            held.push(cell);
+            granted.push(cell);
+        }
+        if params.max_in_flight.is_some() {
+            for c in &granted {
+                held.push(c.to_arc());
+            }
         }
         Ok(held)
+    }
+
+    /// Gives back the retry `withdraw_budget` granted for `target` (the wait did not fit).
+    fn refund_budget(&self, target: &str, held: &BudgetHold, now_ms: u64) {
+        self.refund_budget_for(target, held, Some(&self.tu), now_ms)
+    }
+
+    fn refund_budget_for(&self, target: &str, held: &BudgetHold, tu: Option<&ThreadUp>, now_ms: u64) {
+        let pol = self.pol();
+        if !held.is_empty() {
+            for h in held {
+                h.value.refund(&pol.budget, now_ms);
+            }
+            return;
+        }
+        if !pol.policy.budget.enabled {
+            return;
+        }
+        let fixed = tu.filter(|u| u.up.key == target);
+        for (i, dims) in pol.policy.budget.scopes.iter().enumerate() {
+            self.budget_scope(i, dims, target, fixed, now_ms)
+                .value
+                .refund(&pol.budget, now_ms);
+        }
     }
 
     fn push_reconcile(&self, d: &Decision, f: &InFlight, now_ms: u64) {
@@ -2644,11 +2715,7 @@ impl Call {
                 return stop(self, reason, Some(detail));
             }
         };
-        let refund = |s: &Self, held: &BudgetHold| {
-            for h in held {
-                h.value.refund(&s.pol().budget, now_ms);
-            }
-        };
+        let refund = |s: &Self, held: &BudgetHold| s.refund_budget(&target, held, now_ms);
 
         // Wait: a valid, capped Retry-After wins over jitter and must fit the deadline.
         let ra = &self.pol().policy.retry_after;
@@ -2792,7 +2859,7 @@ impl Call {
             return HedgePlan::No(Reason::BudgetExhausted);
         };
         let saved_target_attempts = self.target_attempts;
-        match self.admit(Some((target.clone(), target_up)), true, now, remaining) {
+        match self.admit(Some((target.clone(), target_up.clone())), true, now, remaining) {
             Ok(mut a) => {
                 if let Some(last) = self.in_flight.last_mut() {
                     last.budget_hold = held;
@@ -2808,9 +2875,7 @@ impl Call {
                 HedgePlan::Start(a)
             }
             Err(s) => {
-                for h in &held {
-                    h.value.refund(&self.pol().budget, now_ms);
-                }
+                self.refund_budget_for(&target, &held, Some(&target_up), now_ms);
                 HedgePlan::No(s.reason)
             }
         }
