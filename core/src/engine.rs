@@ -34,7 +34,7 @@ use crate::policy::{
 };
 use crate::registry::{Registry, Slot};
 use crate::stats::{CounterSet, Counters, Ctr, Stats, VersionStats, VersionTable};
-use crate::telemetry::{header_allowed, BreakerChange, Event, EventBus, EventKind, Rec, Sink, Then};
+use crate::telemetry::{header_allowed, BreakerChange, Event, EventBus, EventKind, Hot, Rec, Sink, Then};
 use crate::throttle::{ThrottleCell, ThrottleParams};
 use crate::types::{Action, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
 use crate::upstream::{breaker_seed, BreakerRef, BudgetScope, UpstreamState};
@@ -1644,6 +1644,45 @@ impl Call {
         });
     }
 
+    /// An attempt event of this call with only the common fields set.
+    #[inline(always)]
+    fn hot<'a>(&'a self, kind: EventKind, now: Duration, upstream: &'a SmolStr, attempt: u32) -> Hot<'a> {
+        Hot {
+            kind,
+            at_ns: ns(now),
+            version: self.pol().version_idx,
+            id: self.id.raw(),
+            upstream,
+            tenant: self.tenant.as_ref(),
+            task: self.task.as_ref(),
+            attempt,
+            start: false,
+            hedge: false,
+            status: None,
+            error_class: None,
+            reason: None,
+            phase: None,
+            error_kind: None,
+            delay_ms: None,
+            remaining_ms: 0,
+        }
+    }
+
+    /// Records an attempt's start or end (see [`Call::emit`]).
+    #[inline(always)]
+    fn emit_hot(&self, h: &Hot) {
+        let at = self.sh().bus.write_hot(self.tu.handle.ring_here(), h);
+        self.last_end.set(match (h.kind == EventKind::AttemptEnd, at) {
+            (true, Some(index)) => Some(EndMark {
+                index,
+                attempt: h.attempt,
+                hedge: h.hedge,
+                upstream: Some(h.upstream.clone()),
+            }),
+            _ => None,
+        });
+    }
+
     /// Folds a decision into the attempt-end record written just before it,
     /// when that is the last record of this thread's ring.
     #[inline]
@@ -1957,22 +1996,20 @@ impl Call {
             std::mem::take(&mut self.pending_hold)
         };
         if self.active() {
-            self.emit_with(
+            let mut h = self.hot(
                 if is_hedge {
                     EventKind::Hedge
                 } else {
                     EventKind::AttemptStart
                 },
                 now,
-                |e| {
-                    e.attempt = Some(number);
-                    e.attempt_id = Some(number);
-                    e.parent_attempt = (number > 1).then_some(number - 1);
-                    e.resend_count = Some(number - 1);
-                    e.upstream = Some(target.clone());
-                    e.hedge = is_hedge;
-                },
+                &target,
+                number,
             );
+            h.start = true;
+            h.hedge = is_hedge;
+            h.remaining_ms = ms(self.deadline_at.saturating_sub(now));
+            self.emit_hot(&h);
         }
         self.in_flight.push(InFlight {
             number,
@@ -2332,32 +2369,32 @@ impl Call {
             self.on_transition(&key, Some(t), now);
         }
         if self.active() {
-            self.emit_with(EventKind::AttemptEnd, now, |e| {
-                e.attempt = Some(f.number);
-                e.attempt_id = Some(f.number);
-                e.resend_count = Some(f.number - 1);
-                e.upstream = Some(f.upstream.clone());
-                e.error_class = cls.class;
-                e.reason = Some(cls.reason);
-                e.phase = if cls.class.is_some() { Some(cls.phase) } else { None };
-                e.status = outcome.status;
-                e.error_kind = outcome.error;
-                e.hedge = f.hedge;
-                e.remaining_ms = Some(f.remaining_ms);
-                e.delay_ms = Some(elapsed_ms);
-                if !outcome.headers.is_empty() {
-                    let allow = &self.pol().policy.telemetry.header_allowlist;
-                    let headers: Vec<(String, String)> = outcome
-                        .headers
-                        .iter()
-                        .filter(|(k, _)| header_allowed(k, allow))
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect();
-                    if !headers.is_empty() {
-                        e.extra().headers = headers;
-                    }
-                }
-            });
+            let mut h = self.hot(EventKind::AttemptEnd, now, &f.upstream, f.number);
+            h.error_class = cls.class;
+            h.reason = Some(cls.reason);
+            h.phase = if cls.class.is_some() { Some(cls.phase) } else { None };
+            h.status = outcome.status;
+            h.error_kind = outcome.error;
+            h.hedge = f.hedge;
+            h.remaining_ms = f.remaining_ms;
+            h.delay_ms = Some(elapsed_ms);
+            let allow = &self.pol().policy.telemetry.header_allowlist;
+            let headers: Vec<(String, String)> = match outcome.headers.is_empty() {
+                true => Vec::new(),
+                false => outcome
+                    .headers
+                    .iter()
+                    .filter(|(k, _)| header_allowed(k, allow))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            };
+            if headers.is_empty() {
+                self.emit_hot(&h);
+            } else {
+                let mut e = h.to_rec();
+                e.extra().headers = headers;
+                self.emit(&mut e);
+            }
         }
         if let Some(f) = &self.final_decision {
             // A sibling already ended the call (hedging).

@@ -11,7 +11,7 @@
 
 use crate::id::CallId;
 use crate::sync::{fence, AtomicU64, Mutex};
-use crate::telemetry::{EventKind, Rec, Then};
+use crate::telemetry::{EventKind, Hot, Rec, Then};
 use crate::types::{Action, ErrorClass, ErrorKind, Phase, Reason, WaitSource};
 use smol_str::SmolStr;
 use std::collections::VecDeque;
@@ -28,6 +28,15 @@ struct Slot {
     /// `2 × index + 1` while the record with that index is written, `2 × index + 2` once done.
     ver: AtomicU64,
     w: [AtomicU64; W],
+}
+
+impl Slot {
+    #[inline(always)]
+    fn store(&self, words: &[u64; W]) {
+        for (a, v) in self.w.iter().zip(words) {
+            a.store(*v, Ordering::Relaxed);
+        }
+    }
 }
 
 /// See the module documentation.
@@ -78,9 +87,14 @@ fn kind_code(k: EventKind) -> u64 {
 /// A name as a length byte and three words, when it fits.
 #[inline(always)]
 fn pack_str(s: &Option<SmolStr>) -> Option<(u8, [u64; 3])> {
-    let Some(s) = s else {
-        return Some((NONE, [0; 3]));
-    };
+    match s {
+        Some(s) => pack(s),
+        None => Some((NONE, [0; 3])),
+    }
+}
+
+#[inline(always)]
+fn pack(s: &SmolStr) -> Option<(u8, [u64; 3])> {
     let b = s.as_bytes();
     if b.len() > 23 {
         return None;
@@ -161,6 +175,49 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
     w[6] = r.remaining_ms.unwrap_or(0);
     w[7] = t.map_or(0, |t| t.delay_ms);
     w[8] = t.map_or(0, |t| t.remaining_ms);
+    w[9] = id_len as u64
+        | (up_len as u64) << 8
+        | (tenant_len as u64) << 16
+        | (task_len as u64) << 24
+        | (prefix as u64) << 32;
+    w[10..13].copy_from_slice(&id_words);
+    w[13..16].copy_from_slice(&up);
+    w[16..19].copy_from_slice(&tenant);
+    w[19..22].copy_from_slice(&task);
+    Some(w)
+}
+
+/// The words [`encode`] gives `h.to_rec()` with sequence number `seq`,
+/// computed from the borrowed fields (no record built, nothing dropped).
+#[inline(always)]
+fn encode_hot(h: &Hot, seq: u64) -> Option<[u64; W]> {
+    let (id_len, id_words, prefix) = match h.id {
+        CallId::Local { prefix, seq } => (LOCAL_ID, [*seq, 0, 0], *prefix),
+        CallId::Remote(s) => {
+            let (l, w) = pack(s)?;
+            (l, w, 0)
+        }
+    };
+    let (up_len, up) = pack(h.upstream)?;
+    let (tenant_len, tenant) = h.tenant.map_or(Some((NONE, [0; 3])), pack)?;
+    let (task_len, task) = h.task.map_or(Some((NONE, [0; 3])), pack)?;
+    let n = h.attempt;
+    let flags = h.hedge as u64
+        | 1 << 1
+        | 1 << 2
+        | ((h.start && n > 1) as u64) << 3
+        | 1 << 4
+        | (h.status.is_some() as u64) << 5
+        | (h.delay_ms.is_some() as u64) << 6
+        | 1 << 7;
+    let mut w = [0u64; W];
+    w[0] = h.at_ns;
+    w[1] = seq;
+    w[2] = kind_code(h.kind) | flags << 8 | (h.version as u64) << 16 | (h.status.unwrap_or(0) as u64) << 48;
+    w[3] = n as u64 | code(h.error_class, ErrorClass::code) << 32 | code(h.reason, Reason::code) << 40;
+    w[4] = code(h.phase, Phase::code) | code(h.error_kind, ErrorKind::code) << 8;
+    w[5] = h.delay_ms.unwrap_or(0);
+    w[6] = h.remaining_ms;
     w[9] = id_len as u64
         | (up_len as u64) << 8
         | (tenant_len as u64) << 16
@@ -256,10 +313,36 @@ impl ThreadRing {
     /// Appends `rec` (numbering its events) and returns its index. Only the owner thread may call this.
     #[inline]
     pub(crate) fn push(&self, rec: &mut Rec) -> u64 {
+        self.append(rec.events(), |seq, i, slot| {
+            rec.seq = seq;
+            match encode(rec) {
+                Some(words) => slot.store(&words),
+                None => self.spill(i, slot, rec.clone()),
+            }
+        })
+    }
+
+    /// Appends an attempt's start or end (one event) and returns its index. Only the owner thread may call this.
+    #[inline]
+    pub(crate) fn push_hot(&self, h: &Hot) -> u64 {
+        self.append(1, |seq, i, slot| match encode_hot(h, seq) {
+            Some(words) => slot.store(&words),
+            None => {
+                let mut rec = h.to_rec();
+                rec.seq = seq;
+                self.spill(i, slot, rec);
+            }
+        })
+    }
+
+    /// Claims the next slot for a record of `events` events and has `write`
+    /// fill it (given the record's first sequence number and index) inside
+    /// the slot's seqlock.
+    #[inline(always)]
+    fn append(&self, events: u64, write: impl FnOnce(u64, u64, &Slot)) -> u64 {
         let i = self.head.load(Ordering::Relaxed);
         let seq = self.seq.load(Ordering::Relaxed);
-        rec.seq = seq + 1;
-        self.seq.store(seq + rec.events(), Ordering::Relaxed);
+        self.seq.store(seq + events, Ordering::Relaxed);
         let slots = self.slots();
         let k = self.next_slot.load(Ordering::Relaxed) as usize;
         self.next_slot
@@ -273,27 +356,23 @@ impl ThreadRing {
         }
         slot.ver.store(2 * i + 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        match encode(rec) {
-            Some(words) => {
-                for (a, v) in slot.w.iter().zip(words) {
-                    a.store(v, Ordering::Relaxed);
-                }
-            }
-            None => {
-                // Kept whole; the slot's first word says so, the next says how many events.
-                slot.w[0].store(SPILLED, Ordering::Relaxed);
-                slot.w[4].store((rec.then.is_some() as u64) << 48, Ordering::Relaxed);
-                let mut s = self.spill.lock();
-                let low = (i + 1).saturating_sub(self.cap as u64);
-                while s.front().is_some_and(|(j, _)| *j < low) {
-                    s.pop_front();
-                }
-                s.push_back((i, rec.clone()));
-            }
-        }
+        write(seq + 1, i, slot);
         slot.ver.store(2 * i + 2, Ordering::Release);
         self.head.store(i + 1, Ordering::Release);
         i
+    }
+
+    /// Keeps record `i` whole in the side list; its slot says so.
+    #[cold]
+    fn spill(&self, i: u64, slot: &Slot, rec: Rec) {
+        slot.w[0].store(SPILLED, Ordering::Relaxed);
+        slot.w[4].store((rec.then.is_some() as u64) << 48, Ordering::Relaxed);
+        let mut s = self.spill.lock();
+        let low = (i + 1).saturating_sub(self.cap as u64);
+        while s.front().is_some_and(|(j, _)| *j < low) {
+            s.pop_front();
+        }
+        s.push_back((i, rec));
     }
 
     /// Adds `then` to record `index` when it is still the newest record and
@@ -409,6 +488,68 @@ mod tests {
             wait_source: WaitSource::Jitter,
         });
         r
+    }
+
+    /// Attempt events encoded from borrowed fields are stored exactly as
+    /// their records would be, including the long-name and remote-id cases.
+    #[test]
+    fn hot_events_encode_as_their_records() {
+        let long = SmolStr::new("an-upstream-name-longer-than-twenty-three-bytes");
+        let (up, tenant, task) = (
+            SmolStr::new("openai/gpt-4o"),
+            SmolStr::new("acme"),
+            SmolStr::new("chat"),
+        );
+        let ids = [
+            CallId::Local { prefix: 9, seq: 41 },
+            CallId::Remote(SmolStr::new("req-from-upstream")),
+            CallId::Remote(long.clone()),
+        ];
+        let mut n = 0;
+        for id in &ids {
+            for upstream in [&up, &long] {
+                for (kind, start) in [
+                    (EventKind::AttemptStart, true),
+                    (EventKind::Hedge, true),
+                    (EventKind::AttemptEnd, false),
+                ] {
+                    for attempt in [1, 3] {
+                        let h = Hot {
+                            kind,
+                            at_ns: 1_000 + n,
+                            version: 2,
+                            id,
+                            upstream,
+                            tenant: (attempt == 3).then_some(&tenant),
+                            task: (attempt == 1).then_some(&task),
+                            attempt,
+                            start,
+                            hedge: kind == EventKind::Hedge,
+                            status: (!start).then_some(503),
+                            error_class: (!start).then_some(ErrorClass::Transient),
+                            reason: (!start).then_some(Reason::RetryableStatus),
+                            phase: (!start).then_some(Phase::BeforeSend),
+                            error_kind: (!start && attempt == 3).then_some(ErrorKind::FirstByteTimeout),
+                            delay_ms: (!start).then_some(17),
+                            remaining_ms: 900,
+                        };
+                        n += 1;
+                        let mut rec = h.to_rec();
+                        rec.seq = n;
+                        assert_eq!(encode_hot(&h, n), encode(&rec), "{h:?}");
+                        let (a, b) = (ThreadRing::new(1, 2), ThreadRing::new(2, 2));
+                        a.push_hot(&h);
+                        b.push(&mut h.to_rec());
+                        let (mut ra, mut rb) = (Vec::new(), Vec::new());
+                        a.read(false, &mut ra);
+                        b.read(false, &mut rb);
+                        assert_eq!(format!("{ra:?}"), format!("{rb:?}"));
+                        assert_eq!(ra[0].parent_attempt, (start && attempt == 3).then_some(2));
+                    }
+                }
+            }
+        }
+        assert_eq!(n, 36);
     }
 
     #[test]

@@ -265,6 +265,57 @@ pub(crate) struct Then {
     pub(crate) wait_source: WaitSource,
 }
 
+/// An attempt's start or end borrowed from its call: the two events every
+/// attempt records, encoded into the ring without building a [`Rec`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hot<'a> {
+    /// `AttemptStart`, `Hedge` or `AttemptEnd`.
+    pub(crate) kind: EventKind,
+    pub(crate) at_ns: u64,
+    pub(crate) version: u32,
+    pub(crate) id: &'a CallId,
+    pub(crate) upstream: &'a SmolStr,
+    pub(crate) tenant: Option<&'a SmolStr>,
+    pub(crate) task: Option<&'a SmolStr>,
+    pub(crate) attempt: u32,
+    /// A start names the attempt before it (`parent_attempt`); an end does not.
+    pub(crate) start: bool,
+    pub(crate) hedge: bool,
+    pub(crate) status: Option<u16>,
+    pub(crate) error_class: Option<ErrorClass>,
+    pub(crate) reason: Option<Reason>,
+    pub(crate) phase: Option<Phase>,
+    pub(crate) error_kind: Option<ErrorKind>,
+    pub(crate) delay_ms: Option<u64>,
+    pub(crate) remaining_ms: u64,
+}
+
+impl Hot<'_> {
+    /// The same event as a record (sinks, the shared ring, the side list).
+    pub(crate) fn to_rec(&self) -> Rec {
+        let n = self.attempt;
+        Rec {
+            id: Some(self.id.clone()),
+            upstream: Some(self.upstream.clone()),
+            tenant: self.tenant.cloned(),
+            task: self.task.cloned(),
+            attempt: Some(n),
+            attempt_id: Some(n),
+            parent_attempt: (self.start && n > 1).then(|| n - 1),
+            resend_count: Some(n.saturating_sub(1)),
+            status: self.status,
+            error_class: self.error_class,
+            reason: self.reason,
+            phase: self.phase,
+            error_kind: self.error_kind,
+            hedge: self.hedge,
+            delay_ms: self.delay_ms,
+            remaining_ms: Some(self.remaining_ms),
+            ..Rec::new(self.kind, self.at_ns, self.version)
+        }
+    }
+}
+
 /// An event as the ring stores it: fixed-size fields, names inline (see
 /// [`SmolStr`]), the policy version as an index into the bus's name table.
 #[derive(Debug, Clone)]
@@ -662,6 +713,18 @@ impl EventBus {
             return None;
         }
         at
+    }
+
+    /// Publishes an attempt's start or end like [`EventBus::write`]; encoded
+    /// straight into the thread's ring when nothing else needs a record.
+    #[inline]
+    pub(crate) fn write_hot(&self, ring: Option<&ThreadRing>, h: &Hot) -> Option<u64> {
+        if let Some(ring) = ring {
+            if self.cap.load(Ordering::Relaxed) > 0 && !self.has_sinks.load(Ordering::Relaxed) {
+                return Some(ring.push_hot(h));
+            }
+        }
+        self.write(ring, &mut h.to_rec())
     }
 
     #[cold]
