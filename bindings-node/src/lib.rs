@@ -197,7 +197,8 @@ fn rt_clock() -> &'static SystemClock {
 
 #[inline]
 fn rt_now_ms() -> f64 {
-    rt_clock().now().as_secs_f64() * 1000.0
+    let d = rt_clock().now();
+    d.as_secs() as f64 * 1000.0 + d.subsec_nanos() as f64 * 1e-6
 }
 
 fn class_code(c: Option<ErrorClass>) -> f64 {
