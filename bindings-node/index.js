@@ -444,6 +444,9 @@ class Engine {
     if (text === null) return
     const events = JSON.parse(text)
     const ls = this._listeners.slice()
+    // The step's results are still in scratch: a listener that calls into
+    // this engine must not overwrite them before the caller reads them.
+    const saved = this._s.slice()
     for (const ev of events) {
       for (const cb of ls) {
         try {
@@ -454,6 +457,7 @@ class Engine {
         }
       }
     }
+    this._s.set(saved)
   }
 
   /**

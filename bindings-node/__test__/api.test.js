@@ -319,3 +319,24 @@ test('calls released in the same job never reach the GC safety net; more than a 
   }
   assert.equal(e.liveCalls, 0)
 })
+
+test('an onEvent listener that calls into the engine does not disturb the step being reported', () => {
+  const e = new Engine({ max_attempts: 3, backoff: { base_ms: 1, cap_ms: 2 } })
+  let inner = 0
+  e.onEvent(() => {
+    if (inner++ < 20) {
+      const c = e.begin({ route: 'side' })
+      c.nextAttempt()
+      c.report({ status: 200 })
+      c.release()
+    }
+  })
+  const c = e.begin({ route: 'main', deadlineMs: 5000 })
+  const a = c.nextAttempt()
+  assert.equal(a.number, 1)
+  assert.equal(a.upstream, 'main')
+  const d = c.report({ status: 503 })
+  assert.equal(d.action, 'retry')
+  assert.equal(d.reason, 'retryable_status')
+  c.release()
+})
