@@ -432,10 +432,15 @@ class Engine {
     } catch (e) {
       return Promise.reject(e)
     }
-    return new Promise((resolve, reject) => {
-      const r = new Run(this, new Call(this, h), fn, classify, signal || null, resolve, reject)
+    const p = new Promise(captureResolvers)
+    const r = new Run(this, new Call(this, h), fn, classify, signal || null, capturedResolve, capturedReject)
+    capturedResolve = capturedReject = null
+    try {
       r.admitted()
-    })
+    } catch (e) {
+      r.finish(false, e)
+    }
+    return p
   }
 
   _flush() {
@@ -1137,6 +1142,15 @@ class RunAttempt {
     const a = this.attempt
     this.abort(new AttemptTimeoutError(totalTimeoutKind(a), a.timeouts.totalMs))
   }
+}
+
+// One executor for every engine.run promise (no closure per call): it runs
+// synchronously inside `new Promise`, so its results are picked up at once.
+let capturedResolve = null
+let capturedReject = null
+function captureResolvers(resolve, reject) {
+  capturedResolve = resolve
+  capturedReject = reject
 }
 
 /**
