@@ -191,6 +191,8 @@ function flatHeaders(h, argName) {
 // ---------------------------------------------------------------------------
 
 const ENGINE = Symbol('retrywise.engine')
+/** Calls begun in one job checked for the GC safety net at once (see Engine#_track). */
+const PEND_BATCH = 256
 
 class Engine {
   /**
@@ -222,7 +224,9 @@ class Engine {
     // Calls begun since the last microtask, registered for garbage collection
     // only if still unreleased then (a FinalizationRegistry register +
     // unregister costs more than the whole decision cycle).
-    this._pend = null
+    this._pend = new Array(PEND_BATCH).fill(undefined)
+    this._pendN = 0
+    this._pendQueued = false
     this._pendFlush = () => this._trackPending(true)
   }
 
@@ -371,28 +375,28 @@ class Engine {
 
   /** Registers `call` with the GC safety net unless it is released before the next microtask. */
   _track(call) {
-    let p = this._pend
-    if (p === null) {
-      p = this._pend = []
+    if (!this._pendQueued) {
+      this._pendQueued = true
       queueMicrotask(this._pendFlush)
     }
-    p.push(call)
-    if (p.length >= 256) this._trackPending(false)
+    this._pend[this._pendN++] = call
+    if (this._pendN === PEND_BATCH) this._trackPending(false)
   }
 
   _trackPending(last) {
+    if (last) this._pendQueued = false
     const p = this._pend
-    if (p === null) return
-    if (last) this._pend = null
-    for (let i = 0; i < p.length; i++) {
+    const n = this._pendN
+    this._pendN = 0
+    for (let i = 0; i < n; i++) {
       const c = p[i]
+      p[i] = undefined
       if (c._h >= 0) {
         if (this._reg === null) this._reg = new FinalizationRegistry((handle) => this._n.release(handle))
         this._reg.register(c, c._h, c)
         c._tracked = true
       }
     }
-    p.length = 0
   }
 
   /**
