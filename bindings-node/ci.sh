@@ -17,7 +17,7 @@ fi
 echo "== npm ci"
 npm ci --no-audit --no-fund
 
-echo "== build (napi build --release)"
+echo "== build (napi build --profile release-node: release with fat LTO)"
 npm run build
 
 echo "== fault server (cargo build -p retrywise-fault-server)"

@@ -140,12 +140,13 @@ function seedArg(seed) {
 // Nesting: the retrywise call (and attempt) the current async context runs in
 // ---------------------------------------------------------------------------
 
+// The store is the Attempt itself (its call and engine are attempt._call, attempt._call._e).
 const als = new AsyncLocalStorage()
+const NO_OPTS = Object.freeze({})
 
 /** The innermost retrywise attempt the caller runs inside, or undefined. */
 function currentAttempt() {
-  const ctx = als.getStore()
-  return ctx ? ctx.attempt : undefined
+  return als.getStore()
 }
 
 // ---------------------------------------------------------------------------
@@ -190,6 +191,8 @@ function flatHeaders(h, argName) {
 // ---------------------------------------------------------------------------
 
 const ENGINE = Symbol('retrywise.engine')
+/** Calls begun in one job checked for the GC safety net at once (see Engine#_track). */
+const PEND_BATCH = 256
 
 class Engine {
   /**
@@ -207,10 +210,24 @@ class Engine {
     } catch (e) {
       throw translateNativeError(e)
     }
+    // Fast entry points (arguments and results in this._s, see src/fast.rs).
+    this._f = this._n.fast()
     this._names = []
+    // Route and tenant names interned by the native engine (name -> id).
+    this._ids = new Map()
+    this._idsFull = false
+    this._lastRoute = null
+    this._lastRouteId = -1
     this._listeners = null
     this._listenerErrors = 0
     this._reg = null
+    // Calls begun since the last microtask, registered for garbage collection
+    // only if still unreleased then (a FinalizationRegistry register +
+    // unregister costs more than the whole decision cycle).
+    this._pend = new Array(PEND_BATCH).fill(undefined)
+    this._pendN = 0
+    this._pendQueued = false
+    this._pendFlush = () => this._trackPending(true)
   }
 
   /** Builds an engine from a policy file (`.json`, `.yaml`/`.yml`, `.toml`). */
@@ -229,8 +246,37 @@ class Engine {
     return n
   }
 
-  /** Opens a native call for `spec` (nesting-aware); returns its handle. */
-  _open(spec, argName) {
+  /** Id of an interned route or tenant name, or -1 (table full: pass the string). */
+  _sid(name) {
+    let id = this._ids.get(name)
+    if (id === undefined) {
+      if (this._idsFull) return -1
+      id = this._n.intern(name)
+      if (id < 0) {
+        this._idsFull = true
+        return -1
+      }
+      this._ids.set(name, id)
+    }
+    return id
+  }
+
+  _routeId(route) {
+    if (route === this._lastRoute) return this._lastRouteId
+    const id = this._sid(route)
+    if (id >= 0) {
+      this._lastRoute = route
+      this._lastRouteId = id
+    }
+    return id
+  }
+
+  /**
+   * Opens a native call for `spec` (nesting-aware); returns its handle. With
+   * `first`, the call's first attempt is asked for in the same step: scratch[12]
+   * is 0 (attempt fields in scratch, stamped) or 1 (stop fields in scratch).
+   */
+  _open(spec, argName, first) {
     if (spec === null || typeof spec !== 'object') throw new TypeError(`${argName} must be an object; got ${describe(spec)}`)
     const route = spec.route
     if (typeof route !== 'string') throw new TypeError(`${argName}.route must be a string; got ${describe(route)}`)
@@ -252,7 +298,23 @@ class Engine {
       spec.paramsDigest === undefined &&
       spec.needs === undefined &&
       spec.inboundHeaders === undefined
-    if (simple) return this._n.begin(route, dl, idem, tenant)
+    const s = this._s
+    if (simple) {
+      const rid = this._routeId(route)
+      const tid = tenant === undefined || tenant === null ? -1 : this._sid(tenant)
+      if (rid >= 0 && (tid >= 0 || tenant === undefined || tenant === null)) {
+        s[24] = rid
+        s[25] = dl
+        s[26] = idem
+        s[27] = tid
+        if (first) this._f.beginAttempt()
+        else this._f.begin()
+        return s[13]
+      }
+      const h = this._n.begin(route, dl, idem, tenant)
+      if (first) this._next(h, 1)
+      return h
+    }
     const extra = {}
     for (const k of ['task', 'priority', 'idempotencyKey', 'paramsDigest']) {
       const v = spec[k]
@@ -270,15 +332,16 @@ class Engine {
     let parentHandle = -1
     let parentAttempt = 0
     if (parent !== undefined) {
-      if (parent.engine === this && parent.call._h >= 0) {
-        parentHandle = parent.call._h
-        parentAttempt = parent.attempt.number
+      const pc = parent._call
+      if (pc._e === this && pc._h >= 0) {
+        parentHandle = pc._h
+        parentAttempt = parent.number
       } else {
         // Another engine: inherit through propagation headers. A parent that
         // already finished (a task that outlived its attempt) passes nothing on.
         let hs = null
         try {
-          hs = parent.attempt.headers
+          hs = parent.headers
         } catch {
           hs = null
         }
@@ -294,10 +357,45 @@ class Engine {
       throw new TypeError(`${argName}.params must be JSON-serializable: ${e.message}`)
     }
     try {
-      return this._n.beginEx(route, dl, idem, text, parentHandle, parentAttempt)
+      return this._n.beginEx(route, dl, idem, text, parentHandle, parentAttempt, first === true)
     } catch (e) {
-      if (e && e.code === 'ERR_RETRYWISE_RELEASED') return this._n.beginEx(route, dl, idem, text, -1, 0)
+      if (e && e.code === 'ERR_RETRYWISE_RELEASED') return this._n.beginEx(route, dl, idem, text, -1, 0, first === true)
       throw e
+    }
+  }
+
+  /** Asks for the next attempt of call `h` (stamped when `stamp` is 1); the result code (0 attempt, 1 stopped) is scratch[12]. */
+  _next(h, stamp) {
+    const s = this._s
+    s[24] = h
+    s[25] = stamp
+    this._f.next()
+    return s[12]
+  }
+
+  /** Registers `call` with the GC safety net unless it is released before the next microtask. */
+  _track(call) {
+    if (!this._pendQueued) {
+      this._pendQueued = true
+      queueMicrotask(this._pendFlush)
+    }
+    this._pend[this._pendN++] = call
+    if (this._pendN === PEND_BATCH) this._trackPending(false)
+  }
+
+  _trackPending(last) {
+    if (last) this._pendQueued = false
+    const p = this._pend
+    const n = this._pendN
+    this._pendN = 0
+    for (let i = 0; i < n; i++) {
+      const c = p[i]
+      p[i] = undefined
+      if (c._h >= 0) {
+        if (this._reg === null) this._reg = new FinalizationRegistry((handle) => this._n.release(handle))
+        this._reg.register(c, c._h, c)
+        c._tracked = true
+      }
     }
   }
 
@@ -307,11 +405,10 @@ class Engine {
    * `spec.inherit === false`.
    */
   begin(spec) {
-    const h = this._open(spec, 'spec')
+    const h = this._open(spec, 'spec', false)
     this._flush()
     const call = new Call(this, h)
-    if (this._reg === null) this._reg = new FinalizationRegistry((handle) => this._n.release(handle))
-    this._reg.register(call, h, call)
+    this._track(call)
     return call
   }
 
@@ -323,16 +420,31 @@ class Engine {
    * may map a resolved value to an outcome. Resolves with fn's value; rejects
    * with a `StoppedError` (cause: the last failure) when the core gives up.
    */
-  async run(fn, opts) {
-    if (typeof fn !== 'function') throw new TypeError(`fn must be a function; got ${describe(fn)}`)
-    const o = opts === undefined ? {} : opts
-    if (o === null || typeof o !== 'object') throw new TypeError('opts must be an object')
+  run(fn, opts) {
+    if (typeof fn !== 'function') return Promise.reject(new TypeError(`fn must be a function; got ${describe(fn)}`))
+    const o = opts === undefined ? NO_OPTS : opts
+    if (o === null || typeof o !== 'object') return Promise.reject(new TypeError('opts must be an object'))
     const signal = o.signal
-    if (signal !== undefined && signal !== null && !(signal instanceof AbortSignal)) throw new TypeError('opts.signal must be an AbortSignal')
-    if (o.classify !== undefined && typeof o.classify !== 'function') throw new TypeError('opts.classify must be a function')
-    if (signal && signal.aborted) throw signal.reason
+    if (signal !== undefined && signal !== null && !(signal instanceof AbortSignal)) return Promise.reject(new TypeError('opts.signal must be an AbortSignal'))
+    const classify = o.classify
+    if (classify !== undefined && typeof classify !== 'function') return Promise.reject(new TypeError('opts.classify must be a function'))
+    if (signal && signal.aborted) return Promise.reject(signal.reason)
     const spec = o.route === undefined ? { ...o, route: '' } : o
-    return runLoop(this, new Call(this, this._open(spec, 'opts')), fn, o, signal)
+    let h
+    try {
+      h = this._open(spec, 'opts', true)
+    } catch (e) {
+      return Promise.reject(e)
+    }
+    const p = new Promise(captureResolvers)
+    const r = new Run(this, new Call(this, h), fn, classify, signal || null, capturedResolve, capturedReject)
+    capturedResolve = capturedReject = null
+    try {
+      r.admitted()
+    } catch (e) {
+      r.finish(false, e)
+    }
+    return p
   }
 
   _flush() {
@@ -341,6 +453,9 @@ class Engine {
     if (text === null) return
     const events = JSON.parse(text)
     const ls = this._listeners.slice()
+    // The step's results are still in scratch: a listener that calls into
+    // this engine must not overwrite them before the caller reads them.
+    const saved = this._s.slice()
     for (const ev of events) {
       for (const cb of ls) {
         try {
@@ -351,6 +466,7 @@ class Engine {
         }
       }
     }
+    this._s.set(saved)
   }
 
   /**
@@ -591,9 +707,10 @@ function stoppedFromDecision(call, d, cause, response) {
 
 /** Outcome object -> native report; returns the action code (decision in scratch). */
 function reportNative(call, outcome, argName) {
-  const n = call._e._n
+  const e = call._e
+  const n = e._n
   const h = call._h
-  if (outcome === undefined || outcome === null) return n.reportOk(h)
+  if (outcome === undefined || outcome === null) return reportOk(call, 0)
   if (typeof outcome !== 'object') throw new TypeError(`${argName} must be an object; got ${describe(outcome)}`)
   const st = outcome.status
   if (
@@ -609,7 +726,12 @@ function reportNative(call, outcome, argName) {
     outcome.ok === undefined
   ) {
     if (typeof st !== 'number' || !Number.isInteger(st) || st < 100 || st > 999) throw new TypeError(`${argName}.status must be an integer HTTP status (100-999); got ${describe(st)}`)
-    return n.reportStatus(h, st)
+    const s = e._s
+    s[24] = h
+    s[25] = st
+    s[26] = 0
+    e._f.reportStatus()
+    return s[12]
   }
   let status = -1
   if (st !== undefined && st !== null) {
@@ -636,6 +758,20 @@ function reportNative(call, outcome, argName) {
   return n.report(h, status, error, phase, effect, vendor, flatHeaders(outcome.headers, `${argName}.headers`), tokens, bodyText(outcome.body, `${argName}.body`), attempt, ok)
 }
 
+/**
+ * Reports a success with no status for the latest attempt; with `release` 1, a
+ * call that succeeded is released in the same step. Returns the action code.
+ */
+function reportOk(call, release) {
+  const e = call._e
+  const s = e._s
+  s[24] = call._h
+  s[26] = release
+  e._f.reportOk()
+  if (s[13] === 1) call._h = -1
+  return s[12]
+}
+
 function bodyText(body, argName) {
   if (body === undefined || body === null) return null
   if (typeof body === 'string') return body
@@ -649,12 +785,13 @@ class Call {
   constructor(engine, h) {
     this._e = engine
     this._h = h
+    this._tracked = false
   }
 
   /** The next attempt to make; throws `StoppedError` when none may start. */
   nextAttempt() {
     const e = this._e
-    const r = e._n.nextAttempt(this._h)
+    const r = e._next(this._h, 0)
     e._flush()
     if (r === 0) return new Attempt(this, e._s)
     throw stoppedFromScratch(this)
@@ -709,13 +846,18 @@ class Call {
 
   /** Frees the native call now (otherwise it is freed when garbage-collected). */
   release() {
-    if (this._e._reg) this._e._reg.unregister(this)
+    if (this._tracked) {
+      this._tracked = false
+      this._e._reg.unregister(this)
+    }
     this._release()
   }
 
   _release() {
     if (this._h >= 0) {
-      this._e._n.release(this._h)
+      const e = this._e
+      e._s[24] = this._h
+      e._f.release()
       this._h = -1
     }
   }
@@ -888,10 +1030,6 @@ function raceAbort(p, signal) {
   })
 }
 
-function isPromise(v) {
-  return v !== null && typeof v === 'object' && typeof v.then === 'function'
-}
-
 // ---------------------------------------------------------------------------
 // engine.run
 // ---------------------------------------------------------------------------
@@ -899,51 +1037,92 @@ function isPromise(v) {
 /**
  * Attempt timers of engine.run share one Node timer: arming a timer per
  * attempt (setTimeout + clearTimeout) costs more than the decision itself.
- * The timer is armed for the earliest expiry and kept referenced only while
- * attempts are pending; expired attempts are found by a scan when it fires.
+ * Pending attempts form a doubly linked list (O(1) add and remove, no
+ * allocation); the timer is armed for the earliest expiry and kept referenced
+ * only while attempts are pending; expired attempts are found by a scan when
+ * it fires. Expiries are on the native process-wide monotonic clock
+ * (`nowMs`): the native step that admitted an attempt stamped it (scratch[9]),
+ * so no clock is read here.
  */
-const { performance } = require('node:perf_hooks')
-const timerSet = {
-  items: new Set(),
+const timers = {
+  head: null,
+  tail: null,
+  size: 0,
   armedAt: Infinity,
   timer: null,
-  add(item) {
-    this.items.add(item)
-    if (item.at < this.armedAt) this.arm(item.at)
-    else if (this.items.size === 1 && this.timer) this.timer.ref()
+  add(ra, now) {
+    ra.prev = this.tail
+    ra.next = null
+    if (this.tail === null) this.head = ra
+    else this.tail.next = ra
+    this.tail = ra
+    ra.linked = true
+    this.size++
+    if (ra.at < this.armedAt) this.arm(ra.at, now)
+    else if (this.size === 1 && this.timer !== null) this.timer.ref()
   },
-  delete(item) {
-    this.items.delete(item)
-    if (this.items.size === 0 && this.timer) this.timer.unref()
+  delete(ra) {
+    if (!ra.linked) return
+    ra.linked = false
+    const p = ra.prev
+    const n = ra.next
+    if (p === null) this.head = n
+    else p.next = n
+    if (n === null) this.tail = p
+    else n.prev = p
+    ra.prev = ra.next = null
+    this.size--
+    if (this.size === 0 && this.timer !== null) this.timer.unref()
   },
-  arm(at) {
-    if (this.timer) clearTimeout(this.timer)
+  arm(at, now) {
+    if (this.timer !== null) clearTimeout(this.timer)
     this.armedAt = at
-    this.timer = setTimeout(() => this.fire(), Math.max(0, Math.ceil(at - performance.now())))
+    this.timer = setTimeout(fireTimers, Math.max(0, Math.ceil(at - now)))
   },
   fire() {
     this.timer = null
     this.armedAt = Infinity
-    const now = performance.now()
+    const now = native.nowMs()
     let next = Infinity
-    for (const it of this.items) {
+    for (let it = this.head; it !== null; ) {
+      const following = it.next
       if (it.at <= now + 0.5) {
-        this.items.delete(it)
+        this.delete(it)
         it.fire()
       } else if (it.at < next) next = it.at
+      it = following
     }
-    if (next < Infinity) this.arm(next)
+    if (next < Infinity && this.size > 0) this.arm(next, now)
   },
 }
 
-/** One attempt of engine.run: its expiry, its (lazy) AbortSignal and the pending race. */
+function fireTimers() {
+  timers.fire()
+}
+
+/**
+ * `v instanceof Response`, without the generic `instanceof` lookup for the
+ * values fn usually returns (primitives, plain objects and arrays, whose
+ * prototype chains cannot hold Response.prototype).
+ */
+function isResponse(v) {
+  if (v === null || typeof v !== 'object') return false
+  const p = Object.getPrototypeOf(v)
+  if (p === Object.prototype || p === Array.prototype || p === null) return false
+  return typeof Response !== 'undefined' && v instanceof Response
+}
+
+/** One attempt of engine.run: its expiry, its (lazy) AbortSignal and how it ended. */
 class RunAttempt {
-  constructor(attempt) {
+  constructor(run, attempt, startedAt) {
+    this.run = run
     this.attempt = attempt
-    this.at = performance.now() + attempt.timeouts.totalMs
+    this.at = startedAt + attempt.timeouts.totalMs
     this.ac = null
     this.reason = null
-    this.reject = null
+    this.prev = null
+    this.next = null
+    this.linked = false
   }
   signal() {
     if (this.ac === null) {
@@ -952,95 +1131,174 @@ class RunAttempt {
     }
     return this.ac.signal
   }
+  /** Abandons the attempt (its timer fired, or the caller's signal aborted): reported as failed. */
   abort(reason) {
     if (this.reason !== null) return
     this.reason = reason
+    if (this.run.current === this) {
+      // Settle after the code that aborted returns, as a rejected race would;
+      // queued first, so it wins over fn reacting to the abort below.
+      queueMicrotask(() => this.run.failed(this, reason))
+    }
     if (this.ac !== null) this.ac.abort(reason)
-    if (this.reject !== null) this.reject(reason)
   }
   fire() {
     const a = this.attempt
     this.abort(new AttemptTimeoutError(totalTimeoutKind(a), a.timeouts.totalMs))
   }
-  race(p) {
-    if (this.reason !== null) return Promise.reject(this.reason)
-    return new Promise((resolve, reject) => {
-      this.reject = reject
-      p.then(resolve, reject)
-    })
-  }
 }
 
-async function runLoop(engine, call, fn, opts, signal) {
-  const n = engine._n
-  const s = engine._s
-  const classify = opts.classify
-  let lastErr
-  let current = null
-  let onAbort = null
-  if (signal) {
-    onAbort = () => {
-      if (current !== null) current.abort(abortReason(signal))
+// One executor for every engine.run promise (no closure per call): it runs
+// synchronously inside `new Promise`, so its results are picked up at once.
+let capturedResolve = null
+let capturedReject = null
+function captureResolvers(resolve, reject) {
+  capturedResolve = resolve
+  capturedReject = reject
+}
+
+/**
+ * One engine.run call as a small state machine: the returned promise is the
+ * only one it creates (besides one `then` per asynchronous attempt), which
+ * matters because with AsyncLocalStorage enabled every promise costs hook
+ * calls. The first attempt was admitted by the native step that began the call.
+ */
+class Run {
+  constructor(engine, call, fn, classify, signal, resolve, reject) {
+    this.engine = engine
+    this.call = call
+    this.fn = fn
+    this.classify = classify
+    this.signal = signal
+    this.resolve = resolve
+    this.reject = reject
+    this.current = null
+    this.lastErr = undefined
+    this.onAbort = null
+    if (signal !== null) {
+      this.onAbort = () => {
+        if (this.current !== null) this.current.abort(abortReason(signal))
+      }
+      signal.addEventListener('abort', this.onAbort, { once: true })
     }
-    signal.addEventListener('abort', onAbort, { once: true })
   }
-  try {
-    for (;;) {
-      const r = n.nextAttempt(call._h)
-      engine._flush()
-      if (r !== 0) throw stoppedFromScratch(call, lastErr)
-      const attempt = new Attempt(call, s)
-      const ra = new RunAttempt(attempt)
-      attempt._run = ra
-      current = ra
-      timerSet.add(ra)
-      let value
-      let outcome
-      let failed = false
-      let response
-      try {
-        value = als.run({ engine, call, attempt }, fn, attempt)
-        if (isPromise(value)) value = await ra.race(value)
-        else if (ra.reason !== null) throw ra.reason
-        if (classify !== undefined) outcome = classify(value)
-        else if (typeof Response !== 'undefined' && value instanceof Response) {
-          response = value
-          outcome = value.ok ? undefined : { status: value.status, headers: value.headers }
-        }
-      } catch (err) {
-        timerSet.delete(ra)
-        current = null
-        if (signal && signal.aborted) {
-          n.cancel(call._h)
-          engine._flush()
-          throw err
-        }
-        failed = true
-        lastErr = err
-        outcome = ra.reason instanceof AttemptTimeoutError ? { error: ra.reason.kind } : errorOutcome(err, null)
-      }
-      timerSet.delete(ra)
-      current = null
-      const action = outcome === undefined || outcome === null ? n.reportOk(call._h) : reportNative(call, outcome, 'classify() result')
-      engine._flush()
-      if (action === 0) return failed ? undefined : value
-      const d = decisionFromScratch(call)
-      if (action === 1 || action === 2) {
-        if (response && response.body) response.body.cancel().catch(() => {})
-        try {
-          await sleep(d.delayMs, signal)
-        } catch (err) {
-          n.cancel(call._h)
-          engine._flush()
-          throw err
-        }
-        continue
-      }
-      throw stoppedFromDecision(call, d, failed ? lastErr : undefined, response)
+
+  /** The native call just asked for an attempt (result code scratch[12]): start it, or stop. */
+  admitted() {
+    const engine = this.engine
+    const s = engine._s
+    engine._flush()
+    if (s[12] !== 0) return this.finish(false, stoppedFromScratch(this.call, this.lastErr))
+    const attempt = new Attempt(this.call, s)
+    const ra = new RunAttempt(this, attempt, s[9])
+    attempt._run = ra
+    this.current = ra
+    timers.add(ra, s[9])
+    let value
+    try {
+      value = als.run(attempt, this.fn, attempt)
+    } catch (err) {
+      return this.failed(ra, err)
     }
-  } finally {
-    if (onAbort !== null) signal.removeEventListener('abort', onAbort)
-    call._release()
+    if (value !== null && typeof value === 'object' && typeof value.then === 'function') {
+      try {
+        value.then(
+          (v) => this.succeeded(ra, v),
+          (e) => this.failed(ra, e),
+        )
+      } catch (err) {
+        this.failed(ra, err)
+      }
+      return
+    }
+    this.succeeded(ra, value)
+  }
+
+  /** fn's value for attempt `ra` (ignored once the attempt was abandoned). */
+  succeeded(ra, value) {
+    if (this.current !== ra) return
+    if (ra.reason !== null) return this.failed(ra, ra.reason)
+    let outcome
+    let response
+    const classify = this.classify
+    try {
+      if (classify !== undefined) outcome = classify(value)
+      else if (isResponse(value)) {
+        response = value
+        outcome = value.ok ? undefined : { status: value.status, headers: value.headers }
+      }
+    } catch (err) {
+      return this.failed(ra, err)
+    }
+    this.settle(ra, outcome, false, value, response)
+  }
+
+  /** Attempt `ra` failed with `err` (thrown, rejected, timed out or aborted). */
+  failed(ra, err) {
+    if (this.current !== ra) return
+    const signal = this.signal
+    if (signal !== null && signal.aborted) {
+      timers.delete(ra)
+      this.current = null
+      try {
+        this.engine._n.cancel(this.call._h)
+        this.engine._flush()
+      } catch (e) {
+        return this.finish(false, e)
+      }
+      return this.finish(false, err)
+    }
+    this.lastErr = err
+    const outcome = ra.reason instanceof AttemptTimeoutError ? { error: ra.reason.kind } : errorOutcome(err, null)
+    this.settle(ra, outcome, true, undefined, undefined)
+  }
+
+  settle(ra, outcome, failed, value, response) {
+    timers.delete(ra)
+    this.current = null
+    const engine = this.engine
+    const call = this.call
+    let action
+    try {
+      // A success releases the call in the same native step.
+      action = outcome === undefined || outcome === null ? reportOk(call, 1) : reportNative(call, outcome, 'classify() result')
+      engine._flush()
+    } catch (e) {
+      return this.finish(false, e)
+    }
+    if (action === 0) return this.finish(true, failed ? undefined : value)
+    const d = decisionFromScratch(call)
+    if (action === 1 || action === 2) {
+      if (response && response.body) response.body.cancel().catch(() => {})
+      sleep(d.delayMs, this.signal === null ? undefined : this.signal).then(
+        () => {
+          try {
+            engine._next(call._h, 1)
+          } catch (e) {
+            return this.finish(false, e)
+          }
+          this.admitted()
+        },
+        (err) => {
+          try {
+            engine._n.cancel(call._h)
+            engine._flush()
+          } catch (e) {
+            return this.finish(false, e)
+          }
+          this.finish(false, err)
+        },
+      )
+      return
+    }
+    this.finish(false, stoppedFromDecision(call, d, failed ? this.lastErr : undefined, response))
+  }
+
+  finish(ok, v) {
+    if (this.onAbort !== null) this.signal.removeEventListener('abort', this.onAbort)
+    this.call._release()
+    if (ok) this.resolve(v)
+    else this.reject(v)
   }
 }
 
@@ -1104,8 +1362,10 @@ function wrapFetch(engine, fetchImpl, opts) {
     const spec = { ...defaults, ...(init && init.retrywise ? init.retrywise : {}) }
     // No route: the core looks the route up by task (empty route name).
     if (spec.route === undefined) spec.route = ''
-    const call = new Call(engine, engine._open(spec, 'opts'))
+    // The call's first attempt is asked for in the same native step.
+    const call = new Call(engine, engine._open(spec, 'opts', true))
     const fc = new FetchCall(engine, call, f, req)
+    fc.primed = true
     let handedOver = false
     try {
       const res = await fc.next()
@@ -1168,6 +1428,8 @@ class FetchCall {
     this.req = req
     this.lastResponse = null
     this.lastErr = undefined
+    // The result of the call's first attempt request is already in scratch.
+    this.primed = false
   }
 
   _abortIfUser() {
@@ -1192,9 +1454,12 @@ class FetchCall {
    */
   async next(splice) {
     const { engine, call, req } = this
-    const n = engine._n
     for (;;) {
-      const r = n.nextAttempt(call._h)
+      let r
+      if (this.primed) {
+        this.primed = false
+        r = engine._s[12]
+      } else r = engine._next(call._h, 0)
       engine._flush()
       if (r !== 0) {
         // No attempt may start (deadline, breaker, ...): surface the last failure as it was.
@@ -1214,7 +1479,7 @@ class FetchCall {
       let res
       try {
         res = await raceAbort(
-          als.run({ engine, call, attempt }, () => this.fetch(req.url, init)),
+          als.run(attempt, () => this.fetch(req.url, init)),
           ctl.ac.signal,
         )
       } catch (err) {

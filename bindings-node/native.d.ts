@@ -25,6 +25,16 @@ export declare class NativeEngine {
    */
   constructor(scratch: Float64Array, kind: number, policy: string | undefined | null, seed: string | undefined | null, manualClock: boolean)
   /**
+   * The fast entry points of this engine (see the `fast` module): an object
+   * of functions taking no argument, whose inputs and results are in scratch.
+   */
+  fast(): { begin(): void; beginAttempt(): void; next(): void; reportStatus(): void; reportOk(): void; release(): void }
+  /**
+   * Interns a route or tenant name for the fast entry points; returns its
+   * id, or -1 when the table is full (then pass the string to `begin`).
+   */
+  intern(s: string): number
+  /**
    * Begins a call: the fast path (route, deadline, idempotency, tenant).
    * `deadlineMs` < 0 means the policy default; `idempotency` is a code.
    * Returns the call's handle.
@@ -38,8 +48,10 @@ export declare class NativeEngine {
    * `parent` (a handle, < 0 for none) / `parentAttempt` (0 = latest): an enclosing
    * call of this engine (nesting); the new call inherits what is left of its
    * deadline, its ids and key, and is a non-owner.
+   * With `first`, the call's first attempt is asked for in the same step
+   * (result code in scratch[12], attempt or stop fields in scratch, as `nextAttempt`).
    */
-  beginEx(route: string, deadlineMs: number, idempotency: number, extra: string, parent: number, parentAttempt: number): number
+  beginEx(route: string, deadlineMs: number, idempotency: number, extra: string, parent: number, parentAttempt: number, first?: boolean | undefined | null): number
   /**
    * Drops a call (an unfinished one gives back its probe permits, gate
    * slots and budget holds, as dropping a core `Call` does). Idempotent.
@@ -126,6 +138,13 @@ export declare function checkPolicy(kind: number, policy?: string | undefined | 
 
 /** `rw1_` + 32 hex digits of SHA-256(tenant ␀ operation ␀ digest). */
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string
+
+/**
+ * Milliseconds on the process-wide monotonic clock that stamps attempts
+ * admitted by the fast entry points (scratch[9]); real time even for engines
+ * on a manual clock.
+ */
+export declare function nowMs(): number
 
 /** SHA-256 (hex) of the canonical JSON of `paramsJson` (object keys sorted). */
 export declare function paramsDigest(paramsJson: string): string

@@ -290,3 +290,53 @@ test('calls from begin() are freed by release() or garbage collection', () => {
   c.release()
   assert.equal(e.liveCalls, before)
 })
+
+test('a call dropped without release() is freed once garbage-collected', async () => {
+  const v8 = require('node:v8')
+  const vm = require('node:vm')
+  v8.setFlagsFromString('--expose-gc')
+  const gc = vm.runInNewContext('gc')
+  const e = new Engine()
+  ;(() => {
+    for (let i = 0; i < 10; i++) e.begin({ route: 'u' }).nextAttempt()
+  })()
+  assert.equal(e.liveCalls, 10)
+  // Registration happens after the microtask; cleanup callbacks run as tasks after a GC.
+  for (let i = 0; i < 50 && e.liveCalls > 0; i++) {
+    await new Promise((ok) => setTimeout(ok, 5))
+    gc()
+  }
+  assert.equal(e.liveCalls, 0)
+})
+
+test('calls released in the same job never reach the GC safety net; more than a batch of them is fine', () => {
+  const e = new Engine()
+  for (let i = 0; i < 1000; i++) {
+    const c = e.begin({ route: 'u' })
+    c.nextAttempt()
+    c.report({ status: 200 })
+    c.release()
+  }
+  assert.equal(e.liveCalls, 0)
+})
+
+test('an onEvent listener that calls into the engine does not disturb the step being reported', () => {
+  const e = new Engine({ max_attempts: 3, backoff: { base_ms: 1, cap_ms: 2 } })
+  let inner = 0
+  e.onEvent(() => {
+    if (inner++ < 20) {
+      const c = e.begin({ route: 'side' })
+      c.nextAttempt()
+      c.report({ status: 200 })
+      c.release()
+    }
+  })
+  const c = e.begin({ route: 'main', deadlineMs: 5000 })
+  const a = c.nextAttempt()
+  assert.equal(a.number, 1)
+  assert.equal(a.upstream, 'main')
+  const d = c.report({ status: 503 })
+  assert.equal(d.action, 'retry')
+  assert.equal(d.reason, 'retryable_status')
+  c.release()
+})

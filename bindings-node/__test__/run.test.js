@@ -189,3 +189,68 @@ test('run: a SyntaxError (a body that does not parse) is a retryable malformed_r
     ['malformed_response', 'malformed_response'],
   )
 })
+
+test('run: synchronous fn (value, throw) and thenables are attempts like async ones', async () => {
+  const e = new Engine(fast)
+  assert.equal(await e.run(() => 7), 7)
+  let n = 0
+  const v = await e.run(() => {
+    if (++n < 2) throw httpError(503)
+    return 'sync'
+  })
+  assert.equal(v, 'sync')
+  assert.equal(n, 2)
+  // A thenable whose then() throws is a failed attempt; one that calls back twice counts once.
+  n = 0
+  const w = await e.run(() => {
+    n++
+    if (n === 1)
+      return {
+        then() {
+          throw httpError(503)
+        },
+      }
+    return {
+      then(ok) {
+        ok('thenable')
+        ok('again')
+      },
+    }
+  })
+  assert.equal(w, 'thenable')
+  assert.equal(n, 2)
+  assert.equal(e.liveCalls, 0)
+  assert.equal(e.stats().attempts, 5)
+})
+
+test('run: bad arguments reject (never throw synchronously)', async () => {
+  const e = new Engine()
+  const bad = [
+    () => e.run('nope'),
+    () => e.run(async () => 1, null),
+    () => e.run(async () => 1, { signal: {} }),
+    () => e.run(async () => 1, { classify: 1 }),
+    () => e.run(async () => 1, { deadlineMs: -1 }),
+    () => e.run(async () => 1, { idempotency: 'sometimes' }),
+  ]
+  for (const f of bad) {
+    let p
+    assert.doesNotThrow(() => (p = f()))
+    await assert.rejects(p, TypeError)
+  }
+  assert.equal(e.liveCalls, 0)
+})
+
+test('run: a successful attempt releases its call; routes and tenants past the interning table still work', async () => {
+  const e = new Engine()
+  for (let i = 0; i < 4200; i++) {
+    const v = await e.run(async (a) => a.number, { route: 'r', tenant: `t${i}` })
+    assert.equal(v, 1)
+  }
+  const c = e.begin({ route: 'another-route', tenant: 't4199' })
+  assert.equal(c.nextAttempt().number, 1)
+  assert.equal(c.report({ status: 200 }).action, 'succeeded')
+  c.release()
+  assert.equal(e.liveCalls, 0)
+  assert.equal(e.stats().logical_requests, 4201)
+})

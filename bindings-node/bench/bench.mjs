@@ -8,6 +8,7 @@
 import { createRequire } from 'node:module'
 import { retry, circuitBreaker, wrap, handleAll, ConsecutiveBreaker, ExponentialBackoff } from 'cockatiel'
 import pRetry from 'p-retry'
+import { AsyncLocalStorage } from 'node:async_hooks'
 
 const require = createRequire(import.meta.url)
 const CircuitBreaker = require('opossum')
@@ -70,6 +71,32 @@ function leanCycle() {
   return a
 }
 
+// The fast entry points index.js uses (src/fast.rs): arguments and results in
+// the scratch buffer, the route interned once. Begin + first attempt in one
+// crossing, report + release (on success) in the other.
+const fast = lean.fast()
+const routeId = lean.intern('openai/gpt-4o-mini')
+function fastCycle() {
+  scratch[24] = routeId
+  scratch[25] = 10_000
+  scratch[26] = 0
+  scratch[27] = -1
+  fast.beginAttempt()
+  scratch[24] = scratch[13]
+  scratch[25] = 200
+  scratch[26] = 1
+  fast.reportStatus()
+  return scratch[12]
+}
+
+// engine.run and wrapFetch need AsyncLocalStorage (nesting), and once it is
+// enabled every promise in the process runs async_hooks callbacks: the peers
+// are also measured in a process where it is enabled, as it is in any process
+// that uses engine.run (or OpenTelemetry, Next.js, ...).
+function enableAls() {
+  new AsyncLocalStorage().run({}, () => {})
+}
+
 // --- peers -----------------------------------------------------------------
 const cockatiel = wrap(
   retry(handleAll, { maxAttempts: 2, backoff: new ExponentialBackoff() }),
@@ -83,9 +110,12 @@ const CASES = [
   ['retrywise begin/nextAttempt/report/release (sync)', () => measureSync(null, () => explicitCycle(eng))],
   ['retrywise begin/nextAttempt/report/release (sync, ring_size: 0)', () => measureSync(null, () => explicitCycle(engQuiet))],
   ['retrywise lean native cycle (4 crossings, ring_size: 0)', () => measureSync(null, leanCycle, ITER * 2)],
+  ['retrywise fast entry points (2 crossings, ring_size: 0)', () => measureSync(null, fastCycle, ITER * 2)],
   ['cockatiel wrap(retry, circuitBreaker).execute', () => measure(null, () => cockatiel.execute(op))],
   ['opossum breaker.fire', () => measure(null, () => opossum.fire())],
   ['p-retry pRetry(fn, {retries: 2})', () => measure(null, () => pRetry(op, { retries: 2 }), Math.max(1, ITER / 10))],
+  ['cockatiel execute (AsyncLocalStorage enabled)', () => (enableAls(), measure(null, () => cockatiel.execute(op)))],
+  ['opossum breaker.fire (AsyncLocalStorage enabled)', () => (enableAls(), measure(null, () => opossum.fire()))],
 ]
 
 const which = process.argv.indexOf('--case')

@@ -5,18 +5,23 @@
 //! crate; this file converts types, keeps a few values for lazy getters and
 //! turns panics into JS errors.
 //!
-//! Crossing cost: N-API calls cost tens of nanoseconds each and building a JS
-//! object from Rust costs one call per property. So the hot methods
-//! (`nextAttempt`, `report*`, `cancel`, `nextHedge`) return one number and write
-//! their numeric fields (enum codes, milliseconds) into a `Float64Array` the JS
-//! layer handed to the engine once (the *scratch* buffer, layout below). Strings
-//! (upstream names, details, headers) are fetched only when the JS side needs them;
-//! upstream names are interned per engine and cached by the JS side.
+//! Crossing cost: a call through a napi-rs method costs ~70 ns more than the
+//! N-API crossing itself (~13 ns): unwrapping `this` is a private-property
+//! lookup inside a `TryCatch`, every argument is type-checked and converted by
+//! its own N-API call, the result is one more. So the steps of a governed call
+//! also exist as **fast entry points** ([`fast`]): raw N-API functions with no
+//! arguments and no return value, bound to one engine through their callback
+//! data, that read their inputs from and write their results to a
+//! `Float64Array` the JS layer handed to the engine once (the *scratch*
+//! buffer, layout below). Strings never cross on the hot path: routes and
+//! tenants are interned once (`intern`) and passed by number, upstream names
+//! come back as indices into a per-engine table the JS side caches.
 //!
 //! Scratch layout (indices into the `Float64Array`):
 //! - attempt (`nextAttempt` returned `ATTEMPT`, `nextHedge` returned `HEDGE_START`):
 //!   `[1] number, [2] upstream index (-1: call upstreamOfAttempt), [3] connect ms,
-//!   [4] first byte ms, [5] idle ms, [6] total ms, [7] remaining ms, [8] flags (1 hedge, 2 fallback)`
+//!   [4] first byte ms, [5] idle ms, [6] total ms, [7] remaining ms, [8] flags (1 hedge, 2 fallback),
+//!   [9] process-wide monotonic ms when the attempt was admitted (fast entry points only; see `nowMs`)`
 //! - stopped (`nextAttempt` returned `STOPPED`):
 //!   `[1] reason code, [2] error class code or -1, [3] on_failure code or -1, [4] 1 when a detail exists`
 //! - decision (`report*`, `cancel`): `[0] action code, [1] delay ms, [2] class code or -1,
@@ -25,12 +30,15 @@
 //!   (1 hedge, 2 detail present, 4 exclusions present)`
 //! - hedge wait (`nextHedge` returned `HEDGE_AFTER`): `[1] ms to wait`;
 //!   no hedge (`HEDGE_NO`): `[1] reason code`
+//! - fast entry points: inputs in `[24..28]`, result code in `[12]`, handle in `[13]` (see [`fast`]).
 //!
 //! Calls are kept in a slab inside the engine and named by numeric handles
 //! (see [`NativeEngine`]); JS releases them explicitly or when its wrapper is
 //! garbage-collected. Every entry point runs inside a panic boundary.
 
 #![deny(clippy::all)]
+
+mod fast;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -40,8 +48,11 @@ use retrywise::{
     HedgePlan, Idempotency, Inbound, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy, PolicyErrors, Reason,
     SmolStr, Stopped, SystemClock, WaitSource,
 };
+use std::cell::{RefCell, RefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 const SCRATCH_LEN: usize = 32;
 
@@ -56,6 +67,9 @@ const HEDGE_NO: i32 = 3;
 
 /// Upstream names interned per engine (the JS side caches them by index).
 const MAX_INTERNED: usize = 256;
+/// Route and tenant strings interned per engine (`intern`); past this many the
+/// JS side passes the string (slower entry points).
+const MAX_STRINGS: usize = 4096;
 
 // ---------------------------------------------------------------------------
 // Errors and the panic boundary
@@ -103,8 +117,14 @@ fn policy_error(env: &Env, errs: &PolicyErrors) -> Error {
     throw(env, "ERR_RETRYWISE_POLICY", &serde_json::Value::Array(list).to_string())
 }
 
+const RELEASED: (&str, &str) = ("ERR_RETRYWISE_RELEASED", "this call was released");
+
+fn status_message(status: f64) -> String {
+    format!("outcome.status must be an HTTP status (100-999), got {status}")
+}
+
 // ---------------------------------------------------------------------------
-// Shared per-engine state
+// Per-engine state
 // ---------------------------------------------------------------------------
 
 /// The scratch buffer: a JS `Float64Array` kept alive by this struct, written
@@ -115,11 +135,6 @@ struct Scratch {
     ptr: *mut f64,
 }
 
-// SAFETY: the buffer is only touched from the JS thread that owns the engine
-// (napi classes are not shared across threads); Send/Sync only let it sit in an Arc.
-unsafe impl Send for Scratch {}
-unsafe impl Sync for Scratch {}
-
 impl Scratch {
     #[inline]
     fn set(&self, i: usize, v: f64) {
@@ -127,38 +142,63 @@ impl Scratch {
         // SAFETY: i < SCRATCH_LEN and the constructor checked the buffer length.
         unsafe { *self.ptr.add(i) = v }
     }
+
+    #[inline]
+    fn get(&self, i: usize) -> f64 {
+        debug_assert!(i < SCRATCH_LEN);
+        // SAFETY: as for `set`.
+        unsafe { *self.ptr.add(i) }
+    }
 }
 
+/// Upstream names by index (the JS side caches the strings by index). Only
+/// the engine's JS thread touches it: no lock.
 #[derive(Default)]
-struct Interner {
-    names: Mutex<Vec<SmolStr>>,
+struct Names {
+    list: Vec<SmolStr>,
+    last: usize,
 }
 
-impl Interner {
+impl Names {
     /// Index of `u`, interning it when there is room; -1 when the table is full.
-    fn index(&self, u: &SmolStr) -> f64 {
-        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        for (i, n) in names.iter().enumerate() {
+    #[inline]
+    fn index(&mut self, u: &SmolStr) -> f64 {
+        if let Some(n) = self.list.get(self.last) {
             if n == u {
+                return self.last as f64;
+            }
+        }
+        for (i, n) in self.list.iter().enumerate() {
+            if n == u {
+                self.last = i;
                 return i as f64;
             }
         }
-        if names.len() < MAX_INTERNED {
-            names.push(u.clone());
-            return (names.len() - 1) as f64;
+        if self.list.len() < MAX_INTERNED {
+            self.list.push(u.clone());
+            self.last = self.list.len() - 1;
+            return self.last as f64;
         }
         -1.0
     }
 
     fn name(&self, i: u32) -> Option<String> {
-        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        names.get(i as usize).map(|s| s.to_string())
+        self.list.get(i as usize).map(|s| s.to_string())
     }
 }
 
-struct Shared {
-    scratch: Scratch,
-    interner: Interner,
+/// The monotonic clock behind the JS layer's attempt timers: one per process
+/// (timers of every engine share one list), real time even when the engine
+/// runs on a manual clock, as `setTimeout` does.
+fn rt_clock() -> &'static SystemClock {
+    static RT: OnceLock<SystemClock> = OnceLock::new();
+    RT.get_or_init(SystemClock::new)
+}
+
+#[inline]
+fn rt_now_ms() -> f64 {
+    let d = rt_clock().now();
+    d.as_secs() as f64 * 1000.0 + d.subsec_nanos() as f64 * 1e-6
 }
 
 fn class_code(c: Option<ErrorClass>) -> f64 {
@@ -173,8 +213,344 @@ fn on_failure_code(o: Option<OnFailure>) -> f64 {
     }
 }
 
-fn ms_f64(d: std::time::Duration) -> f64 {
-    d.as_millis() as f64
+/// Whole milliseconds (truncated, as `Duration::as_millis`) as an f64, without
+/// the u128 → f64 conversion `as_millis() as f64` costs.
+#[inline]
+fn ms_f64(d: Duration) -> f64 {
+    let s = d.as_secs();
+    if s < (1 << 40) {
+        (s * 1000 + d.subsec_millis() as u64) as f64
+    } else {
+        d.as_millis() as f64
+    }
+}
+
+/// One slot of the call slab. The buffers stay with the slot when its call is
+/// released, so a reused slot allocates nothing.
+struct Entry {
+    gen: u32,
+    call: Option<Call>,
+    /// Attempts in flight (at most two with hedging; a few kept), for headers and nesting.
+    attempts: Vec<Attempt>,
+    detail: Option<String>,
+    excluded: Vec<(String, String)>,
+    upstream: Option<SmolStr>,
+}
+
+impl Entry {
+    fn clear(&mut self) {
+        self.call = None;
+        self.attempts.clear();
+        self.detail = None;
+        self.excluded = Vec::new();
+        self.upstream = None;
+    }
+
+    fn put_attempt(&mut self, s: &Scratch, names: &mut Names, a: Attempt) {
+        s.set(1, a.number as f64);
+        s.set(2, names.index(&a.upstream));
+        s.set(3, ms_f64(a.timeouts.connect));
+        s.set(4, ms_f64(a.timeouts.first_byte));
+        s.set(5, ms_f64(a.timeouts.idle));
+        s.set(6, ms_f64(a.timeouts.total));
+        s.set(7, ms_f64(a.remaining));
+        s.set(8, (a.hedge as u8 | (a.fallback as u8) << 1) as f64);
+        if self.attempts.len() >= 4 {
+            self.attempts.remove(0);
+        }
+        self.attempts.push(a);
+    }
+
+    fn put_stopped(&mut self, s: &Scratch, st: Stopped) {
+        s.set(1, st.reason.code() as f64);
+        s.set(2, class_code(st.class));
+        s.set(3, on_failure_code(st.on_failure));
+        s.set(4, st.detail.is_some() as u8 as f64);
+        self.detail = st.detail;
+    }
+
+    fn put_decision(&mut self, s: &Scratch, names: &mut Names, d: Decision) -> i32 {
+        s.set(0, d.action.code() as f64);
+        s.set(1, ms_f64(d.delay));
+        s.set(2, class_code(d.class));
+        s.set(3, d.reason.code() as f64);
+        s.set(
+            4,
+            match &d.upstream {
+                None => -1.0,
+                Some(u) => {
+                    let i = names.index(u);
+                    if i < 0.0 {
+                        -2.0
+                    } else {
+                        i
+                    }
+                }
+            },
+        );
+        s.set(5, d.wait_source.code() as f64);
+        s.set(6, d.retry_after.map_or(-1.0, ms_f64));
+        s.set(7, on_failure_code(d.on_failure));
+        s.set(8, d.attempt as f64);
+        s.set(
+            9,
+            (d.hedge as u8 | (d.detail.is_some() as u8) << 1 | (!d.excluded.is_empty() as u8) << 2) as f64,
+        );
+        // Attempts that were reported are no longer in flight.
+        if d.is_final() {
+            self.attempts.clear();
+        } else {
+            let n = d.attempt;
+            self.attempts.retain(|a| a.number != n);
+        }
+        self.detail = d.detail;
+        self.excluded = d.excluded;
+        self.upstream = d.upstream;
+        d.action.code() as i32
+    }
+
+    fn find_attempt(&self, n: u32) -> Option<&Attempt> {
+        if n > 0 {
+            self.attempts.iter().rev().find(|a| a.number == n)
+        } else {
+            self.attempts.last()
+        }
+    }
+
+    /// What a call nested inside attempt `n` (0: the latest) inherits: the
+    /// enclosing call's ids and key (`Attempt::inbound`), with the deadline
+    /// replaced by what is left of the enclosing call's deadline *now*.
+    fn inbound_for(&self, call: &Call, n: u32) -> Inbound {
+        let remaining = call.remaining();
+        match self.find_attempt(n) {
+            Some(a) => {
+                let mut i = a.inbound();
+                i.deadline = Some(remaining);
+                i
+            }
+            None => Inbound {
+                deadline: Some(remaining),
+                request_id: Some(call.id().to_string()),
+                attempt: None,
+                idempotency_key: None,
+            },
+        }
+    }
+}
+
+/// Handles are `generation * 2^22 + index` (exact in an f64).
+const IDX_BITS: f64 = 4_194_304.0;
+const MAX_CALLS: usize = 4_194_304;
+
+/// Everything an engine owns. Shared (single-threaded `Rc`) by the napi-rs
+/// class and the fast entry points bound to it; only its JS thread touches it.
+struct Inner {
+    engine: Engine,
+    manual: Option<ManualClock>,
+    scratch: Scratch,
+    names: Names,
+    strings: Vec<SmolStr>,
+    pending: Arc<Mutex<Vec<Event>>>,
+    sink: Option<u64>,
+    slab: Vec<Entry>,
+    free: Vec<u32>,
+}
+
+/// The live slot named by handle `h`.
+#[inline]
+fn live(slab: &mut [Entry], h: f64) -> Option<&mut Entry> {
+    if h.is_nan() || h < 0.0 {
+        return None;
+    }
+    let hi = h as u64;
+    let idx = (hi & (MAX_CALLS as u64 - 1)) as usize;
+    let gen = (hi >> 22) as u32;
+    match slab.get_mut(idx) {
+        Some(e) if e.gen == gen && e.call.is_some() => Some(e),
+        _ => None,
+    }
+}
+
+/// Why a step could not run: thrown into JS by the caller.
+enum Fail {
+    Type(String),
+    Coded(&'static str, String),
+}
+
+impl Fail {
+    fn released() -> Fail {
+        Fail::Coded(RELEASED.0, RELEASED.1.to_string())
+    }
+
+    fn into_error(self, env: &Env) -> Error {
+        match self {
+            Fail::Type(m) => throw_type(env, &m),
+            Fail::Coded(c, m) => throw(env, c, &m),
+        }
+    }
+}
+
+impl Inner {
+    /// A free slot for a new call (its generation bumped): its index and handle.
+    fn reserve(&mut self) -> std::result::Result<(usize, f64), Fail> {
+        let idx = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                if self.slab.len() >= MAX_CALLS {
+                    return Err(Fail::Coded(
+                        "ERR_RETRYWISE_TOO_MANY_CALLS",
+                        "more than 4 194 304 live calls: release finished calls".to_string(),
+                    ));
+                }
+                self.slab.push(Entry {
+                    gen: 0,
+                    call: None,
+                    attempts: Vec::with_capacity(2),
+                    detail: None,
+                    excluded: Vec::new(),
+                    upstream: None,
+                });
+                self.slab.len() - 1
+            }
+        };
+        let e = &mut self.slab[idx];
+        e.gen = e.gen.wrapping_add(1) & 0x7fff_ffff;
+        Ok((idx, e.gen as f64 * IDX_BITS + idx as f64))
+    }
+
+    fn release(&mut self, h: f64) {
+        if let Some(e) = live(&mut self.slab, h) {
+            e.clear();
+            self.free.push((h as u64 & (MAX_CALLS as u64 - 1)) as u32);
+        }
+    }
+
+    fn entry(&mut self, h: f64) -> std::result::Result<&mut Entry, Fail> {
+        live(&mut self.slab, h).ok_or_else(Fail::released)
+    }
+
+    /// An interned string by id; `None` for -1 (absent).
+    fn string(&self, id: f64) -> std::result::Result<Option<SmolStr>, Fail> {
+        if id < 0.0 {
+            return Ok(None);
+        }
+        let i = id as usize;
+        match self.strings.get(i) {
+            Some(s) if i as f64 == id => Ok(Some(s.clone())),
+            _ => Err(Fail::Type(format!("unknown interned string id {id}"))),
+        }
+    }
+
+    /// Begins a call from the fast spec (route id, deadline ms < 0: policy
+    /// default, idempotency code, tenant id < 0: none); see [`Inner::start`].
+    fn start_fast(
+        &mut self,
+        route: f64,
+        deadline_ms: f64,
+        idempotency: f64,
+        tenant: f64,
+        first: bool,
+    ) -> std::result::Result<(f64, i32), Fail> {
+        let route = self.string(route)?.ok_or_else(|| Fail::Type("route id must be >= 0".to_string()))?;
+        let tenant = self.string(tenant)?;
+        let idempotency = idempotency_of(idempotency)?;
+        let mut spec = CallSpec::new(route);
+        spec.deadline = deadline(deadline_ms);
+        spec.idempotency = idempotency;
+        spec.tenant = tenant;
+        self.start(spec, first)
+    }
+
+    /// Begins a call, and with `first` asks for its first attempt in the same
+    /// step ([`Engine::begin_attempt`]). Returns the handle and, with `first`,
+    /// `ATTEMPT` or `STOPPED` (fields in scratch).
+    #[inline]
+    fn start(&mut self, spec: CallSpec, first: bool) -> std::result::Result<(f64, i32), Fail> {
+        let (idx, h) = self.reserve()?;
+        let e = &mut self.slab[idx];
+        if !first {
+            e.call = Some(self.engine.begin(spec));
+            return Ok((h, ATTEMPT));
+        }
+        let (call, a) = self.engine.begin_attempt(spec);
+        e.call = Some(call);
+        let r = match a {
+            Ok(a) => {
+                e.put_attempt(&self.scratch, &mut self.names, a);
+                self.scratch.set(9, rt_now_ms());
+                ATTEMPT
+            }
+            Err(st) => {
+                e.put_stopped(&self.scratch, st);
+                STOPPED
+            }
+        };
+        Ok((h, r))
+    }
+
+    fn next_attempt(&mut self, h: f64, stamp: bool) -> std::result::Result<i32, Fail> {
+        let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
+        let call = e.call.as_mut().ok_or_else(Fail::released)?;
+        Ok(match call.next_attempt() {
+            Ok(a) => {
+                e.put_attempt(&self.scratch, &mut self.names, a);
+                if stamp {
+                    self.scratch.set(9, rt_now_ms());
+                }
+                ATTEMPT
+            }
+            Err(st) => {
+                e.put_stopped(&self.scratch, st);
+                STOPPED
+            }
+        })
+    }
+
+    /// Reports `o` for attempt `attempt` (0: the latest) of call `h`; with
+    /// `release_on_success`, a call that succeeded is released in the same step.
+    /// Returns the action code and whether the call was released.
+    fn report(
+        &mut self,
+        h: f64,
+        o: &Outcome,
+        attempt: u32,
+        release_on_success: bool,
+    ) -> std::result::Result<(i32, bool), Fail> {
+        let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
+        let call = e.call.as_mut().ok_or_else(Fail::released)?;
+        let d = if attempt > 0 {
+            call.report_attempt(attempt, o)
+        } else {
+            call.report(o)
+        };
+        let action = e.put_decision(&self.scratch, &mut self.names, d);
+        if release_on_success && action == Action::Succeeded.code() as i32 {
+            self.release(h);
+            return Ok((action, true));
+        }
+        Ok((action, false))
+    }
+}
+
+fn deadline(ms: f64) -> Option<Duration> {
+    (ms >= 0.0).then(|| Duration::from_micros((ms * 1000.0) as u64))
+}
+
+fn idempotency_of(code: f64) -> std::result::Result<Idempotency, Fail> {
+    if (0.0..256.0).contains(&code) {
+        if let Some(i) = Idempotency::from_code(code as u8) {
+            return Ok(i);
+        }
+    }
+    Err(Fail::Type("bad idempotency code".to_string()))
+}
+
+fn http_status(status: f64) -> std::result::Result<u16, Fail> {
+    if (100.0..=999.0).contains(&status) && (status as u16) as f64 == status {
+        Ok(status as u16)
+    } else {
+        Err(Fail::Type(status_message(status)))
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -189,23 +565,8 @@ fn ms_f64(d: std::time::Duration) -> f64 {
 /// what an unfinished one holds, exactly as dropping a core `Call` does).
 #[napi]
 pub struct NativeEngine {
-    engine: Engine,
-    manual: Option<ManualClock>,
-    shared: Shared,
-    pending: Arc<Mutex<Vec<Event>>>,
-    sink: Option<u64>,
-    slab: Vec<Entry>,
-    free: Vec<u32>,
+    inner: Rc<RefCell<Inner>>,
 }
-
-struct Entry {
-    gen: u32,
-    call: Option<CallState>,
-}
-
-/// Handles are `generation * 2^22 + index` (exact in an f64).
-const IDX_BITS: f64 = 4_194_304.0;
-const MAX_CALLS: usize = 4_194_304;
 
 /// `kind` values for the constructor's `policy` argument.
 const POLICY_NONE: u32 = 0;
@@ -250,12 +611,13 @@ impl NativeEngine {
             }
             let policy = load_policy(&env, kind, policy)?;
             let mut b = Engine::builder(policy);
+            // Without a manual clock the core keeps its own system clock
+            // (statically dispatched); an injected one is a trait object.
             let manual = if manual_clock {
                 let c = ManualClock::new();
                 b = b.clock(Arc::new(c.clone()) as Arc<dyn Clock>);
                 Some(c)
             } else {
-                b = b.clock(Arc::new(SystemClock::new()) as Arc<dyn Clock>);
                 None
             };
             if let Some(s) = seed {
@@ -269,18 +631,47 @@ impl NativeEngine {
             // SAFETY: length checked above; the Float64Array keeps its buffer alive.
             let ptr = unsafe { scratch.as_mut().as_mut_ptr() };
             Ok(NativeEngine {
-                engine,
-                manual,
-                shared: Shared {
+                inner: Rc::new(RefCell::new(Inner {
+                    engine,
+                    manual,
                     scratch: Scratch { _keep: scratch, ptr },
-                    interner: Interner::default(),
-                },
-                pending: Arc::new(Mutex::new(Vec::new())),
-                sink: None,
-                slab: Vec::new(),
-                free: Vec::new(),
+                    names: Names::default(),
+                    strings: Vec::new(),
+                    pending: Arc::new(Mutex::new(Vec::new())),
+                    sink: None,
+                    slab: Vec::new(),
+                    free: Vec::new(),
+                })),
             })
         })
+    }
+
+    fn st(&self, env: &Env) -> Result<RefMut<'_, Inner>> {
+        self.inner
+            .try_borrow_mut()
+            .map_err(|_| throw(env, "ERR_RETRYWISE_BUSY", "the engine is in use (re-entered from a callback)"))
+    }
+
+    /// The fast entry points of this engine (see the `fast` module): an object
+    /// of functions taking no argument, whose inputs and results are in scratch.
+    #[napi(ts_return_type = "{ begin(): void; beginAttempt(): void; next(): void; reportStatus(): void; reportOk(): void; release(): void }")]
+    pub fn fast(&self, env: Env) -> Result<Object<'static>> {
+        guard(&env, || fast::create(&env, &self.inner))
+    }
+
+    /// Interns a route or tenant name for the fast entry points; returns its
+    /// id, or -1 when the table is full (then pass the string to `begin`).
+    #[napi]
+    pub fn intern(&self, env: Env, s: String) -> Result<i32> {
+        let mut st = self.st(&env)?;
+        if let Some(i) = st.strings.iter().position(|x| x.as_str() == s) {
+            return Ok(i as i32);
+        }
+        if st.strings.len() >= MAX_STRINGS {
+            return Ok(-1);
+        }
+        st.strings.push(SmolStr::from(s));
+        Ok(st.strings.len() as i32 - 1)
     }
 
     /// Begins a call: the fast path (route, deadline, idempotency, tenant).
@@ -297,13 +688,11 @@ impl NativeEngine {
     ) -> Result<f64> {
         guard(&env, || {
             let mut spec = CallSpec::new(route);
-            if deadline_ms >= 0.0 {
-                spec.deadline = Some(std::time::Duration::from_micros((deadline_ms * 1000.0) as u64));
-            }
-            spec.idempotency =
-                Idempotency::from_code(idempotency as u8).ok_or_else(|| throw_type(&env, "bad idempotency code"))?;
+            spec.deadline = deadline(deadline_ms);
+            spec.idempotency = idempotency_of(idempotency as f64).map_err(|f| f.into_error(&env))?;
             spec.tenant = tenant.map(SmolStr::from);
-            self.start(&env, spec)
+            let mut st = self.st(&env)?;
+            st.start(spec, false).map(|(h, _)| h).map_err(|f| f.into_error(&env))
         })
     }
 
@@ -314,6 +703,8 @@ impl NativeEngine {
     /// `parent` (a handle, < 0 for none) / `parentAttempt` (0 = latest): an enclosing
     /// call of this engine (nesting); the new call inherits what is left of its
     /// deadline, its ids and key, and is a non-owner.
+    /// With `first`, the call's first attempt is asked for in the same step
+    /// (result code in scratch[12], attempt or stop fields in scratch, as `nextAttempt`).
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn begin_ex(
@@ -325,14 +716,12 @@ impl NativeEngine {
         extra: String,
         parent: f64,
         parent_attempt: u32,
+        first: Option<bool>,
     ) -> Result<f64> {
         guard(&env, || {
             let mut spec = CallSpec::new(route);
-            if deadline_ms >= 0.0 {
-                spec.deadline = Some(std::time::Duration::from_micros((deadline_ms * 1000.0) as u64));
-            }
-            spec.idempotency =
-                Idempotency::from_code(idempotency as u8).ok_or_else(|| throw_type(&env, "bad idempotency code"))?;
+            spec.deadline = deadline(deadline_ms);
+            spec.idempotency = idempotency_of(idempotency as f64).map_err(|f| f.into_error(&env))?;
             let x: serde_json::Value =
                 serde_json::from_str(&extra).map_err(|e| throw_type(&env, &format!("spec: {e}")))?;
             let s = |k: &str| x.get(k).and_then(|v| v.as_str()).map(str::to_string);
@@ -358,9 +747,11 @@ impl NativeEngine {
                     max_cost: n.get("maxCost").and_then(|v| v.as_f64()),
                 };
             }
+            let mut st = self.st(&env)?;
             if parent >= 0.0 {
-                let p = self.get(&env, parent)?;
-                spec.inbound = Some(p.inbound_for(parent_attempt));
+                let e = st.entry(parent).map_err(|f| f.into_error(&env))?;
+                let call = e.call.as_ref().ok_or_else(|| Fail::released().into_error(&env))?;
+                spec.inbound = Some(e.inbound_for(call, parent_attempt));
             } else if let Some(h) = x.get("inboundHeaders").and_then(|h| h.as_array()) {
                 let headers = pairs_to_headers(h);
                 match Inbound::from_headers(&headers) {
@@ -368,58 +759,13 @@ impl NativeEngine {
                     Err(e) => return Err(throw(&env, "ERR_RETRYWISE_INBOUND", &e.to_string())),
                 }
             }
-            self.start(&env, spec)
-        })
-    }
-
-    fn start(&mut self, env: &Env, spec: CallSpec) -> Result<f64> {
-        let call = self.engine.begin(spec);
-        let st = CallState {
-            call,
-            attempts: Vec::new(),
-            detail: None,
-            excluded: Vec::new(),
-            upstream: None,
-        };
-        let idx = match self.free.pop() {
-            Some(i) => i as usize,
-            None => {
-                if self.slab.len() >= MAX_CALLS {
-                    return Err(throw(
-                        env,
-                        "ERR_RETRYWISE_TOO_MANY_CALLS",
-                        "more than 4 194 304 live calls: release finished calls",
-                    ));
-                }
-                self.slab.push(Entry { gen: 0, call: None });
-                self.slab.len() - 1
+            let first = first.unwrap_or(false);
+            let (h, r) = st.start(spec, first).map_err(|f| f.into_error(&env))?;
+            if first {
+                st.scratch.set(12, r as f64);
             }
-        };
-        let e = &mut self.slab[idx];
-        e.gen = e.gen.wrapping_add(1) & 0x7fff_ffff;
-        e.call = Some(st);
-        Ok(e.gen as f64 * IDX_BITS + idx as f64)
-    }
-
-    #[inline]
-    fn slot(&mut self, h: f64) -> Option<&mut CallState> {
-        if h.is_nan() || h < 0.0 {
-            return None;
-        }
-        let hi = h as u64;
-        let idx = (hi & (MAX_CALLS as u64 - 1)) as usize;
-        let gen = (hi >> 22) as u32;
-        match self.slab.get_mut(idx) {
-            Some(e) if e.gen == gen => e.call.as_mut(),
-            _ => None,
-        }
-    }
-
-    fn get(&mut self, env: &Env, h: f64) -> Result<&mut CallState> {
-        match self.slot(h) {
-            Some(c) => Ok(c),
-            None => Err(throw(env, "ERR_RETRYWISE_RELEASED", "this call was released")),
-        }
+            Ok(h)
+        })
     }
 
     /// Drops a call (an unfinished one gives back its probe permits, gate
@@ -427,56 +773,34 @@ impl NativeEngine {
     #[napi]
     pub fn release(&mut self, env: Env, h: f64) -> Result<()> {
         guard(&env, || {
-            if self.slot(h).is_some() {
-                let idx = (h as u64 & (MAX_CALLS as u64 - 1)) as usize;
-                self.slab[idx].call = None;
-                self.free.push(idx as u32);
-            }
+            self.st(&env)?.release(h);
             Ok(())
         })
     }
 
     /// Live (unreleased) calls.
     #[napi]
-    pub fn live_calls(&self) -> u32 {
-        (self.slab.len() - self.free.len()) as u32
+    pub fn live_calls(&self, env: Env) -> Result<u32> {
+        let st = self.st(&env)?;
+        Ok((st.slab.len() - st.free.len()) as u32)
     }
 
     /// Admits the next attempt of call `h` (`0`, fields in scratch) or says
     /// why none may start (`1`, stop fields in scratch).
     #[napi]
     pub fn next_attempt(&mut self, env: Env, h: f64) -> Result<i32> {
-        guard(&env, || {
-            let sh = &self.shared as *const Shared;
-            let c = self.get(&env, h)?;
-            // SAFETY: `shared` and the slab are distinct fields of self.
-            let sh = unsafe { &*sh };
-            match c.call.next_attempt() {
-                Ok(a) => {
-                    c.put_attempt(sh, a);
-                    Ok(ATTEMPT)
-                }
-                Err(st) => {
-                    c.put_stopped(sh, st);
-                    Ok(STOPPED)
-                }
-            }
-        })
+        guard(&env, || self.st(&env)?.next_attempt(h, false).map_err(|f| f.into_error(&env)))
     }
 
     /// Reports a bare HTTP status for the latest attempt (the fast path); returns the action code.
     #[napi]
     pub fn report_status(&mut self, env: Env, h: f64, status: u32) -> Result<i32> {
         guard(&env, || {
-            if !(100..=999).contains(&status) {
-                return Err(throw_type(
-                    &env,
-                    &format!("outcome.status must be an HTTP status (100-999), got {status}"),
-                ));
-            }
-            let (c, sh) = self.split(&env, h)?;
-            let d = c.call.report(&Outcome::status(status as u16));
-            Ok(c.put_decision(sh, d))
+            let st16 = http_status(status as f64).map_err(|f| f.into_error(&env))?;
+            let mut st = self.st(&env)?;
+            st.report(h, &Outcome::status(st16), 0, false)
+                .map(|r| r.0)
+                .map_err(|f| f.into_error(&env))
         })
     }
 
@@ -484,9 +808,10 @@ impl NativeEngine {
     #[napi]
     pub fn report_ok(&mut self, env: Env, h: f64) -> Result<i32> {
         guard(&env, || {
-            let (c, sh) = self.split(&env, h)?;
-            let d = c.call.report(&Outcome::success());
-            Ok(c.put_decision(sh, d))
+            let mut st = self.st(&env)?;
+            st.report(h, &Outcome::success(), 0, false)
+                .map(|r| r.0)
+                .map_err(|f| f.into_error(&env))
         })
     }
 
@@ -523,13 +848,10 @@ impl NativeEngine {
                 body,
                 ok,
             )?;
-            let (c, sh) = self.split(&env, h)?;
-            let d = if attempt > 0 {
-                c.call.report_attempt(attempt, &o)
-            } else {
-                c.call.report(&o)
-            };
-            Ok(c.put_decision(sh, d))
+            let mut st = self.st(&env)?;
+            st.report(h, &o, attempt, false)
+                .map(|r| r.0)
+                .map_err(|f| f.into_error(&env))
         })
     }
 
@@ -537,9 +859,12 @@ impl NativeEngine {
     #[napi]
     pub fn cancel(&mut self, env: Env, h: f64) -> Result<i32> {
         guard(&env, || {
-            let (c, sh) = self.split(&env, h)?;
-            let d = c.call.cancel();
-            Ok(c.put_decision(sh, d))
+            let mut st = self.st(&env)?;
+            let st = &mut *st;
+            let e = live(&mut st.slab, h).ok_or_else(|| Fail::released().into_error(&env))?;
+            let call = e.call.as_mut().ok_or_else(|| Fail::released().into_error(&env))?;
+            let d = call.cancel();
+            Ok(e.put_decision(&st.scratch, &mut st.names, d))
         })
     }
 
@@ -548,18 +873,21 @@ impl NativeEngine {
     #[napi]
     pub fn next_hedge(&mut self, env: Env, h: f64) -> Result<i32> {
         guard(&env, || {
-            let (c, sh) = self.split(&env, h)?;
-            match c.call.next_hedge() {
+            let mut st = self.st(&env)?;
+            let st = &mut *st;
+            let e = live(&mut st.slab, h).ok_or_else(|| Fail::released().into_error(&env))?;
+            let call = e.call.as_mut().ok_or_else(|| Fail::released().into_error(&env))?;
+            match call.next_hedge() {
                 HedgePlan::Start(a) => {
-                    c.put_attempt(sh, a);
+                    e.put_attempt(&st.scratch, &mut st.names, a);
                     Ok(HEDGE_START)
                 }
                 HedgePlan::After(d) => {
-                    sh.scratch.set(1, d.as_secs_f64() * 1000.0);
+                    st.scratch.set(1, d.as_secs_f64() * 1000.0);
                     Ok(HEDGE_AFTER)
                 }
                 HedgePlan::No(r) => {
-                    sh.scratch.set(1, r.code() as f64);
+                    st.scratch.set(1, r.code() as f64);
                     Ok(HEDGE_NO)
                 }
             }
@@ -570,9 +898,10 @@ impl NativeEngine {
     #[napi]
     pub fn attempt_headers(&mut self, env: Env, h: f64, n: u32) -> Result<Vec<String>> {
         guard(&env, || {
-            let c = self.get(&env, h)?;
+            let mut st = self.st(&env)?;
+            let e = st.entry(h).map_err(|f| f.into_error(&env))?;
             let mut out = Vec::new();
-            if let Some(a) = c.find_attempt(n) {
+            if let Some(a) = e.find_attempt(n) {
                 for (k, v) in a.headers() {
                     out.push(k.to_string());
                     out.push(v);
@@ -585,101 +914,102 @@ impl NativeEngine {
     /// Upstream of attempt `n` (0 = latest); for names that were not interned.
     #[napi]
     pub fn upstream_of_attempt(&mut self, env: Env, h: f64, n: u32) -> Result<Option<String>> {
-        let c = self.get(&env, h)?;
-        Ok(c.find_attempt(n).map(|a| a.upstream.to_string()))
+        let mut st = self.st(&env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+        Ok(e.find_attempt(n).map(|a| a.upstream.to_string()))
     }
 
     /// Upstream of the last decision (for names that were not interned).
     #[napi]
     pub fn decision_upstream(&mut self, env: Env, h: f64) -> Result<Option<String>> {
-        let c = self.get(&env, h)?;
-        Ok(c.upstream.as_deref().map(str::to_string))
+        let mut st = self.st(&env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+        Ok(e.upstream.as_deref().map(str::to_string))
     }
 
     /// Detail of the last decision or stop of call `h`.
     #[napi]
     pub fn detail(&mut self, env: Env, h: f64) -> Result<Option<String>> {
-        let c = self.get(&env, h)?;
-        Ok(c.detail.clone())
+        let mut st = self.st(&env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+        Ok(e.detail.clone())
     }
 
     /// Exclusions of the last decision as a flat `[upstream, why, ...]` list.
     #[napi]
     pub fn excluded(&mut self, env: Env, h: f64) -> Result<Vec<String>> {
-        let c = self.get(&env, h)?;
-        Ok(c.excluded.iter().flat_map(|(a, b)| [a.clone(), b.clone()]).collect())
+        let mut st = self.st(&env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+        Ok(e.excluded.iter().flat_map(|(a, b)| [a.clone(), b.clone()]).collect())
+    }
+
+    fn with_call<T>(&self, env: &Env, h: f64, f: impl FnOnce(&Call) -> T) -> Result<T> {
+        let mut st = self.st(env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(env))?;
+        let call = e.call.as_ref().ok_or_else(|| Fail::released().into_error(env))?;
+        Ok(f(call))
     }
 
     /// Facts about call `h` as JSON: `{id, attempts, remainingMs, owner, finished, policyVersion, target}`.
     #[napi]
     pub fn call_info(&mut self, env: Env, h: f64) -> Result<String> {
-        let c = self.get(&env, h)?;
-        let call = &c.call;
-        Ok(serde_json::json!({
-            "id": call.id(),
-            "attempts": call.attempts(),
-            "remainingMs": call.remaining().as_millis() as u64,
-            "owner": call.is_owner(),
-            "finished": call.is_finished(),
-            "policyVersion": call.policy_version(),
-            "target": call.target(),
+        self.with_call(&env, h, |call| {
+            serde_json::json!({
+                "id": call.id(),
+                "attempts": call.attempts(),
+                "remainingMs": call.remaining().as_millis() as u64,
+                "owner": call.is_owner(),
+                "finished": call.is_finished(),
+                "policyVersion": call.policy_version(),
+                "target": call.target(),
+            })
+            .to_string()
         })
-        .to_string())
     }
 
     /// Logical request id of call `h`.
     #[napi]
     pub fn call_id(&mut self, env: Env, h: f64) -> Result<String> {
-        let c = self.get(&env, h)?;
-        Ok(c.call.id().to_string())
+        self.with_call(&env, h, |call| call.id().to_string())
     }
 
     /// Physical attempts call `h` started so far.
     #[napi]
     pub fn call_attempts(&mut self, env: Env, h: f64) -> Result<u32> {
-        let c = self.get(&env, h)?;
-        Ok(c.call.attempts())
+        self.with_call(&env, h, |call| call.attempts())
     }
 
     /// Time left before call `h`'s deadline, ms.
     #[napi]
     pub fn call_remaining_ms(&mut self, env: Env, h: f64) -> Result<f64> {
-        let c = self.get(&env, h)?;
-        Ok(c.call.remaining().as_secs_f64() * 1000.0)
-    }
-
-    fn split(&mut self, env: &Env, h: f64) -> Result<(&mut CallState, &Shared)> {
-        let sh = &self.shared as *const Shared;
-        let c = self.get(env, h)?;
-        // SAFETY: `shared` is a field of self distinct from the slab that `c` borrows.
-        Ok((c, unsafe { &*sh }))
+        self.with_call(&env, h, |call| call.remaining().as_secs_f64() * 1000.0)
     }
 
     /// Name of an interned upstream index.
     #[napi]
-    pub fn upstream_name(&self, i: u32) -> Option<String> {
-        self.shared.interner.name(i)
+    pub fn upstream_name(&self, env: Env, i: u32) -> Result<Option<String>> {
+        Ok(self.st(&env)?.names.name(i))
     }
 
     /// Engine stats as JSON.
     #[napi]
     pub fn stats(&self, env: Env) -> Result<String> {
         guard(&env, || {
-            Ok(serde_json::to_string(&self.engine.stats()).unwrap_or_default())
+            Ok(serde_json::to_string(&self.st(&env)?.engine.stats()).unwrap_or_default())
         })
     }
 
     /// Prometheus text exposition.
     #[napi]
     pub fn prometheus(&self, env: Env) -> Result<String> {
-        guard(&env, || Ok(self.engine.prometheus()))
+        guard(&env, || Ok(self.st(&env)?.engine.prometheus()))
     }
 
     /// The event ring buffer as JSON (oldest first).
     #[napi]
     pub fn events(&self, env: Env) -> Result<String> {
         guard(&env, || {
-            Ok(serde_json::to_string(&self.engine.events()).unwrap_or_default())
+            Ok(serde_json::to_string(&self.st(&env)?.engine.events()).unwrap_or_default())
         })
     }
 
@@ -687,7 +1017,7 @@ impl NativeEngine {
     #[napi]
     pub fn drain_events(&self, env: Env) -> Result<String> {
         guard(&env, || {
-            Ok(serde_json::to_string(&self.engine.drain_events()).unwrap_or_default())
+            Ok(serde_json::to_string(&self.st(&env)?.engine.drain_events()).unwrap_or_default())
         })
     }
 
@@ -695,21 +1025,22 @@ impl NativeEngine {
     #[napi]
     pub fn set_listening(&mut self, env: Env, on: bool) -> Result<()> {
         guard(&env, || {
-            match (on, self.sink) {
+            let mut st = self.st(&env)?;
+            match (on, st.sink) {
                 (true, None) => {
-                    let q = self.pending.clone();
-                    let id = self.engine.on_event(Arc::new(move |e: &Event| {
+                    let q = st.pending.clone();
+                    let id = st.engine.on_event(Arc::new(move |e: &Event| {
                         let mut g = q.lock().unwrap_or_else(|p| p.into_inner());
                         if g.len() < 100_000 {
                             g.push(e.clone());
                         }
                     }));
-                    self.sink = Some(id);
+                    st.sink = Some(id);
                 }
                 (false, Some(id)) => {
-                    self.engine.remove_sink(id);
-                    self.sink = None;
-                    self.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                    st.engine.remove_sink(id);
+                    st.sink = None;
+                    st.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
                 }
                 _ => {}
             }
@@ -721,7 +1052,8 @@ impl NativeEngine {
     #[napi]
     pub fn take_events(&self, env: Env) -> Result<Option<String>> {
         guard(&env, || {
-            let evs = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+            let st = self.st(&env)?;
+            let evs = std::mem::take(&mut *st.pending.lock().unwrap_or_else(|p| p.into_inner()));
             if evs.is_empty() {
                 return Ok(None);
             }
@@ -734,7 +1066,7 @@ impl NativeEngine {
     pub fn reload(&self, env: Env, kind: u32, policy: Option<String>) -> Result<()> {
         guard(&env, || {
             let p = load_policy(&env, kind, policy)?;
-            self.engine.reload(p).map_err(|e| policy_error(&env, &e))
+            self.st(&env)?.engine.reload(p).map_err(|e| policy_error(&env, &e))
         })
     }
 
@@ -742,7 +1074,7 @@ impl NativeEngine {
     #[napi]
     pub fn set_mode(&self, env: Env, retries: bool, fallback: bool, hedging: bool) -> Result<()> {
         guard(&env, || {
-            self.engine.set_mode(Mode {
+            self.st(&env)?.engine.set_mode(Mode {
                 retries,
                 fallback,
                 hedging,
@@ -753,16 +1085,16 @@ impl NativeEngine {
 
     /// Current mode as bits (1 retries, 2 fallback, 4 hedging).
     #[napi]
-    pub fn mode(&self) -> u32 {
-        let m = self.engine.mode();
-        m.retries as u32 | (m.fallback as u32) << 1 | (m.hedging as u32) << 2
+    pub fn mode(&self, env: Env) -> Result<u32> {
+        let m = self.st(&env)?.engine.mode();
+        Ok(m.retries as u32 | (m.fallback as u32) << 1 | (m.hedging as u32) << 2)
     }
 
     /// The reconcile list as JSON.
     #[napi]
     pub fn reconcile_list(&self, env: Env) -> Result<String> {
         guard(&env, || {
-            Ok(serde_json::to_string(&self.engine.reconcile_list()).unwrap_or_default())
+            Ok(serde_json::to_string(&self.st(&env)?.engine.reconcile_list()).unwrap_or_default())
         })
     }
 
@@ -770,39 +1102,39 @@ impl NativeEngine {
     #[napi]
     pub fn drain_reconcile(&self, env: Env) -> Result<String> {
         guard(&env, || {
-            Ok(serde_json::to_string(&self.engine.drain_reconcile()).unwrap_or_default())
+            Ok(serde_json::to_string(&self.st(&env)?.engine.drain_reconcile()).unwrap_or_default())
         })
     }
 
     /// Breaker state name of an upstream.
     #[napi]
     pub fn breaker_state(&self, env: Env, upstream: String) -> Result<String> {
-        guard(&env, || Ok(self.engine.breaker_state(&upstream).as_str().to_string()))
+        guard(&env, || Ok(self.st(&env)?.engine.breaker_state(&upstream).as_str().to_string()))
     }
 
     /// The policy in force, as JSON.
     #[napi]
     pub fn policy(&self, env: Env) -> Result<String> {
         guard(&env, || {
-            Ok(serde_json::to_string(&self.engine.policy()).unwrap_or_default())
+            Ok(serde_json::to_string(&self.st(&env)?.engine.policy()).unwrap_or_default())
         })
     }
 
     /// Version string of the policy in force.
     #[napi]
-    pub fn policy_version(&self) -> String {
-        self.engine.policy_version()
+    pub fn policy_version(&self, env: Env) -> Result<String> {
+        Ok(self.st(&env)?.engine.policy_version())
     }
 
     /// Moves the manual clock forward; throws unless built with `manualClock`.
     #[napi]
     pub fn advance_clock(&self, env: Env, ms: f64) -> Result<()> {
-        guard(&env, || match &self.manual {
+        guard(&env, || match &self.st(&env)?.manual {
             Some(c) => {
                 if ms.is_nan() || ms < 0.0 || !ms.is_finite() {
                     return Err(throw_type(&env, "ms must be a finite number >= 0"));
                 }
-                c.advance(std::time::Duration::from_micros((ms * 1000.0) as u64));
+                c.advance(Duration::from_micros((ms * 1000.0) as u64));
                 Ok(())
             }
             None => Err(throw(
@@ -826,116 +1158,6 @@ fn pairs_to_headers(h: &[serde_json::Value]) -> Headers {
     out
 }
 
-// ---------------------------------------------------------------------------
-// Call state
-// ---------------------------------------------------------------------------
-
-/// One call in the engine's slab, plus what lazy getters need.
-struct CallState {
-    call: Call,
-    /// Attempts in flight (at most two with hedging; a few kept), for headers and nesting.
-    attempts: Vec<Attempt>,
-    detail: Option<String>,
-    excluded: Vec<(String, String)>,
-    upstream: Option<SmolStr>,
-}
-
-impl CallState {
-    fn put_attempt(&mut self, sh: &Shared, a: Attempt) {
-        let s = &sh.scratch;
-        s.set(1, a.number as f64);
-        s.set(2, sh.interner.index(&a.upstream));
-        s.set(3, ms_f64(a.timeouts.connect));
-        s.set(4, ms_f64(a.timeouts.first_byte));
-        s.set(5, ms_f64(a.timeouts.idle));
-        s.set(6, ms_f64(a.timeouts.total));
-        s.set(7, ms_f64(a.remaining));
-        s.set(8, (a.hedge as u8 | (a.fallback as u8) << 1) as f64);
-        if self.attempts.len() >= 4 {
-            self.attempts.remove(0);
-        }
-        self.attempts.push(a);
-    }
-
-    fn put_stopped(&mut self, sh: &Shared, st: Stopped) {
-        let s = &sh.scratch;
-        s.set(1, st.reason.code() as f64);
-        s.set(2, class_code(st.class));
-        s.set(3, on_failure_code(st.on_failure));
-        s.set(4, st.detail.is_some() as u8 as f64);
-        self.detail = st.detail;
-    }
-
-    fn put_decision(&mut self, sh: &Shared, d: Decision) -> i32 {
-        let s = &sh.scratch;
-        s.set(0, d.action.code() as f64);
-        s.set(1, ms_f64(d.delay));
-        s.set(2, class_code(d.class));
-        s.set(3, d.reason.code() as f64);
-        s.set(
-            4,
-            match &d.upstream {
-                None => -1.0,
-                Some(u) => {
-                    let i = sh.interner.index(u);
-                    if i < 0.0 {
-                        -2.0
-                    } else {
-                        i
-                    }
-                }
-            },
-        );
-        s.set(5, d.wait_source.code() as f64);
-        s.set(6, d.retry_after.map_or(-1.0, ms_f64));
-        s.set(7, on_failure_code(d.on_failure));
-        s.set(8, d.attempt as f64);
-        s.set(
-            9,
-            (d.hedge as u8 | (d.detail.is_some() as u8) << 1 | (!d.excluded.is_empty() as u8) << 2) as f64,
-        );
-        // Attempts that were reported are no longer in flight.
-        if d.is_final() {
-            self.attempts.clear();
-        } else {
-            let n = d.attempt;
-            self.attempts.retain(|a| a.number != n);
-        }
-        self.detail = d.detail;
-        self.excluded = d.excluded;
-        self.upstream = d.upstream;
-        d.action.code() as i32
-    }
-
-    fn find_attempt(&self, n: u32) -> Option<&Attempt> {
-        if n > 0 {
-            self.attempts.iter().rev().find(|a| a.number == n)
-        } else {
-            self.attempts.last()
-        }
-    }
-
-    /// What a call nested inside attempt `n` (0: the latest) inherits: the
-    /// enclosing call's ids and key (`Attempt::inbound`), with the deadline
-    /// replaced by what is left of the enclosing call's deadline *now*.
-    fn inbound_for(&self, n: u32) -> Inbound {
-        let remaining = self.call.remaining();
-        match self.find_attempt(n) {
-            Some(a) => {
-                let mut i = a.inbound();
-                i.deadline = Some(remaining);
-                i
-            }
-            None => Inbound {
-                deadline: Some(remaining),
-                request_id: Some(self.call.id().to_string()),
-                attempt: None,
-                idempotency_key: None,
-            },
-        }
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn outcome(
     env: &Env,
@@ -952,10 +1174,7 @@ fn outcome(
     let mut o = Outcome::default();
     if status >= 0.0 {
         if !(100.0..=999.0).contains(&status) {
-            return Err(throw_type(
-                env,
-                &format!("outcome.status must be an HTTP status (100-999), got {status}"),
-            ));
+            return Err(throw_type(env, &status_message(status)));
         }
         o.status = Some(status as u16);
     }
@@ -1007,6 +1226,14 @@ pub fn vocab() -> String {
         "scratchLen": SCRATCH_LEN,
     })
     .to_string()
+}
+
+/// Milliseconds on the process-wide monotonic clock that stamps attempts
+/// admitted by the fast entry points (scratch[9]); real time even for engines
+/// on a manual clock.
+#[napi]
+pub fn now_ms() -> f64 {
+    rt_now_ms()
 }
 
 /// SHA-256 (hex) of the canonical JSON of `paramsJson` (object keys sorted).
