@@ -267,7 +267,7 @@ pub(crate) struct Then {
 
 /// An attempt's start or end borrowed from its call: the two events every
 /// attempt records, encoded into the ring without building a [`Rec`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Hot<'a> {
     /// `AttemptStart`, `Hedge` or `AttemptEnd`.
     pub(crate) kind: EventKind,
