@@ -6,7 +6,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
-use retrywise::{Headers, Needs};
+use retrywise::{Headers, Needs, SmolStr};
 use std::str::FromStr;
 
 /// Parses a vocabulary name (`"safe"`, `"stream_visible"`, ...) for argument `arg`.
@@ -247,6 +247,7 @@ pub fn to_needs(obj: &Bound<'_, PyAny>) -> PyResult<Needs> {
 /// Argument extraction with errors that name the argument in `str(exc)`
 /// (PyO3 only adds a note, which Python 3.10 does not show): a wrong type
 /// is a `TypeError`, an int out of range a `ValueError`.
+#[inline]
 pub fn int_arg<'py, T>(name: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<T>>
 where
     T: pyo3::conversion::FromPyObjectOwned<'py>,
@@ -269,6 +270,7 @@ where
 }
 
 /// An optional `str` argument.
+#[inline]
 pub fn str_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
     let Some(o) = obj.filter(|o| !o.is_none()) else {
         return Ok(None);
@@ -283,6 +285,7 @@ pub fn str_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<St
 }
 
 /// An optional `bool` argument (only `True` / `False`).
+#[inline]
 pub fn bool_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<bool>> {
     let Some(o) = obj.filter(|o| !o.is_none()) else {
         return Ok(None);
@@ -297,6 +300,7 @@ pub fn bool_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<b
 }
 
 /// An optional vocabulary name (`idempotency="safe"`), as the core's enum.
+#[inline]
 pub fn name_arg<T>(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<T>>
 where
     T: FromStr<Err = retrywise::types::UnknownName>,
@@ -310,4 +314,39 @@ where
 /// A required `str` argument (`None` is a `TypeError` too).
 pub fn req_str(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<String> {
     str_arg(name, Some(obj))?.ok_or_else(|| PyTypeError::new_err(format!("argument '{name}': expected str, got None")))
+}
+
+/// An optional `str` argument as a `SmolStr`, copied straight from the
+/// Python string (inline up to 23 bytes: no allocation for usual names).
+#[inline]
+pub fn smol_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SmolStr>> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    match o.cast::<PyString>() {
+        Ok(s) => Ok(Some(SmolStr::new(s.to_str()?))),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "argument '{name}': expected str, got {}",
+            type_name(o)
+        ))),
+    }
+}
+
+/// A required `str` argument as a `SmolStr` (`None` is a `TypeError` too).
+#[inline]
+pub fn req_smol(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<SmolStr> {
+    smol_arg(name, Some(obj))?.ok_or_else(|| PyTypeError::new_err(format!("argument '{name}': expected str, got None")))
+}
+
+/// The body for `report`, borrowed when it is `bytes` or `str` (the common
+/// cases), copied otherwise.
+pub fn body_view<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<std::borrow::Cow<'a, [u8]>> {
+    use std::borrow::Cow;
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(Cow::Borrowed(b.as_bytes()));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Cow::Borrowed(s.to_str()?.as_bytes()));
+    }
+    body_bytes(obj).map(Cow::Owned)
 }

@@ -1,15 +1,38 @@
 //! `retrywise._retrywise`: the native half of the Python package. It only
 //! translates types between Python and the `retrywise` core; every decision
-//! is the core's. Each entry point that enters the core runs with the GIL
-//! released (other threads keep running while this one decides) and inside
-//! a panic boundary (a core panic surfaces as `retrywise.InternalError`, and
-//! the engine stays usable).
+//! is the core's. Every entry point that enters the core runs inside a panic
+//! boundary (a core panic surfaces as `retrywise.InternalError`, and the
+//! engine stays usable).
+//!
+//! # The GIL
+//!
+//! The per-call hot path (`begin`, `begin_attempt`, `next_attempt`, `report`,
+//! `cancel`, `next_hedge` and the `Call` getters) runs with the GIL *held*:
+//! in the common case the core decides there with atomics and thread-local
+//! state, no waits, in a few hundred nanoseconds, while releasing and
+//! re-taking the GIL costs about as much again on one thread and, with other
+//! Python threads waiting for it, a GIL hand-off (the thread that let go must
+//! queue to get it back) for every crossing. Holding it cannot deadlock: the
+//! only locks that path can meet in the core (a registry shard on the first
+//! sight of a scope key, a telemetry stripe, the reconcile queue) are held by
+//! other threads only around short, pure-Rust sections, and the core calls
+//! event sinks (which need the GIL) outside every engine lock. The one lock
+//! that *is* held while Python runs is a call's own lock, around a decision
+//! whose event callback runs Python code; `PyCall::with` therefore waits for
+//! a contended call lock with the GIL released.
+//!
+//! Everything that can block or does more than constant work — building an
+//! engine, parsing and reloading policies, `stats()` / `prometheus()` (which
+//! iterate every registry), `events()` / `drain_events()` (every telemetry
+//! stripe), the reconcile list, sink registration (a write lock), the policy
+//! snapshot — still runs with the GIL released, so other threads keep
+//! running while it does.
 
 mod convert;
 
 use convert::{
-    body_bytes, bool_arg, from_json, int_arg, name_arg, req_str, str_arg, to_headers, to_json, to_needs, to_py,
-    type_name,
+    body_bytes, body_view, bool_arg, from_json, int_arg, name_arg, req_smol, req_str, smol_arg, str_arg, to_headers,
+    to_json, to_needs, to_py, type_name,
 };
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -20,7 +43,7 @@ use retrywise::engine::HedgePlan;
 use retrywise::telemetry::Sink;
 use retrywise::{
     Action, Attempt, Call, CallSpec, Decision, Engine, ErrorClass, Event, Inbound, ManualClock, Mode, OnFailure,
-    Outcome, Policy, PolicyErrors, SmolStr, Stopped,
+    Outcome, Policy, PolicyErrors, Reason, Stopped, WaitSource,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -111,6 +134,13 @@ fn guarded_gil<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T
     }
 }
 
+/// Same boundary, GIL held, for the hot path (see "The GIL" above). When
+/// nothing panics `catch_unwind` costs nothing but the call.
+#[inline]
+fn held<T>(py: Python<'_>, f: impl FnOnce() -> T) -> PyResult<T> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| internal_error(py, panic_message(&*p)))
+}
+
 // ---------------------------------------------------------------- policy --
 
 /// A policy argument: `None` (defaults), a dict, or a JSON/YAML/TOML string.
@@ -188,6 +218,66 @@ impl PyEngine {
     }
 }
 
+/// The bound `get` of the `current_attempt` context variable, looked up once.
+static CURRENT_ATTEMPT_GET: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The `CallSpec` for `begin` / `begin_attempt`: `[deadline_ms, idempotency,
+/// tenant, task, idempotency_key, priority]` and `[params, needs,
+/// inbound_headers, parent]`. Names are borrowed from the Python strings
+/// (short ones are stored inline by `SmolStr`, no allocation).
+#[inline(always)]
+fn call_spec(
+    py: Python<'_>,
+    spec: &mut CallSpec,
+    route: &Bound<'_, PyAny>,
+    [deadline_ms, idempotency, tenant, task, idempotency_key, priority]: [Option<&Bound<'_, PyAny>>; 6],
+    [params, needs, inbound_headers, parent]: [Option<&Bound<'_, PyAny>>; 4],
+) -> PyResult<()> {
+    spec.route = req_smol("route", route)?;
+    spec.deadline = int_arg::<u64>("deadline_ms", deadline_ms)?.map(Duration::from_millis);
+    if let Some(i) = name_arg("idempotency", idempotency)? {
+        spec.idempotency = i;
+    }
+    spec.tenant = smol_arg("tenant", tenant)?;
+    spec.task = smol_arg("task", task)?;
+    spec.idempotency_key = str_arg("idempotency_key", idempotency_key)?;
+    spec.priority = smol_arg("priority", priority)?;
+    if let Some(p) = params.filter(|p| !p.is_none()) {
+        let v = to_json(p, "params")?;
+        spec.params_digest = Some(retrywise::idempotency::params_digest(&v));
+    }
+    if let Some(n) = needs.filter(|n| !n.is_none()) {
+        spec.needs = to_needs(n)?;
+    }
+    // Nesting: explicit inbound headers, else an explicit parent attempt,
+    // else the attempt active in this context (`retrywise.current_attempt`).
+    if let Some(h) = inbound_headers.filter(|h| !h.is_none()) {
+        let h = to_headers(h, "inbound_headers")?;
+        spec.inbound =
+            Inbound::from_headers(&h).map_err(|e| PyValueError::new_err(format!("argument 'inbound_headers': {e}")))?;
+    }
+    if spec.inbound.is_none() {
+        let p = match parent.filter(|p| !p.is_none()) {
+            Some(p) => p.clone(),
+            None => CURRENT_ATTEMPT_GET
+                .get_or_try_init(py, || {
+                    current_attempt(py)?
+                        .getattr(pyo3::intern!(py, "get"))
+                        .map(Bound::unbind)
+                })?
+                .bind(py)
+                .call0()?,
+        };
+        if !p.is_none() {
+            let a = p.cast::<PyAttempt>().map_err(|_| {
+                PyTypeError::new_err(format!("argument 'parent': expected Attempt, got {}", type_name(&p)))
+            })?;
+            spec.inbound = Some(a.get().attempt.inbound());
+        }
+    }
+    Ok(())
+}
+
 #[pymethods]
 impl PyEngine {
     #[new]
@@ -250,45 +340,57 @@ impl PyEngine {
         inbound_headers: Option<&Bound<'_, PyAny>>,
         parent: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyCall> {
-        let route = req_str("route", route)?;
-        let mut spec = CallSpec::new(route);
-        spec.deadline = int_arg::<u64>("deadline_ms", deadline_ms)?.map(Duration::from_millis);
-        if let Some(i) = name_arg("idempotency", idempotency)? {
-            spec.idempotency = i;
-        }
-        spec.tenant = str_arg("tenant", tenant)?.map(SmolStr::from);
-        spec.task = str_arg("task", task)?.map(SmolStr::from);
-        spec.idempotency_key = str_arg("idempotency_key", idempotency_key)?;
-        spec.priority = str_arg("priority", priority)?.map(SmolStr::from);
-        if let Some(p) = params.filter(|p| !p.is_none()) {
-            let v = to_json(p, "params")?;
-            spec.params_digest = Some(retrywise::idempotency::params_digest(&v));
-        }
-        if let Some(n) = needs.filter(|n| !n.is_none()) {
-            spec.needs = to_needs(n)?;
-        }
-        // Nesting: explicit inbound headers, else an explicit parent attempt,
-        // else the attempt active in this context (see `retrywise._context`).
-        if let Some(h) = inbound_headers.filter(|h| !h.is_none()) {
-            let h = to_headers(h, "inbound_headers")?;
-            spec.inbound = Inbound::from_headers(&h)
-                .map_err(|e| PyValueError::new_err(format!("argument 'inbound_headers': {e}")))?;
-        }
-        if spec.inbound.is_none() {
-            let p = match parent.filter(|p| !p.is_none()) {
-                Some(p) => p.clone(),
-                None => current_attempt(py)?.call_method0(pyo3::intern!(py, "get"))?,
-            };
-            if !p.is_none() {
-                let a = p.cast::<PyAttempt>().map_err(|_| {
-                    PyTypeError::new_err(format!("argument 'parent': expected Attempt, got {}", type_name(&p)))
-                })?;
-                spec.inbound = Some(a.get().attempt.inbound());
-            }
-        }
+        let mut spec = CallSpec::default();
+        call_spec(
+            py,
+            &mut spec,
+            route,
+            [deadline_ms, idempotency, tenant, task, idempotency_key, priority],
+            [params, needs, inbound_headers, parent],
+        )?;
         let engine = &self.engine;
-        let call = guarded(py, move || engine.begin(spec))?;
+        let call = held(py, || Box::new(engine.begin(spec)))?;
         Ok(PyCall::new(call))
+    }
+
+    /// `begin(...)` and the call's first `next_attempt()` in one step (one
+    /// crossing into the core, one clock reading): returns `(call, attempt)`,
+    /// or raises `retrywise.Stopped` when no first attempt may start.
+    #[pyo3(signature = (route, *, deadline_ms=None, idempotency=None, tenant=None, task=None, idempotency_key=None, priority=None,
+                        params=None, needs=None, inbound_headers=None, parent=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn begin_attempt(
+        &self,
+        py: Python<'_>,
+        route: &Bound<'_, PyAny>,
+        deadline_ms: Option<&Bound<'_, PyAny>>,
+        idempotency: Option<&Bound<'_, PyAny>>,
+        tenant: Option<&Bound<'_, PyAny>>,
+        task: Option<&Bound<'_, PyAny>>,
+        idempotency_key: Option<&Bound<'_, PyAny>>,
+        priority: Option<&Bound<'_, PyAny>>,
+        params: Option<&Bound<'_, PyAny>>,
+        needs: Option<&Bound<'_, PyAny>>,
+        inbound_headers: Option<&Bound<'_, PyAny>>,
+        parent: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(PyCall, PyAttempt)> {
+        let mut spec = CallSpec::default();
+        call_spec(
+            py,
+            &mut spec,
+            route,
+            [deadline_ms, idempotency, tenant, task, idempotency_key, priority],
+            [params, needs, inbound_headers, parent],
+        )?;
+        let engine = &self.engine;
+        let (call, first) = held(py, || {
+            let (call, first) = engine.begin_attempt(spec);
+            (Box::new(call), first)
+        })?;
+        match first {
+            Ok(attempt) => Ok((PyCall::new(call), PyAttempt { attempt })),
+            Err(s) => Err(stopped_error(py, &s)),
+        }
     }
 
     /// A snapshot of every counter (logical vs physical, stops by reason, per upstream/tenant/version).
@@ -443,11 +545,15 @@ impl PyEngine {
 
 // ------------------------------------------------------------------ call --
 
-/// One logical request. Methods lock it with the GIL released, so two
-/// threads touching one call never deadlock with an event callback.
+/// One logical request. Its methods lock it (and decide) with the GIL held;
+/// a lock another thread holds is waited for with the GIL released (see "The
+/// GIL" above), so two threads touching one call never deadlock with an event
+/// callback.
 #[pyclass(module = "retrywise._retrywise", name = "Call", frozen)]
 pub struct PyCall {
-    call: Mutex<Call>,
+    /// Boxed: the core's `Call` is a few hundred bytes, moved once into the
+    /// box instead of through every layer between the core and the Python object.
+    call: Mutex<Box<Call>>,
     /// Token of the thread deciding on this call right now (0 = none): an event
     /// callback that reaches back into the call being decided gets an error
     /// instead of a self-deadlock.
@@ -471,26 +577,38 @@ impl Drop for Busy<'_> {
 }
 
 impl PyCall {
-    fn new(call: Call) -> Self {
+    fn new(call: Box<Call>) -> Self {
         PyCall {
             call: Mutex::new(call),
             busy: AtomicUsize::new(0),
         }
     }
 
-    fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Call) -> T + Send) -> PyResult<T> {
+    #[inline]
+    fn with<T>(&self, py: Python<'_>, f: impl FnOnce(&mut Call) -> T) -> PyResult<T> {
         let me = thread_token();
         if self.busy.load(Ordering::Acquire) == me {
             return Err(PyRuntimeError::new_err(
                 "this call is deciding on this thread: an event callback cannot use it",
             ));
         }
-        guarded(py, || {
-            let mut call = self.call.lock();
-            self.busy.store(me, Ordering::Release);
-            let _busy = Busy(&self.busy);
-            f(&mut call)
-        })
+        let mut call = match self.call.try_lock() {
+            Some(guard) => guard,
+            None => {
+                // Another thread is deciding on this call (its event callback
+                // may be running Python and waiting for the GIL): wait without it.
+                py.detach(|| {
+                    use parking_lot::lock_api::RawMutex as _;
+                    // SAFETY: the raw lock is taken here and owned by the guard made below.
+                    unsafe { self.call.raw() }.lock();
+                });
+                // SAFETY: this thread holds the lock, taken just above.
+                unsafe { self.call.make_guard_unchecked() }
+            }
+        };
+        self.busy.store(me, Ordering::Release);
+        let _busy = Busy(&self.busy);
+        held(py, || f(&mut call))
     }
 }
 
@@ -535,13 +653,14 @@ impl PyCall {
         if let Some(h) = headers.filter(|h| !h.is_none()) {
             o.headers = to_headers(h, "headers")?;
         }
+        // Read in place: the core only scans the body for a vendor code.
         let body = match body.filter(|b| !b.is_none() && o.vendor_code.is_none()) {
-            Some(b) => Some(body_bytes(b)?),
+            Some(b) => Some(body_view(b)?),
             None => None,
         };
-        let decision = self.with(py, move |c| {
-            if let Some(b) = body {
-                o.vendor_code = retrywise::vendor_code_from_body(&b);
+        let decision = self.with(py, |c| {
+            if let Some(b) = &body {
+                o.vendor_code = retrywise::vendor_code_from_body(b);
             }
             match attempt {
                 Some(n) => c.report_attempt(n, &o),
@@ -584,8 +703,8 @@ impl PyCall {
 
     /// Logical request id.
     #[getter]
-    fn id(&self, py: Python<'_>) -> PyResult<String> {
-        self.with(py, |c| c.id().to_string())
+    fn id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        self.with(py, |c| PyString::new(py, c.id()))
     }
 
     /// Physical attempts started so far.
@@ -614,14 +733,14 @@ impl PyCall {
 
     /// Upstream the next attempt goes to.
     #[getter]
-    fn target(&self, py: Python<'_>) -> PyResult<String> {
-        self.with(py, |c| c.target().to_string())
+    fn target<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        self.with(py, |c| PyString::new(py, c.target()))
     }
 
     /// Policy version this call runs under.
     #[getter]
-    fn policy_version(&self, py: Python<'_>) -> PyResult<String> {
-        self.with(py, |c| c.policy_version().to_string())
+    fn policy_version<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        self.with(py, |c| PyString::new(py, c.policy_version()))
     }
 
     /// The final decision, once the call is over.
@@ -706,6 +825,20 @@ impl PyTimeouts {
     }
 }
 
+/// The propagation header names, interned once (a fresh dict per read, but
+/// not fresh name strings).
+static HEADER_NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
+
+fn header_name<'py>(py: Python<'py>, k: &'static str) -> Bound<'py, PyString> {
+    use retrywise::deadline::{H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY, H_REQUEST_ID};
+    const NAMES: [&str; 4] = [H_DEADLINE, H_REQUEST_ID, H_ATTEMPT, H_IDEMPOTENCY_KEY];
+    let names = HEADER_NAMES.get_or_init(py, || NAMES.map(|n| PyString::intern(py, n).unbind()));
+    match NAMES.iter().position(|&n| n == k) {
+        Some(i) => names[i].bind(py).clone(),
+        None => PyString::new(py, k),
+    }
+}
+
 /// One physical attempt to make now.
 #[pyclass(module = "retrywise._retrywise", name = "Attempt", frozen)]
 pub struct PyAttempt {
@@ -735,8 +868,8 @@ impl PyAttempt {
     #[getter]
     fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (k, v) in guarded_gil(py, || Ok(self.attempt.headers()))? {
-            d.set_item(k, v)?;
+        for (k, v) in held(py, || self.attempt.headers())? {
+            d.set_item(header_name(py, k), v)?;
         }
         Ok(d)
     }
@@ -782,6 +915,54 @@ impl PyAttempt {
 
 // -------------------------------------------------------------- decision --
 
+/// Interned Python strings for a vocabulary enum, indexed by its code and made
+/// once: a getter returns the same `str` object every time (no allocation per
+/// read), and it is the very object Python interns for the same literal, so
+/// `d.reason == "max_attempts"` compares by identity first.
+struct Vocab(PyOnceLock<Vec<Option<Py<PyString>>>>);
+
+impl Vocab {
+    const fn new() -> Self {
+        Vocab(PyOnceLock::new())
+    }
+
+    fn get<'py, T: Copy>(
+        &self,
+        py: Python<'py>,
+        all: &'static [T],
+        code: fn(T) -> u8,
+        name: fn(T) -> &'static str,
+        v: T,
+    ) -> Bound<'py, PyString> {
+        let table = self.0.get_or_init(py, || {
+            let n = all.iter().map(|&x| usize::from(code(x)) + 1).max().unwrap_or(0);
+            (0..n)
+                .map(|i| {
+                    all.iter()
+                        .find(|&&x| usize::from(code(x)) == i)
+                        .map(|&x| PyString::intern(py, name(x)).unbind())
+                })
+                .collect()
+        });
+        match table.get(usize::from(code(v))) {
+            Some(Some(s)) => s.bind(py).clone(),
+            _ => PyString::intern(py, name(v)),
+        }
+    }
+}
+
+static REASONS: Vocab = Vocab::new();
+static CLASSES: Vocab = Vocab::new();
+static WAIT_SOURCES: Vocab = Vocab::new();
+
+fn reason_str(py: Python<'_>, r: Reason) -> Bound<'_, PyString> {
+    REASONS.get(py, Reason::ALL, Reason::code, Reason::as_str, r)
+}
+
+fn class_str(py: Python<'_>, c: ErrorClass) -> Bound<'_, PyString> {
+    CLASSES.get(py, ErrorClass::ALL, ErrorClass::code, ErrorClass::as_str, c)
+}
+
 /// What the caller must do after reporting an attempt.
 #[pyclass(module = "retrywise._retrywise", name = "Decision", frozen)]
 pub struct PyDecision {
@@ -813,13 +994,13 @@ impl PyDecision {
     }
     /// Error class of the reported outcome; None on success.
     #[getter]
-    fn error_class(&self) -> Option<&'static str> {
-        self.d.class.map(ErrorClass::as_str)
+    fn error_class<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyString>> {
+        self.d.class.map(|c| class_str(py, c))
     }
     /// Stable reason code.
     #[getter]
-    fn reason(&self) -> &'static str {
-        self.d.reason.as_str()
+    fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        reason_str(py, self.d.reason)
     }
     /// Upstream of the next attempt (retry / fallback) or of the reported one.
     #[getter]
@@ -828,8 +1009,14 @@ impl PyDecision {
     }
     /// "none" | "retry_after" | "jitter".
     #[getter]
-    fn wait_source(&self) -> &'static str {
-        self.d.wait_source.as_str()
+    fn wait_source<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        WAIT_SOURCES.get(
+            py,
+            WaitSource::ALL,
+            WaitSource::code,
+            WaitSource::as_str,
+            self.d.wait_source,
+        )
     }
     /// The server's wait hint, seconds, when it sent one.
     #[getter]
@@ -877,10 +1064,10 @@ impl PyDecision {
         d.set_item("action", self.d.action.as_str())?;
         d.set_item("delay_s", self.delay_s())?;
         d.set_item("delay_ms", self.delay_ms())?;
-        d.set_item("error_class", self.error_class())?;
-        d.set_item("reason", self.reason())?;
+        d.set_item("error_class", self.error_class(py))?;
+        d.set_item("reason", self.reason(py))?;
         d.set_item("upstream", self.upstream())?;
-        d.set_item("wait_source", self.wait_source())?;
+        d.set_item("wait_source", self.wait_source(py))?;
         d.set_item("retry_after_s", self.retry_after_s())?;
         d.set_item("retry_after_ms", self.retry_after_ms())?;
         d.set_item("on_failure", self.on_failure())?;
