@@ -667,14 +667,12 @@ impl PyCall {
                 None => c.report(&o),
             }
         })?;
-        Ok(PyDecision { d: decision })
+        Ok(PyDecision::new(py, decision))
     }
 
     /// Cancels the call: attempts in flight are reported as cancelled; returns the final decision.
     fn cancel(&self, py: Python<'_>) -> PyResult<PyDecision> {
-        Ok(PyDecision {
-            d: self.with(py, |c| c.cancel())?,
-        })
+        Ok(PyDecision::new(py, self.with(py, |c| c.cancel())?))
     }
 
     /// Whether a hedged attempt may start now (`action` start / after / no).
@@ -746,7 +744,7 @@ impl PyCall {
     /// The final decision, once the call is over.
     #[getter]
     fn final_decision(&self, py: Python<'_>) -> PyResult<Option<PyDecision>> {
-        Ok(self.with(py, |c| c.final_decision())?.map(|d| PyDecision { d }))
+        Ok(self.with(py, |c| c.final_decision())?.map(|d| PyDecision::new(py, d)))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -951,6 +949,7 @@ impl Vocab {
     }
 }
 
+static ACTIONS: Vocab = Vocab::new();
 static REASONS: Vocab = Vocab::new();
 static CLASSES: Vocab = Vocab::new();
 static WAIT_SOURCES: Vocab = Vocab::new();
@@ -966,22 +965,27 @@ fn class_str(py: Python<'_>, c: ErrorClass) -> Bound<'_, PyString> {
 /// What the caller must do after reporting an attempt.
 #[pyclass(module = "retrywise._retrywise", name = "Decision", frozen)]
 pub struct PyDecision {
+    /// "succeeded" | "retry" | "fallback" | "stop" | "reconcile".
+    // A struct member: read straight from the object, without a call (every
+    // caller reads it once per decision).
+    #[pyo3(get)]
+    action: Py<PyString>,
     d: Decision,
+}
+
+impl PyDecision {
+    fn new(py: Python<'_>, d: Decision) -> Self {
+        PyDecision {
+            action: ACTIONS
+                .get(py, Action::ALL, Action::code, Action::as_str, d.action)
+                .unbind(),
+            d,
+        }
+    }
 }
 
 #[pymethods]
 impl PyDecision {
-    /// "succeeded" | "retry" | "fallback" | "stop" | "reconcile".
-    #[getter]
-    fn action<'py>(&self, py: Python<'py>) -> &Bound<'py, PyString> {
-        match self.d.action {
-            Action::Succeeded => pyo3::intern!(py, "succeeded"),
-            Action::Retry => pyo3::intern!(py, "retry"),
-            Action::Fallback => pyo3::intern!(py, "fallback"),
-            Action::Stop => pyo3::intern!(py, "stop"),
-            Action::Reconcile => pyo3::intern!(py, "reconcile"),
-        }
-    }
     /// Seconds to wait before the next attempt (retry / fallback).
     #[getter]
     fn delay_s(&self) -> f64 {
