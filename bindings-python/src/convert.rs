@@ -247,21 +247,29 @@ pub fn to_needs(obj: &Bound<'_, PyAny>) -> PyResult<Needs> {
 /// Argument extraction with errors that name the argument in `str(exc)`
 /// (PyO3 only adds a note, which Python 3.10 does not show): a wrong type
 /// is a `TypeError`, an int out of range a `ValueError`.
-#[inline]
+#[inline(always)]
 pub fn int_arg<'py, T>(name: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<T>>
 where
     T: pyo3::conversion::FromPyObjectOwned<'py>,
 {
-    let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(None);
-    };
+    // The absent / None check inlines into the caller; the conversion is a call.
+    match obj {
+        Some(o) if !o.is_none() => int_val(name, o).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn int_val<'py, T>(name: &str, o: &Bound<'py, PyAny>) -> PyResult<T>
+where
+    T: pyo3::conversion::FromPyObjectOwned<'py>,
+{
     if !o.is_instance_of::<PyInt>() || o.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!(
             "argument '{name}': expected int, got {}",
             type_name(o)
         )));
     }
-    o.extract::<T>().map(Some).map_err(|_| {
+    o.extract::<T>().map_err(|_| {
         PyValueError::new_err(format!(
             "argument '{name}': {} is out of range",
             o.str().map(|s| s.to_string()).unwrap_or_default()
@@ -270,13 +278,18 @@ where
 }
 
 /// An optional `str` argument.
-#[inline]
+#[inline(always)]
 pub fn str_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
-    let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(None);
-    };
+    match obj {
+        Some(o) if !o.is_none() => str_val(name, o).map(|s| Some(s.to_owned())),
+        _ => Ok(None),
+    }
+}
+
+/// A `str` argument, borrowed.
+fn str_val<'a>(name: &str, o: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
     match o.cast::<PyString>() {
-        Ok(s) => Ok(Some(s.to_str()?.to_owned())),
+        Ok(s) => s.to_str(),
         Err(_) => Err(PyTypeError::new_err(format!(
             "argument '{name}': expected str, got {}",
             type_name(o)
@@ -285,29 +298,29 @@ pub fn str_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<St
 }
 
 /// An optional `bool` argument (only `True` / `False`).
-#[inline]
+#[inline(always)]
 pub fn bool_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<bool>> {
-    let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(None);
-    };
-    match o.cast::<PyBool>() {
-        Ok(b) => Ok(Some(b.is_true())),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "argument '{name}': expected bool, got {}",
-            type_name(o)
-        ))),
+    match obj {
+        Some(o) if !o.is_none() => match o.cast::<PyBool>() {
+            Ok(b) => Ok(Some(b.is_true())),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "argument '{name}': expected bool, got {}",
+                type_name(o)
+            ))),
+        },
+        _ => Ok(None),
     }
 }
 
 /// An optional vocabulary name (`idempotency="safe"`), as the core's enum.
-#[inline]
+#[inline(always)]
 pub fn name_arg<T>(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<T>>
 where
     T: FromStr<Err = retrywise::types::UnknownName>,
 {
-    match str_arg(name, obj)? {
-        Some(s) => parse_name(name, &s).map(Some),
-        None => Ok(None),
+    match obj {
+        Some(o) if !o.is_none() => parse_name(name, str_val(name, o)?).map(Some),
+        _ => Ok(None),
     }
 }
 
@@ -318,17 +331,11 @@ pub fn req_str(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<String> {
 
 /// An optional `str` argument as a `SmolStr`, copied straight from the
 /// Python string (inline up to 23 bytes: no allocation for usual names).
-#[inline]
+#[inline(always)]
 pub fn smol_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SmolStr>> {
-    let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(None);
-    };
-    match o.cast::<PyString>() {
-        Ok(s) => Ok(Some(SmolStr::new(s.to_str()?))),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "argument '{name}': expected str, got {}",
-            type_name(o)
-        ))),
+    match obj {
+        Some(o) if !o.is_none() => str_val(name, o).map(|s| Some(SmolStr::new(s))),
+        _ => Ok(None),
     }
 }
 

@@ -615,9 +615,13 @@ impl PyCall {
 #[pymethods]
 impl PyCall {
     /// The next attempt to make, or raises `retrywise.Stopped` saying why none may start.
-    fn next_attempt(&self, py: Python<'_>) -> PyResult<PyAttempt> {
-        match self.with(py, |c| c.next_attempt())? {
-            Ok(attempt) => Ok(PyAttempt { attempt }),
+    fn next_attempt<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAttempt>> {
+        // The Python object is made where the core returns the attempt (one move
+        // of the attempt instead of one per layer); `Stopped` is raised outside the lock.
+        match self.with(py, |c| {
+            c.next_attempt().map(|attempt| Bound::new(py, PyAttempt { attempt }))
+        })? {
+            Ok(attempt) => attempt,
             Err(s) => Err(stopped_error(py, &s)),
         }
     }
@@ -625,9 +629,9 @@ impl PyCall {
     /// Reports the outcome of the attempt in flight (or of `attempt`, with hedging) and returns the decision.
     #[pyo3(signature = (status=None, error=None, headers=None, phase=None, vendor_code=None, effect=None, input_tokens=None, body=None, *, ok=None, attempt=None))]
     #[allow(clippy::too_many_arguments)]
-    fn report(
+    fn report<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         status: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
         headers: Option<&Bound<'_, PyAny>>,
@@ -638,7 +642,7 @@ impl PyCall {
         body: Option<&Bound<'_, PyAny>>,
         ok: Option<&Bound<'_, PyAny>>,
         attempt: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyDecision> {
+    ) -> PyResult<Bound<'py, PyDecision>> {
         let mut o = Outcome {
             status: int_arg::<u16>("status", status)?,
             error: name_arg("error", error)?,
@@ -658,16 +662,16 @@ impl PyCall {
             Some(b) => Some(body_view(b)?),
             None => None,
         };
-        let decision = self.with(py, |c| {
+        self.with(py, |c| {
             if let Some(b) = &body {
                 o.vendor_code = retrywise::vendor_code_from_body(b);
             }
-            match attempt {
+            let d = match attempt {
                 Some(n) => c.report_attempt(n, &o),
                 None => c.report(&o),
-            }
-        })?;
-        Ok(PyDecision::new(py, decision))
+            };
+            Bound::new(py, PyDecision::new(py, d))
+        })?
     }
 
     /// Cancels the call: attempts in flight are reported as cancelled; returns the final decision.
