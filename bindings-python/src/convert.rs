@@ -139,16 +139,18 @@ pub fn to_py<'py, T: serde::Serialize>(py: Python<'py>, v: &T) -> PyResult<Bound
     from_json(py, &j)
 }
 
-fn header_text(v: &Bound<'_, PyAny>, arg: &str) -> PyResult<String> {
+fn header_text<'a>(v: &'a Bound<'_, PyAny>, arg: &str) -> PyResult<std::borrow::Cow<'a, str>> {
+    use std::borrow::Cow;
+    // Borrowed for `str` (the core copies what it keeps).
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(s.to_str()?.to_owned());
+        return Ok(Cow::Borrowed(s.to_str()?));
     }
     // Raw header bytes are latin-1 by RFC 9110; decode byte for byte.
     if let Ok(b) = v.cast::<PyBytes>() {
-        return Ok(b.as_bytes().iter().map(|&c| c as char).collect());
+        return Ok(Cow::Owned(b.as_bytes().iter().map(|&c| c as char).collect()));
     }
     if v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>() {
-        return Ok(v.str()?.to_str()?.to_owned());
+        return Ok(Cow::Owned(v.str()?.to_str()?.to_owned()));
     }
     Err(PyTypeError::new_err(format!(
         "argument '{arg}': header names and values must be str or bytes, got {}",

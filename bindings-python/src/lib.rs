@@ -43,7 +43,7 @@ use retrywise::engine::HedgePlan;
 use retrywise::telemetry::Sink;
 use retrywise::{
     Action, Attempt, Call, CallSpec, Decision, Engine, ErrorClass, Event, Inbound, ManualClock, Mode, OnFailure,
-    Outcome, Policy, PolicyErrors, Reason, Stopped, WaitSource,
+    Outcome, Policy, PolicyErrors, Reason, SmolStr, Stopped, WaitSource,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -175,6 +175,48 @@ fn policy_from(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Polic
 pub struct PyEngine {
     engine: Engine,
     clock: Option<ManualClock>,
+    routes: RouteCache,
+}
+
+/// The last few route strings `begin` saw, with their `SmolStr`: callers pass
+/// the same `str` object (a literal, a transport's attribute) for every call,
+/// so the usual route is found by identity, without reading or copying the text.
+struct RouteCache {
+    slots: Mutex<[Option<RouteSlot>; ROUTE_SLOTS]>,
+    next: AtomicUsize,
+}
+
+const ROUTE_SLOTS: usize = 4;
+
+/// A route string and its name as the core takes it.
+type RouteSlot = (Py<PyString>, SmolStr);
+
+impl RouteCache {
+    fn new() -> Self {
+        RouteCache {
+            slots: Mutex::new([const { None }; ROUTE_SLOTS]),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    #[inline]
+    fn name(&self, route: &Bound<'_, PyAny>) -> PyResult<SmolStr> {
+        // Only ever try_lock: another thread using the cache just means a copy.
+        if let Some(slots) = self.slots.try_lock() {
+            for (obj, name) in slots.iter().flatten() {
+                if obj.as_ptr() == route.as_ptr() {
+                    return Ok(name.clone());
+                }
+            }
+        }
+        let name = req_smol("route", route)?;
+        if let (Ok(s), Some(mut slots)) = (route.cast::<PyString>(), self.slots.try_lock()) {
+            let i = self.next.fetch_add(1, Ordering::Relaxed) % ROUTE_SLOTS;
+            // The evicted string is released with the GIL held (a str has no finalizer).
+            slots[i] = Some((s.clone().unbind(), name.clone()));
+        }
+        Ok(name)
+    }
 }
 
 /// The context variable holding the attempt in progress in this context:
@@ -214,7 +256,11 @@ impl PyEngine {
             b = b.clock(Arc::new(c.clone()));
         }
         let engine = guarded(py, move || b.build())?.map_err(|e| policy_error(py, &e))?;
-        Ok(PyEngine { engine, clock })
+        Ok(PyEngine {
+            engine,
+            clock,
+            routes: RouteCache::new(),
+        })
     }
 }
 
@@ -228,12 +274,13 @@ static CURRENT_ATTEMPT_GET: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 #[inline(always)]
 fn call_spec(
     py: Python<'_>,
+    routes: &RouteCache,
     spec: &mut CallSpec,
     route: &Bound<'_, PyAny>,
     [deadline_ms, idempotency, tenant, task, idempotency_key, priority]: [Option<&Bound<'_, PyAny>>; 6],
     [params, needs, inbound_headers, parent]: [Option<&Bound<'_, PyAny>>; 4],
 ) -> PyResult<()> {
-    spec.route = req_smol("route", route)?;
+    spec.route = routes.name(route)?;
     spec.deadline = int_arg::<u64>("deadline_ms", deadline_ms)?.map(Duration::from_millis);
     if let Some(i) = name_arg("idempotency", idempotency)? {
         spec.idempotency = i;
@@ -343,6 +390,7 @@ impl PyEngine {
         let mut spec = CallSpec::default();
         call_spec(
             py,
+            &self.routes,
             &mut spec,
             route,
             [deadline_ms, idempotency, tenant, task, idempotency_key, priority],
@@ -377,6 +425,7 @@ impl PyEngine {
         let mut spec = CallSpec::default();
         call_spec(
             py,
+            &self.routes,
             &mut spec,
             route,
             [deadline_ms, idempotency, tenant, task, idempotency_key, priority],

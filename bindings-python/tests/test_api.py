@@ -67,6 +67,24 @@ def test_begin_attempt_is_begin_then_next_attempt() -> None:
         engines[1].begin_attempt("u", idempotency="maybe")  # type: ignore[arg-type]
 
 
+def test_route_names_are_read_for_every_route_object(engine: Engine) -> None:
+    """begin remembers recent route strings by identity: equal texts, new objects, more
+    routes than it remembers and str subclasses all still name their own upstream."""
+
+    class Name(str):
+        __slots__ = ()
+
+    routes = [f"up-{i}" for i in range(7)]
+    for _ in range(3):
+        for r in routes:
+            fresh = "".join(list(r))  # another object with the same text
+            for name in (r, fresh, Name(r)):
+                call, attempt = engine.begin_attempt(name)
+                assert attempt.upstream == r and call.target == r
+    with pytest.raises(TypeError, match="argument 'route'"):
+        engine.begin(b"up-1")  # type: ignore[arg-type]
+
+
 def test_vocabulary_strings_are_shared_objects(engine: Engine) -> None:
     """Decision strings are interned once, not made per read; they still compare like any str."""
     call = engine.begin("u")
