@@ -6,7 +6,7 @@
 //!
 //! # The GIL
 //!
-//! The per-call hot path (`begin`, `begin_attempt`, `next_attempt`, `report`,
+//! The per-call hot path (`begin`, `next_attempt`, `report`,
 //! `cancel`, `next_hedge` and the `Call` getters) runs with the GIL *held*:
 //! in the common case the core decides there with atomics and thread-local
 //! state, no waits, in a few hundred nanoseconds, while releasing and
@@ -267,7 +267,7 @@ impl PyEngine {
 /// The bound `get` of the `current_attempt` context variable, looked up once.
 static CURRENT_ATTEMPT_GET: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-/// The `CallSpec` for `begin` / `begin_attempt`: `[deadline_ms, idempotency,
+/// The `CallSpec` for `begin`: `[deadline_ms, idempotency,
 /// tenant, task, idempotency_key, priority]` and `[params, needs,
 /// inbound_headers, parent]`. Names are borrowed from the Python strings
 /// (short ones are stored inline by `SmolStr`, no allocation).
@@ -399,47 +399,6 @@ impl PyEngine {
         let engine = &self.engine;
         let call = held(py, || Box::new(engine.begin(spec)))?;
         Ok(PyCall::new(call))
-    }
-
-    /// `begin(...)` and the call's first `next_attempt()` in one step (one
-    /// crossing into the core, one clock reading): returns `(call, attempt)`,
-    /// or raises `retrywise.Stopped` when no first attempt may start.
-    #[pyo3(signature = (route, *, deadline_ms=None, idempotency=None, tenant=None, task=None, idempotency_key=None, priority=None,
-                        params=None, needs=None, inbound_headers=None, parent=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn begin_attempt(
-        &self,
-        py: Python<'_>,
-        route: &Bound<'_, PyAny>,
-        deadline_ms: Option<&Bound<'_, PyAny>>,
-        idempotency: Option<&Bound<'_, PyAny>>,
-        tenant: Option<&Bound<'_, PyAny>>,
-        task: Option<&Bound<'_, PyAny>>,
-        idempotency_key: Option<&Bound<'_, PyAny>>,
-        priority: Option<&Bound<'_, PyAny>>,
-        params: Option<&Bound<'_, PyAny>>,
-        needs: Option<&Bound<'_, PyAny>>,
-        inbound_headers: Option<&Bound<'_, PyAny>>,
-        parent: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<(PyCall, PyAttempt)> {
-        let mut spec = CallSpec::default();
-        call_spec(
-            py,
-            &self.routes,
-            &mut spec,
-            route,
-            [deadline_ms, idempotency, tenant, task, idempotency_key, priority],
-            [params, needs, inbound_headers, parent],
-        )?;
-        let engine = &self.engine;
-        let (call, first) = held(py, || {
-            let (call, first) = engine.begin_attempt(spec);
-            (Box::new(call), first)
-        })?;
-        match first {
-            Ok(attempt) => Ok((PyCall::new(call), PyAttempt { attempt })),
-            Err(s) => Err(stopped_error(py, &s)),
-        }
     }
 
     /// A snapshot of every counter (logical vs physical, stops by reason, per upstream/tenant/version).

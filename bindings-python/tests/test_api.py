@@ -34,39 +34,6 @@ def test_loop_retry_then_success(engine: Engine) -> None:
     assert e.value.reason == "call_finished"
 
 
-def test_begin_attempt_is_begin_then_next_attempt() -> None:
-    """One crossing for the first step; the same call, attempt, counters and ids as the two-step form."""
-    engines = [Engine({"max_attempts": 3}, seed=3, manual_clock=True) for _ in range(2)]
-    two = engines[0].begin("u", deadline_ms=5_000, tenant="t", idempotency_key="k")
-    a_two = two.next_attempt()
-    one, a_one = engines[1].begin_attempt("u", deadline_ms=5_000, tenant="t", idempotency_key="k")
-    assert isinstance(one, retrywise.Call) and isinstance(a_one, retrywise.Attempt)
-    for a, c in ((a_two, two), (a_one, one)):
-        assert a.number == 1 and c.attempts == 1 and a.request_id == c.id and not c.is_finished
-    assert (a_one.upstream, a_one.remaining_ms, a_one.timeouts.to_dict()) == (
-        a_two.upstream,
-        a_two.remaining_ms,
-        a_two.timeouts.to_dict(),
-    )
-    assert a_one.headers.keys() == a_two.headers.keys() and a_one.headers["idempotency-key"] == "k"
-    for c in (two, one):
-        assert c.report(status=503).action == "retry"
-        assert c.next_attempt().number == 2
-        assert c.report(status=200).action == "succeeded"
-    s0, s1 = (e.stats() for e in engines)
-    for key in ("logical_requests", "attempts", "retries", "successes"):
-        assert s0[key] == s1[key], key
-    # No first attempt: raises Stopped like next_attempt, with no response or exception.
-    with pytest.raises(retrywise.Stopped) as e:
-        engines[1].begin_attempt("u", deadline_ms=1)
-    assert e.value.reason == "deadline_exceeded" and e.value.response is None and e.value.exception is None
-    # Arguments are checked like begin's.
-    with pytest.raises(TypeError, match="argument 'route'"):
-        engines[1].begin_attempt(None)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="argument 'idempotency'"):
-        engines[1].begin_attempt("u", idempotency="maybe")  # type: ignore[arg-type]
-
-
 def test_route_names_are_read_for_every_route_object(engine: Engine) -> None:
     """begin remembers recent route strings by identity: equal texts, new objects, more
     routes than it remembers and str subclasses all still name their own upstream."""
@@ -79,7 +46,8 @@ def test_route_names_are_read_for_every_route_object(engine: Engine) -> None:
         for r in routes:
             fresh = "".join(list(r))  # another object with the same text
             for name in (r, fresh, Name(r)):
-                call, attempt = engine.begin_attempt(name)
+                call = engine.begin(name)
+                attempt = call.next_attempt()
                 assert attempt.upstream == r and call.target == r
     with pytest.raises(TypeError, match="argument 'route'"):
         engine.begin(b"up-1")  # type: ignore[arg-type]

@@ -52,11 +52,11 @@ class Engine(_retrywise.Engine):
         ``retrywise.Stopped`` (``ReconcileRequired`` on ``reconcile``) carrying the decision
         and the last response or exception. ``call_kwargs`` go to ``begin``.
         """
-        # begin + the first next_attempt in one crossing; later attempts come from next_attempt.
-        call, attempt = self.begin_attempt(**call_kwargs)
+        call = self.begin(**call_kwargs)
         last_response: Any = None
         last_exc: BaseException | None = None
         while True:
+            attempt = _next_attempt(call, last_response, last_exc)
             token = current_attempt.set(attempt)
             try:
                 result = fn(attempt)
@@ -76,17 +76,17 @@ class Engine(_retrywise.Engine):
                 return result
             if action == "retry" or action == "fallback":
                 self._wait(decision)
-                attempt = _next_attempt(call, last_response, last_exc)
                 continue
             raise Stopped.from_decision(decision, response=last_response, exception=last_exc) from last_exc
 
     async def run_async(self, fn: Callable[[Attempt], Awaitable[R]], /, **call_kwargs: Any) -> R:
         """``run`` for coroutines: awaits ``fn(attempt)`` and sleeps with ``asyncio.sleep``.
         A cancelled task reports ``cancelled`` to the call and re-raises ``CancelledError``."""
-        call, attempt = self.begin_attempt(**call_kwargs)
+        call = self.begin(**call_kwargs)
         last_response: Any = None
         last_exc: BaseException | None = None
         while True:
+            attempt = _next_attempt(call, last_response, last_exc)
             token = current_attempt.set(attempt)
             try:
                 result = await fn(attempt)
@@ -110,7 +110,6 @@ class Engine(_retrywise.Engine):
                 except asyncio.CancelledError:
                     call.cancel()
                     raise
-                attempt = _next_attempt(call, last_response, last_exc)
                 continue
             raise Stopped.from_decision(decision, response=last_response, exception=last_exc) from last_exc
 

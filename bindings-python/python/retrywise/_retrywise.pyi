@@ -210,23 +210,6 @@ class Engine:
         inbound_headers: HeadersLike | None = None,
         parent: Attempt | None = None,
     ) -> Call: ...
-    def begin_attempt(
-        self,
-        route: str,
-        *,
-        deadline_ms: int | None = None,
-        idempotency: Idempotency | None = None,
-        tenant: str | None = None,
-        task: str | None = None,
-        idempotency_key: str | None = None,
-        priority: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        needs: Needs | None = None,
-        inbound_headers: HeadersLike | None = None,
-        parent: Attempt | None = None,
-    ) -> tuple[Call, Attempt]:
-        """``begin(...)`` and the call's first ``next_attempt()`` in one step; raises
-        ``retrywise.Stopped`` when no first attempt may start."""
     def stats(self) -> dict[str, Any]: ...
     def prometheus(self) -> str: ...
     def on_event(self, callback: Callable[[dict[str, Any]], object]) -> int: ...
