@@ -36,7 +36,6 @@ use convert::{
     body_bytes, body_view, bool_arg, from_json, int_arg, name_arg, req_smol, req_str, smol_arg, str_arg, to_headers,
     to_json, to_needs, to_py, type_name,
 };
-use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -47,9 +46,10 @@ use retrywise::{
     Action, Attempt, Call, CallSpec, Decision, Engine, ErrorClass, Event, Inbound, ManualClock, Mode, OnFailure,
     Outcome, Policy, PolicyErrors, Reason, SmolStr, Stopped, WaitSource,
 };
+use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex as StdMutex};
 use std::time::Duration;
 
 // ---------------------------------------------------------------- errors --
@@ -183,40 +183,46 @@ pub struct PyEngine {
 /// The last few route strings `begin` saw, with their `SmolStr`: callers pass
 /// the same `str` object (a literal, a transport's attribute) for every call,
 /// so the usual route is found by identity, without reading or copying the text.
-struct RouteCache {
-    slots: Mutex<[Option<RouteSlot>; ROUTE_SLOTS]>,
-    next: AtomicUsize,
-}
+/// Used only with the GIL held and without running Python code (exact `str`
+/// objects only: dropping an evicted one runs no finalizer), so it needs no lock.
+struct RouteCache(UnsafeCell<RouteSlots>);
 
 const ROUTE_SLOTS: usize = 4;
 
-/// A route string and its name as the core takes it.
-type RouteSlot = (Py<PyString>, SmolStr);
+#[derive(Default)]
+struct RouteSlots {
+    slots: [Option<(Py<PyString>, SmolStr)>; ROUTE_SLOTS],
+    next: usize,
+}
+
+// SAFETY: only touched in `RouteCache::name`, which needs the GIL (the
+// `Python` token) and runs no Python code while it holds the slots.
+unsafe impl Sync for RouteCache {}
 
 impl RouteCache {
     fn new() -> Self {
-        RouteCache {
-            slots: Mutex::new([const { None }; ROUTE_SLOTS]),
-            next: AtomicUsize::new(0),
-        }
+        RouteCache(UnsafeCell::new(RouteSlots::default()))
     }
 
     #[inline]
-    fn name(&self, route: &Bound<'_, PyAny>) -> PyResult<SmolStr> {
-        // Only ever try_lock: another thread using the cache just means a copy.
-        if let Some(slots) = self.slots.try_lock() {
-            for (obj, name) in slots.iter().flatten() {
-                if obj.as_ptr() == route.as_ptr() {
-                    return Ok(name.clone());
-                }
+    fn name(&self, _py: Python<'_>, route: &Bound<'_, PyAny>) -> PyResult<SmolStr> {
+        // SAFETY: see `impl Sync`; the reference ends before anything is dropped.
+        let cache = unsafe { &mut *self.0.get() };
+        for (obj, name) in cache.slots.iter().flatten() {
+            if obj.as_ptr() == route.as_ptr() {
+                return Ok(name.clone());
             }
         }
         let name = req_smol("route", route)?;
-        if let (Ok(s), Some(mut slots)) = (route.cast::<PyString>(), self.slots.try_lock()) {
-            let i = self.next.fetch_add(1, Ordering::Relaxed) % ROUTE_SLOTS;
-            // The evicted string is released with the GIL held (a str has no finalizer).
-            slots[i] = Some((s.clone().unbind(), name.clone()));
-        }
+        let evicted = match route.cast_exact::<PyString>() {
+            Ok(s) => {
+                let i = cache.next % ROUTE_SLOTS;
+                cache.next = cache.next.wrapping_add(1);
+                cache.slots[i].replace((s.clone().unbind(), name.clone()))
+            }
+            Err(_) => None,
+        };
+        drop(evicted);
         Ok(name)
     }
 }
@@ -282,7 +288,7 @@ fn call_spec(
     [deadline_ms, idempotency, tenant, task, idempotency_key, priority]: [Option<&Bound<'_, PyAny>>; 6],
     [params, needs, inbound_headers, parent]: [Option<&Bound<'_, PyAny>>; 4],
 ) -> PyResult<()> {
-    spec.route = routes.name(route)?;
+    spec.route = routes.name(py, route)?;
     spec.deadline = int_arg::<u64>("deadline_ms", deadline_ms)?.map(Duration::from_millis);
     if let Some(i) = name_arg("idempotency", idempotency)? {
         spec.idempotency = i;
@@ -555,20 +561,34 @@ impl PyEngine {
 
 // ------------------------------------------------------------------ call --
 
-/// One logical request. Its methods lock it (and decide) with the GIL held;
-/// a lock another thread holds is waited for with the GIL released (see "The
-/// GIL" above), so two threads touching one call never deadlock with an event
-/// callback.
+/// One logical request. Its methods take it (and decide) with the GIL held.
+///
+/// Who may touch the core's `Call` is `owner`, the token of the thread deciding
+/// on it (0 = nobody). `owner` is only read and written with the GIL held, so
+/// taking a free call is a load and a store, not an atomic read-modify-write:
+/// the GIL already orders every thread that takes or gives back a call. The
+/// owner may let the GIL go while it holds the call (an event callback runs
+/// Python code during the decision); a thread that then finds the call taken
+/// waits for it with the GIL released, so two threads touching one call never
+/// deadlock with an event callback, and a callback that reaches back into the
+/// call being decided on its own thread gets an error instead of a self-deadlock.
+/// (abi3 extensions only load into CPython builds that have a GIL.)
 #[pyclass(module = "retrywise._retrywise", name = "Call", frozen)]
 pub struct PyCall {
     /// Boxed: the core's `Call` is a few hundred bytes, moved once into the
     /// box instead of through every layer between the core and the Python object.
-    call: Mutex<Box<Call>>,
-    /// Token of the thread deciding on this call right now (0 = none): an event
-    /// callback that reaches back into the call being decided gets an error
-    /// instead of a self-deadlock.
-    busy: AtomicUsize,
+    call: UnsafeCell<Box<Call>>,
+    owner: AtomicUsize,
+    /// Threads waiting for `owner` to become 0 (changed with the GIL held).
+    waiters: AtomicUsize,
+    /// Where waiters sleep, with the GIL released (touched only when there are waiters).
+    wait_lock: StdMutex<()>,
+    wait_cv: Condvar,
 }
+
+// SAFETY: `Call` is `Send`; the `owner` protocol (see above) gives one thread at
+// a time, and only while it is the owner, access to it.
+unsafe impl Sync for PyCall {}
 
 thread_local! {
     static THREAD_TOKEN: u8 = const { 0 };
@@ -578,47 +598,66 @@ fn thread_token() -> usize {
     THREAD_TOKEN.with(|t| t as *const u8 as usize)
 }
 
-struct Busy<'a>(&'a AtomicUsize);
+/// Gives the call back when the decision ends (also when it panicked).
+struct Owned<'a>(&'a PyCall);
 
-impl Drop for Busy<'_> {
+impl Drop for Owned<'_> {
     fn drop(&mut self) {
-        self.0.store(0, Ordering::Release);
+        let c = self.0;
+        // The GIL is held: a thread that registered as a waiter did so before this.
+        c.owner.store(0, Ordering::Relaxed);
+        if c.waiters.load(Ordering::Relaxed) != 0 {
+            let _g = c.wait_lock.lock().unwrap_or_else(|e| e.into_inner());
+            c.wait_cv.notify_all();
+        }
     }
 }
 
 impl PyCall {
     fn new(call: Box<Call>) -> Self {
         PyCall {
-            call: Mutex::new(call),
-            busy: AtomicUsize::new(0),
+            call: UnsafeCell::new(call),
+            owner: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            wait_lock: StdMutex::new(()),
+            wait_cv: Condvar::new(),
         }
     }
 
     #[inline]
     fn with<T>(&self, py: Python<'_>, f: impl FnOnce(&mut Call) -> T) -> PyResult<T> {
         let me = thread_token();
-        if self.busy.load(Ordering::Acquire) == me {
-            return Err(PyRuntimeError::new_err(
-                "this call is deciding on this thread: an event callback cannot use it",
-            ));
-        }
-        let mut call = match self.call.try_lock() {
-            Some(guard) => guard,
-            None => {
-                // Another thread is deciding on this call (its event callback
-                // may be running Python and waiting for the GIL): wait without it.
-                py.detach(|| {
-                    use parking_lot::lock_api::RawMutex as _;
-                    // SAFETY: the raw lock is taken here and owned by the guard made below.
-                    unsafe { self.call.raw() }.lock();
-                });
-                // SAFETY: this thread holds the lock, taken just above.
-                unsafe { self.call.make_guard_unchecked() }
+        loop {
+            match self.owner.load(Ordering::Relaxed) {
+                0 => break,
+                o if o == me => {
+                    return Err(PyRuntimeError::new_err(
+                        "this call is deciding on this thread: an event callback cannot use it",
+                    ))
+                }
+                _ => self.wait_for_owner(py),
             }
-        };
-        self.busy.store(me, Ordering::Release);
-        let _busy = Busy(&self.busy);
-        held(py, || f(&mut call))
+        }
+        // Nothing between the check and this store lets the GIL go.
+        self.owner.store(me, Ordering::Relaxed);
+        let _owned = Owned(self);
+        // SAFETY: this thread is the owner until `_owned` is dropped.
+        let call = unsafe { &mut **self.call.get() };
+        held(py, || f(call))
+    }
+
+    /// Another thread is deciding on this call (its event callback may be
+    /// running Python and need the GIL back): sleep until it is given back.
+    #[cold]
+    fn wait_for_owner(&self, py: Python<'_>) {
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        py.detach(|| {
+            let mut g = self.wait_lock.lock().unwrap_or_else(|e| e.into_inner());
+            while self.owner.load(Ordering::Relaxed) != 0 {
+                g = self.wait_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+        });
+        self.waiters.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
