@@ -8,7 +8,9 @@ Two cycles, no I/O and no sleeping (every library is told to wait 0):
     python bench/bench.py [--quick]
 
 Prints ns per cycle (best of several rounds) and the ratio to retrywise.
-Build the extension in release mode first (``maturin develop --release``).
+Build the extension first with ``pip install ./bindings-python`` (or ``ci.sh``): that
+uses the ``release-python`` profile (fat LTO); ``maturin develop --release`` builds
+without LTO and measures a little slower.
 """
 
 from __future__ import annotations

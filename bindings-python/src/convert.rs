@@ -6,7 +6,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
-use retrywise::{Headers, Needs};
+use retrywise::{Headers, Needs, SmolStr};
 use std::str::FromStr;
 
 /// Parses a vocabulary name (`"safe"`, `"stream_visible"`, ...) for argument `arg`.
@@ -139,16 +139,18 @@ pub fn to_py<'py, T: serde::Serialize>(py: Python<'py>, v: &T) -> PyResult<Bound
     from_json(py, &j)
 }
 
-fn header_text(v: &Bound<'_, PyAny>, arg: &str) -> PyResult<String> {
+fn header_text<'a>(v: &'a Bound<'_, PyAny>, arg: &str) -> PyResult<std::borrow::Cow<'a, str>> {
+    use std::borrow::Cow;
+    // Borrowed for `str` (the core copies what it keeps).
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(s.to_str()?.to_owned());
+        return Ok(Cow::Borrowed(s.to_str()?));
     }
     // Raw header bytes are latin-1 by RFC 9110; decode byte for byte.
     if let Ok(b) = v.cast::<PyBytes>() {
-        return Ok(b.as_bytes().iter().map(|&c| c as char).collect());
+        return Ok(Cow::Owned(b.as_bytes().iter().map(|&c| c as char).collect()));
     }
     if v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>() {
-        return Ok(v.str()?.to_str()?.to_owned());
+        return Ok(Cow::Owned(v.str()?.to_str()?.to_owned()));
     }
     Err(PyTypeError::new_err(format!(
         "argument '{arg}': header names and values must be str or bytes, got {}",
@@ -247,20 +249,29 @@ pub fn to_needs(obj: &Bound<'_, PyAny>) -> PyResult<Needs> {
 /// Argument extraction with errors that name the argument in `str(exc)`
 /// (PyO3 only adds a note, which Python 3.10 does not show): a wrong type
 /// is a `TypeError`, an int out of range a `ValueError`.
+#[inline(always)]
 pub fn int_arg<'py, T>(name: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<T>>
 where
     T: pyo3::conversion::FromPyObjectOwned<'py>,
 {
-    let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(None);
-    };
+    // The absent / None check inlines into the caller; the conversion is a call.
+    match obj {
+        Some(o) if !o.is_none() => int_val(name, o).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn int_val<'py, T>(name: &str, o: &Bound<'py, PyAny>) -> PyResult<T>
+where
+    T: pyo3::conversion::FromPyObjectOwned<'py>,
+{
     if !o.is_instance_of::<PyInt>() || o.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!(
             "argument '{name}': expected int, got {}",
             type_name(o)
         )));
     }
-    o.extract::<T>().map(Some).map_err(|_| {
+    o.extract::<T>().map_err(|_| {
         PyValueError::new_err(format!(
             "argument '{name}': {} is out of range",
             o.str().map(|s| s.to_string()).unwrap_or_default()
@@ -269,12 +280,18 @@ where
 }
 
 /// An optional `str` argument.
+#[inline(always)]
 pub fn str_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
-    let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(None);
-    };
+    match obj {
+        Some(o) if !o.is_none() => str_val(name, o).map(|s| Some(s.to_owned())),
+        _ => Ok(None),
+    }
+}
+
+/// A `str` argument, borrowed.
+fn str_val<'a>(name: &str, o: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
     match o.cast::<PyString>() {
-        Ok(s) => Ok(Some(s.to_str()?.to_owned())),
+        Ok(s) => s.to_str(),
         Err(_) => Err(PyTypeError::new_err(format!(
             "argument '{name}': expected str, got {}",
             type_name(o)
@@ -283,31 +300,62 @@ pub fn str_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<St
 }
 
 /// An optional `bool` argument (only `True` / `False`).
+#[inline(always)]
 pub fn bool_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<bool>> {
-    let Some(o) = obj.filter(|o| !o.is_none()) else {
-        return Ok(None);
-    };
-    match o.cast::<PyBool>() {
-        Ok(b) => Ok(Some(b.is_true())),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "argument '{name}': expected bool, got {}",
-            type_name(o)
-        ))),
+    match obj {
+        Some(o) if !o.is_none() => match o.cast::<PyBool>() {
+            Ok(b) => Ok(Some(b.is_true())),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "argument '{name}': expected bool, got {}",
+                type_name(o)
+            ))),
+        },
+        _ => Ok(None),
     }
 }
 
 /// An optional vocabulary name (`idempotency="safe"`), as the core's enum.
+#[inline(always)]
 pub fn name_arg<T>(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<T>>
 where
     T: FromStr<Err = retrywise::types::UnknownName>,
 {
-    match str_arg(name, obj)? {
-        Some(s) => parse_name(name, &s).map(Some),
-        None => Ok(None),
+    match obj {
+        Some(o) if !o.is_none() => parse_name(name, str_val(name, o)?).map(Some),
+        _ => Ok(None),
     }
 }
 
 /// A required `str` argument (`None` is a `TypeError` too).
 pub fn req_str(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<String> {
     str_arg(name, Some(obj))?.ok_or_else(|| PyTypeError::new_err(format!("argument '{name}': expected str, got None")))
+}
+
+/// An optional `str` argument as a `SmolStr`, copied straight from the
+/// Python string (inline up to 23 bytes: no allocation for usual names).
+#[inline(always)]
+pub fn smol_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SmolStr>> {
+    match obj {
+        Some(o) if !o.is_none() => str_val(name, o).map(|s| Some(SmolStr::new(s))),
+        _ => Ok(None),
+    }
+}
+
+/// A required `str` argument as a `SmolStr` (`None` is a `TypeError` too).
+#[inline]
+pub fn req_smol(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<SmolStr> {
+    smol_arg(name, Some(obj))?.ok_or_else(|| PyTypeError::new_err(format!("argument '{name}': expected str, got None")))
+}
+
+/// The body for `report`, borrowed when it is `bytes` or `str` (the common
+/// cases), copied otherwise.
+pub fn body_view<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<std::borrow::Cow<'a, [u8]>> {
+    use std::borrow::Cow;
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(Cow::Borrowed(b.as_bytes()));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Cow::Borrowed(s.to_str()?.as_bytes()));
+    }
+    body_bytes(obj).map(Cow::Owned)
 }

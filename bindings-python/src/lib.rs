@@ -1,17 +1,41 @@
 //! `retrywise._retrywise`: the native half of the Python package. It only
 //! translates types between Python and the `retrywise` core; every decision
-//! is the core's. Each entry point that enters the core runs with the GIL
-//! released (other threads keep running while this one decides) and inside
-//! a panic boundary (a core panic surfaces as `retrywise.InternalError`, and
-//! the engine stays usable).
+//! is the core's. Every entry point that enters the core runs inside a panic
+//! boundary (a core panic surfaces as `retrywise.InternalError`, and the
+//! engine stays usable).
+//!
+//! # The GIL
+//!
+//! The per-call hot path (`begin`, `next_attempt`, `report`,
+//! `cancel`, `next_hedge` and the `Call` getters) runs with the GIL *held*:
+//! in the common case the core decides there with atomics and thread-local
+//! state, no waits, in a few hundred nanoseconds, while releasing and
+//! re-taking the GIL costs about as much again on one thread and, with other
+//! Python threads waiting for it, a GIL hand-off (the thread that let go must
+//! queue to get it back) for every crossing; with four threads on one engine
+//! releasing it made a cycle about 4x slower than holding it. Holding it cannot
+//! deadlock: the only locks that path can meet in the core (a registry shard or
+//! name table on the first sight of a key, a thread's first counter block, a
+//! telemetry ring stripe, the reconcile queue, the sink list) are held by other
+//! threads only around short, pure-Rust sections, and the core calls event
+//! sinks (which need the GIL) after letting go of every engine lock. The one lock
+//! that *is* held while Python runs is a call's own lock, around a decision
+//! whose event callback runs Python code; `PyCall::with` therefore waits for
+//! a contended call lock with the GIL released.
+//!
+//! Everything that can block or does more than constant work — building an
+//! engine, parsing and reloading policies, `stats()` / `prometheus()` (which
+//! iterate every registry), `events()` / `drain_events()` (every telemetry
+//! stripe), the reconcile list, sink registration (a write lock), the policy
+//! snapshot — still runs with the GIL released, so other threads keep
+//! running while it does.
 
 mod convert;
 
 use convert::{
-    body_bytes, bool_arg, from_json, int_arg, name_arg, req_str, str_arg, to_headers, to_json, to_needs, to_py,
-    type_name,
+    body_bytes, body_view, bool_arg, from_json, int_arg, name_arg, req_smol, req_str, smol_arg, str_arg, to_headers,
+    to_json, to_needs, to_py, type_name,
 };
-use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -20,11 +44,12 @@ use retrywise::engine::HedgePlan;
 use retrywise::telemetry::Sink;
 use retrywise::{
     Action, Attempt, Call, CallSpec, Decision, Engine, ErrorClass, Event, Inbound, ManualClock, Mode, OnFailure,
-    Outcome, Policy, PolicyErrors, SmolStr, Stopped,
+    Outcome, Policy, PolicyErrors, Reason, SmolStr, Stopped, WaitSource,
 };
+use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex as StdMutex};
 use std::time::Duration;
 
 // ---------------------------------------------------------------- errors --
@@ -111,6 +136,13 @@ fn guarded_gil<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T
     }
 }
 
+/// Same boundary, GIL held, for the hot path (see "The GIL" above). When
+/// nothing panics `catch_unwind` costs nothing but the call.
+#[inline]
+fn held<T>(py: Python<'_>, f: impl FnOnce() -> T) -> PyResult<T> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| internal_error(py, panic_message(&*p)))
+}
+
 // ---------------------------------------------------------------- policy --
 
 /// A policy argument: `None` (defaults), a dict, or a JSON/YAML/TOML string.
@@ -145,6 +177,54 @@ fn policy_from(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Polic
 pub struct PyEngine {
     engine: Engine,
     clock: Option<ManualClock>,
+    routes: RouteCache,
+}
+
+/// The last few route strings `begin` saw, with their `SmolStr`: callers pass
+/// the same `str` object (a literal, a transport's attribute) for every call,
+/// so the usual route is found by identity, without reading or copying the text.
+/// Used only with the GIL held and without running Python code (exact `str`
+/// objects only: dropping an evicted one runs no finalizer), so it needs no lock.
+struct RouteCache(UnsafeCell<RouteSlots>);
+
+const ROUTE_SLOTS: usize = 4;
+
+#[derive(Default)]
+struct RouteSlots {
+    slots: [Option<(Py<PyString>, SmolStr)>; ROUTE_SLOTS],
+    next: usize,
+}
+
+// SAFETY: only touched in `RouteCache::name`, which needs the GIL (the
+// `Python` token) and runs no Python code while it holds the slots.
+unsafe impl Sync for RouteCache {}
+
+impl RouteCache {
+    fn new() -> Self {
+        RouteCache(UnsafeCell::new(RouteSlots::default()))
+    }
+
+    #[inline]
+    fn name(&self, _py: Python<'_>, route: &Bound<'_, PyAny>) -> PyResult<SmolStr> {
+        // SAFETY: see `impl Sync`; the reference ends before anything is dropped.
+        let cache = unsafe { &mut *self.0.get() };
+        for (obj, name) in cache.slots.iter().flatten() {
+            if obj.as_ptr() == route.as_ptr() {
+                return Ok(name.clone());
+            }
+        }
+        let name = req_smol("route", route)?;
+        let evicted = match route.cast_exact::<PyString>() {
+            Ok(s) => {
+                let i = cache.next % ROUTE_SLOTS;
+                cache.next = cache.next.wrapping_add(1);
+                cache.slots[i].replace((s.clone().unbind(), name.clone()))
+            }
+            Err(_) => None,
+        };
+        drop(evicted);
+        Ok(name)
+    }
 }
 
 /// The context variable holding the attempt in progress in this context:
@@ -184,8 +264,73 @@ impl PyEngine {
             b = b.clock(Arc::new(c.clone()));
         }
         let engine = guarded(py, move || b.build())?.map_err(|e| policy_error(py, &e))?;
-        Ok(PyEngine { engine, clock })
+        Ok(PyEngine {
+            engine,
+            clock,
+            routes: RouteCache::new(),
+        })
     }
+}
+
+/// The bound `get` of the `current_attempt` context variable, looked up once.
+static CURRENT_ATTEMPT_GET: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The `CallSpec` for `begin`: `[deadline_ms, idempotency,
+/// tenant, task, idempotency_key, priority]` and `[params, needs,
+/// inbound_headers, parent]`. Names are borrowed from the Python strings
+/// (short ones are stored inline by `SmolStr`, no allocation).
+#[inline(always)]
+fn call_spec(
+    py: Python<'_>,
+    routes: &RouteCache,
+    spec: &mut CallSpec,
+    route: &Bound<'_, PyAny>,
+    [deadline_ms, idempotency, tenant, task, idempotency_key, priority]: [Option<&Bound<'_, PyAny>>; 6],
+    [params, needs, inbound_headers, parent]: [Option<&Bound<'_, PyAny>>; 4],
+) -> PyResult<()> {
+    spec.route = routes.name(py, route)?;
+    spec.deadline = int_arg::<u64>("deadline_ms", deadline_ms)?.map(Duration::from_millis);
+    if let Some(i) = name_arg("idempotency", idempotency)? {
+        spec.idempotency = i;
+    }
+    spec.tenant = smol_arg("tenant", tenant)?;
+    spec.task = smol_arg("task", task)?;
+    spec.idempotency_key = str_arg("idempotency_key", idempotency_key)?;
+    spec.priority = smol_arg("priority", priority)?;
+    if let Some(p) = params.filter(|p| !p.is_none()) {
+        let v = to_json(p, "params")?;
+        spec.params_digest = Some(retrywise::idempotency::params_digest(&v));
+    }
+    if let Some(n) = needs.filter(|n| !n.is_none()) {
+        spec.needs = to_needs(n)?;
+    }
+    // Nesting: explicit inbound headers, else an explicit parent attempt,
+    // else the attempt active in this context (`retrywise.current_attempt`).
+    if let Some(h) = inbound_headers.filter(|h| !h.is_none()) {
+        let h = to_headers(h, "inbound_headers")?;
+        spec.inbound =
+            Inbound::from_headers(&h).map_err(|e| PyValueError::new_err(format!("argument 'inbound_headers': {e}")))?;
+    }
+    if spec.inbound.is_none() {
+        let p = match parent.filter(|p| !p.is_none()) {
+            Some(p) => p.clone(),
+            None => CURRENT_ATTEMPT_GET
+                .get_or_try_init(py, || {
+                    current_attempt(py)?
+                        .getattr(pyo3::intern!(py, "get"))
+                        .map(Bound::unbind)
+                })?
+                .bind(py)
+                .call0()?,
+        };
+        if !p.is_none() {
+            let a = p.cast::<PyAttempt>().map_err(|_| {
+                PyTypeError::new_err(format!("argument 'parent': expected Attempt, got {}", type_name(&p)))
+            })?;
+            spec.inbound = Some(a.get().attempt.inbound());
+        }
+    }
+    Ok(())
 }
 
 #[pymethods]
@@ -250,44 +395,17 @@ impl PyEngine {
         inbound_headers: Option<&Bound<'_, PyAny>>,
         parent: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyCall> {
-        let route = req_str("route", route)?;
-        let mut spec = CallSpec::new(route);
-        spec.deadline = int_arg::<u64>("deadline_ms", deadline_ms)?.map(Duration::from_millis);
-        if let Some(i) = name_arg("idempotency", idempotency)? {
-            spec.idempotency = i;
-        }
-        spec.tenant = str_arg("tenant", tenant)?.map(SmolStr::from);
-        spec.task = str_arg("task", task)?.map(SmolStr::from);
-        spec.idempotency_key = str_arg("idempotency_key", idempotency_key)?;
-        spec.priority = str_arg("priority", priority)?.map(SmolStr::from);
-        if let Some(p) = params.filter(|p| !p.is_none()) {
-            let v = to_json(p, "params")?;
-            spec.params_digest = Some(retrywise::idempotency::params_digest(&v));
-        }
-        if let Some(n) = needs.filter(|n| !n.is_none()) {
-            spec.needs = to_needs(n)?;
-        }
-        // Nesting: explicit inbound headers, else an explicit parent attempt,
-        // else the attempt active in this context (see `retrywise._context`).
-        if let Some(h) = inbound_headers.filter(|h| !h.is_none()) {
-            let h = to_headers(h, "inbound_headers")?;
-            spec.inbound = Inbound::from_headers(&h)
-                .map_err(|e| PyValueError::new_err(format!("argument 'inbound_headers': {e}")))?;
-        }
-        if spec.inbound.is_none() {
-            let p = match parent.filter(|p| !p.is_none()) {
-                Some(p) => p.clone(),
-                None => current_attempt(py)?.call_method0(pyo3::intern!(py, "get"))?,
-            };
-            if !p.is_none() {
-                let a = p.cast::<PyAttempt>().map_err(|_| {
-                    PyTypeError::new_err(format!("argument 'parent': expected Attempt, got {}", type_name(&p)))
-                })?;
-                spec.inbound = Some(a.get().attempt.inbound());
-            }
-        }
+        let mut spec = CallSpec::default();
+        call_spec(
+            py,
+            &self.routes,
+            &mut spec,
+            route,
+            [deadline_ms, idempotency, tenant, task, idempotency_key, priority],
+            [params, needs, inbound_headers, parent],
+        )?;
         let engine = &self.engine;
-        let call = guarded(py, move || engine.begin(spec))?;
+        let call = held(py, || Box::new(engine.begin(spec)))?;
         Ok(PyCall::new(call))
     }
 
@@ -443,16 +561,34 @@ impl PyEngine {
 
 // ------------------------------------------------------------------ call --
 
-/// One logical request. Methods lock it with the GIL released, so two
-/// threads touching one call never deadlock with an event callback.
+/// One logical request. Its methods take it (and decide) with the GIL held.
+///
+/// Who may touch the core's `Call` is `owner`, the token of the thread deciding
+/// on it (0 = nobody). `owner` is only read and written with the GIL held, so
+/// taking a free call is a load and a store, not an atomic read-modify-write:
+/// the GIL already orders every thread that takes or gives back a call. The
+/// owner may let the GIL go while it holds the call (an event callback runs
+/// Python code during the decision); a thread that then finds the call taken
+/// waits for it with the GIL released, so two threads touching one call never
+/// deadlock with an event callback, and a callback that reaches back into the
+/// call being decided on its own thread gets an error instead of a self-deadlock.
+/// (abi3 extensions only load into CPython builds that have a GIL.)
 #[pyclass(module = "retrywise._retrywise", name = "Call", frozen)]
 pub struct PyCall {
-    call: Mutex<Call>,
-    /// Token of the thread deciding on this call right now (0 = none): an event
-    /// callback that reaches back into the call being decided gets an error
-    /// instead of a self-deadlock.
-    busy: AtomicUsize,
+    /// Boxed: the core's `Call` is a few hundred bytes, moved once into the
+    /// box instead of through every layer between the core and the Python object.
+    call: UnsafeCell<Box<Call>>,
+    owner: AtomicUsize,
+    /// Threads waiting for `owner` to become 0 (changed with the GIL held).
+    waiters: AtomicUsize,
+    /// Where waiters sleep, with the GIL released (touched only when there are waiters).
+    wait_lock: StdMutex<()>,
+    wait_cv: Condvar,
 }
+
+// SAFETY: `Call` is `Send`; the `owner` protocol (see above) gives one thread at
+// a time, and only while it is the owner, access to it.
+unsafe impl Sync for PyCall {}
 
 thread_local! {
     static THREAD_TOKEN: u8 = const { 0 };
@@ -462,44 +598,79 @@ fn thread_token() -> usize {
     THREAD_TOKEN.with(|t| t as *const u8 as usize)
 }
 
-struct Busy<'a>(&'a AtomicUsize);
+/// Gives the call back when the decision ends (also when it panicked).
+struct Owned<'a>(&'a PyCall);
 
-impl Drop for Busy<'_> {
+impl Drop for Owned<'_> {
     fn drop(&mut self) {
-        self.0.store(0, Ordering::Release);
+        let c = self.0;
+        // The GIL is held: a thread that registered as a waiter did so before this.
+        c.owner.store(0, Ordering::Relaxed);
+        if c.waiters.load(Ordering::Relaxed) != 0 {
+            let _g = c.wait_lock.lock().unwrap_or_else(|e| e.into_inner());
+            c.wait_cv.notify_all();
+        }
     }
 }
 
 impl PyCall {
-    fn new(call: Call) -> Self {
+    fn new(call: Box<Call>) -> Self {
         PyCall {
-            call: Mutex::new(call),
-            busy: AtomicUsize::new(0),
+            call: UnsafeCell::new(call),
+            owner: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            wait_lock: StdMutex::new(()),
+            wait_cv: Condvar::new(),
         }
     }
 
-    fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Call) -> T + Send) -> PyResult<T> {
+    #[inline]
+    fn with<T>(&self, py: Python<'_>, f: impl FnOnce(&mut Call) -> T) -> PyResult<T> {
         let me = thread_token();
-        if self.busy.load(Ordering::Acquire) == me {
-            return Err(PyRuntimeError::new_err(
-                "this call is deciding on this thread: an event callback cannot use it",
-            ));
+        loop {
+            match self.owner.load(Ordering::Relaxed) {
+                0 => break,
+                o if o == me => {
+                    return Err(PyRuntimeError::new_err(
+                        "this call is deciding on this thread: an event callback cannot use it",
+                    ))
+                }
+                _ => self.wait_for_owner(py),
+            }
         }
-        guarded(py, || {
-            let mut call = self.call.lock();
-            self.busy.store(me, Ordering::Release);
-            let _busy = Busy(&self.busy);
-            f(&mut call)
-        })
+        // Nothing between the check and this store lets the GIL go.
+        self.owner.store(me, Ordering::Relaxed);
+        let _owned = Owned(self);
+        // SAFETY: this thread is the owner until `_owned` is dropped.
+        let call = unsafe { &mut **self.call.get() };
+        held(py, || f(call))
+    }
+
+    /// Another thread is deciding on this call (its event callback may be
+    /// running Python and need the GIL back): sleep until it is given back.
+    #[cold]
+    fn wait_for_owner(&self, py: Python<'_>) {
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        py.detach(|| {
+            let mut g = self.wait_lock.lock().unwrap_or_else(|e| e.into_inner());
+            while self.owner.load(Ordering::Relaxed) != 0 {
+                g = self.wait_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+        });
+        self.waiters.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 #[pymethods]
 impl PyCall {
     /// The next attempt to make, or raises `retrywise.Stopped` saying why none may start.
-    fn next_attempt(&self, py: Python<'_>) -> PyResult<PyAttempt> {
-        match self.with(py, |c| c.next_attempt())? {
-            Ok(attempt) => Ok(PyAttempt { attempt }),
+    fn next_attempt<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAttempt>> {
+        // The Python object is made where the core returns the attempt (one move
+        // of the attempt instead of one per layer); `Stopped` is raised outside the lock.
+        match self.with(py, |c| {
+            c.next_attempt().map(|attempt| Bound::new(py, PyAttempt { attempt }))
+        })? {
+            Ok(attempt) => attempt,
             Err(s) => Err(stopped_error(py, &s)),
         }
     }
@@ -507,9 +678,9 @@ impl PyCall {
     /// Reports the outcome of the attempt in flight (or of `attempt`, with hedging) and returns the decision.
     #[pyo3(signature = (status=None, error=None, headers=None, phase=None, vendor_code=None, effect=None, input_tokens=None, body=None, *, ok=None, attempt=None))]
     #[allow(clippy::too_many_arguments)]
-    fn report(
+    fn report<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         status: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
         headers: Option<&Bound<'_, PyAny>>,
@@ -520,7 +691,7 @@ impl PyCall {
         body: Option<&Bound<'_, PyAny>>,
         ok: Option<&Bound<'_, PyAny>>,
         attempt: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyDecision> {
+    ) -> PyResult<Bound<'py, PyDecision>> {
         let mut o = Outcome {
             status: int_arg::<u16>("status", status)?,
             error: name_arg("error", error)?,
@@ -535,27 +706,26 @@ impl PyCall {
         if let Some(h) = headers.filter(|h| !h.is_none()) {
             o.headers = to_headers(h, "headers")?;
         }
+        // Read in place: the core only scans the body for a vendor code.
         let body = match body.filter(|b| !b.is_none() && o.vendor_code.is_none()) {
-            Some(b) => Some(body_bytes(b)?),
+            Some(b) => Some(body_view(b)?),
             None => None,
         };
-        let decision = self.with(py, move |c| {
-            if let Some(b) = body {
-                o.vendor_code = retrywise::vendor_code_from_body(&b);
+        self.with(py, |c| {
+            if let Some(b) = &body {
+                o.vendor_code = retrywise::vendor_code_from_body(b);
             }
-            match attempt {
+            let d = match attempt {
                 Some(n) => c.report_attempt(n, &o),
                 None => c.report(&o),
-            }
-        })?;
-        Ok(PyDecision { d: decision })
+            };
+            Bound::new(py, PyDecision::new(py, d))
+        })?
     }
 
     /// Cancels the call: attempts in flight are reported as cancelled; returns the final decision.
     fn cancel(&self, py: Python<'_>) -> PyResult<PyDecision> {
-        Ok(PyDecision {
-            d: self.with(py, |c| c.cancel())?,
-        })
+        Ok(PyDecision::new(py, self.with(py, |c| c.cancel())?))
     }
 
     /// Whether a hedged attempt may start now (`action` start / after / no).
@@ -584,8 +754,8 @@ impl PyCall {
 
     /// Logical request id.
     #[getter]
-    fn id(&self, py: Python<'_>) -> PyResult<String> {
-        self.with(py, |c| c.id().to_string())
+    fn id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        self.with(py, |c| PyString::new(py, c.id()))
     }
 
     /// Physical attempts started so far.
@@ -614,20 +784,20 @@ impl PyCall {
 
     /// Upstream the next attempt goes to.
     #[getter]
-    fn target(&self, py: Python<'_>) -> PyResult<String> {
-        self.with(py, |c| c.target().to_string())
+    fn target<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        self.with(py, |c| PyString::new(py, c.target()))
     }
 
     /// Policy version this call runs under.
     #[getter]
-    fn policy_version(&self, py: Python<'_>) -> PyResult<String> {
-        self.with(py, |c| c.policy_version().to_string())
+    fn policy_version<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        self.with(py, |c| PyString::new(py, c.policy_version()))
     }
 
     /// The final decision, once the call is over.
     #[getter]
     fn final_decision(&self, py: Python<'_>) -> PyResult<Option<PyDecision>> {
-        Ok(self.with(py, |c| c.final_decision())?.map(|d| PyDecision { d }))
+        Ok(self.with(py, |c| c.final_decision())?.map(|d| PyDecision::new(py, d)))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -706,6 +876,20 @@ impl PyTimeouts {
     }
 }
 
+/// The propagation header names, interned once (a fresh dict per read, but
+/// not fresh name strings).
+static HEADER_NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
+
+fn header_name<'py>(py: Python<'py>, k: &'static str) -> Bound<'py, PyString> {
+    use retrywise::deadline::{H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY, H_REQUEST_ID};
+    const NAMES: [&str; 4] = [H_DEADLINE, H_REQUEST_ID, H_ATTEMPT, H_IDEMPOTENCY_KEY];
+    let names = HEADER_NAMES.get_or_init(py, || NAMES.map(|n| PyString::intern(py, n).unbind()));
+    match NAMES.iter().position(|&n| n == k) {
+        Some(i) => names[i].bind(py).clone(),
+        None => PyString::new(py, k),
+    }
+}
+
 /// One physical attempt to make now.
 #[pyclass(module = "retrywise._retrywise", name = "Attempt", frozen)]
 pub struct PyAttempt {
@@ -735,8 +919,8 @@ impl PyAttempt {
     #[getter]
     fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (k, v) in guarded_gil(py, || Ok(self.attempt.headers()))? {
-            d.set_item(k, v)?;
+        for (k, v) in held(py, || self.attempt.headers())? {
+            d.set_item(header_name(py, k), v)?;
         }
         Ok(d)
     }
@@ -782,25 +966,79 @@ impl PyAttempt {
 
 // -------------------------------------------------------------- decision --
 
+/// Interned Python strings for a vocabulary enum, indexed by its code and made
+/// once: a getter returns the same `str` object every time (no allocation per
+/// read), and it is the very object Python interns for the same literal, so
+/// `d.reason == "max_attempts"` compares by identity first.
+struct Vocab(PyOnceLock<Vec<Option<Py<PyString>>>>);
+
+impl Vocab {
+    const fn new() -> Self {
+        Vocab(PyOnceLock::new())
+    }
+
+    fn get<'py, T: Copy>(
+        &self,
+        py: Python<'py>,
+        all: &'static [T],
+        code: fn(T) -> u8,
+        name: fn(T) -> &'static str,
+        v: T,
+    ) -> Bound<'py, PyString> {
+        let table = self.0.get_or_init(py, || {
+            let n = all.iter().map(|&x| usize::from(code(x)) + 1).max().unwrap_or(0);
+            (0..n)
+                .map(|i| {
+                    all.iter()
+                        .find(|&&x| usize::from(code(x)) == i)
+                        .map(|&x| PyString::intern(py, name(x)).unbind())
+                })
+                .collect()
+        });
+        match table.get(usize::from(code(v))) {
+            Some(Some(s)) => s.bind(py).clone(),
+            _ => PyString::intern(py, name(v)),
+        }
+    }
+}
+
+static ACTIONS: Vocab = Vocab::new();
+static REASONS: Vocab = Vocab::new();
+static CLASSES: Vocab = Vocab::new();
+static WAIT_SOURCES: Vocab = Vocab::new();
+
+fn reason_str(py: Python<'_>, r: Reason) -> Bound<'_, PyString> {
+    REASONS.get(py, Reason::ALL, Reason::code, Reason::as_str, r)
+}
+
+fn class_str(py: Python<'_>, c: ErrorClass) -> Bound<'_, PyString> {
+    CLASSES.get(py, ErrorClass::ALL, ErrorClass::code, ErrorClass::as_str, c)
+}
+
 /// What the caller must do after reporting an attempt.
 #[pyclass(module = "retrywise._retrywise", name = "Decision", frozen)]
 pub struct PyDecision {
+    /// "succeeded" | "retry" | "fallback" | "stop" | "reconcile".
+    // A struct member: read straight from the object, without a call (every
+    // caller reads it once per decision).
+    #[pyo3(get)]
+    action: Py<PyString>,
     d: Decision,
+}
+
+impl PyDecision {
+    fn new(py: Python<'_>, d: Decision) -> Self {
+        PyDecision {
+            action: ACTIONS
+                .get(py, Action::ALL, Action::code, Action::as_str, d.action)
+                .unbind(),
+            d,
+        }
+    }
 }
 
 #[pymethods]
 impl PyDecision {
-    /// "succeeded" | "retry" | "fallback" | "stop" | "reconcile".
-    #[getter]
-    fn action<'py>(&self, py: Python<'py>) -> &Bound<'py, PyString> {
-        match self.d.action {
-            Action::Succeeded => pyo3::intern!(py, "succeeded"),
-            Action::Retry => pyo3::intern!(py, "retry"),
-            Action::Fallback => pyo3::intern!(py, "fallback"),
-            Action::Stop => pyo3::intern!(py, "stop"),
-            Action::Reconcile => pyo3::intern!(py, "reconcile"),
-        }
-    }
     /// Seconds to wait before the next attempt (retry / fallback).
     #[getter]
     fn delay_s(&self) -> f64 {
@@ -813,13 +1051,13 @@ impl PyDecision {
     }
     /// Error class of the reported outcome; None on success.
     #[getter]
-    fn error_class(&self) -> Option<&'static str> {
-        self.d.class.map(ErrorClass::as_str)
+    fn error_class<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyString>> {
+        self.d.class.map(|c| class_str(py, c))
     }
     /// Stable reason code.
     #[getter]
-    fn reason(&self) -> &'static str {
-        self.d.reason.as_str()
+    fn reason<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        reason_str(py, self.d.reason)
     }
     /// Upstream of the next attempt (retry / fallback) or of the reported one.
     #[getter]
@@ -828,8 +1066,14 @@ impl PyDecision {
     }
     /// "none" | "retry_after" | "jitter".
     #[getter]
-    fn wait_source(&self) -> &'static str {
-        self.d.wait_source.as_str()
+    fn wait_source<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        WAIT_SOURCES.get(
+            py,
+            WaitSource::ALL,
+            WaitSource::code,
+            WaitSource::as_str,
+            self.d.wait_source,
+        )
     }
     /// The server's wait hint, seconds, when it sent one.
     #[getter]
@@ -877,10 +1121,10 @@ impl PyDecision {
         d.set_item("action", self.d.action.as_str())?;
         d.set_item("delay_s", self.delay_s())?;
         d.set_item("delay_ms", self.delay_ms())?;
-        d.set_item("error_class", self.error_class())?;
-        d.set_item("reason", self.reason())?;
+        d.set_item("error_class", self.error_class(py))?;
+        d.set_item("reason", self.reason(py))?;
         d.set_item("upstream", self.upstream())?;
-        d.set_item("wait_source", self.wait_source())?;
+        d.set_item("wait_source", self.wait_source(py))?;
         d.set_item("retry_after_s", self.retry_after_s())?;
         d.set_item("retry_after_ms", self.retry_after_ms())?;
         d.set_item("on_failure", self.on_failure())?;

@@ -34,6 +34,36 @@ def test_loop_retry_then_success(engine: Engine) -> None:
     assert e.value.reason == "call_finished"
 
 
+def test_route_names_are_read_for_every_route_object(engine: Engine) -> None:
+    """begin remembers recent route strings by identity: equal texts, new objects, more
+    routes than it remembers and str subclasses all still name their own upstream."""
+
+    class Name(str):
+        __slots__ = ()
+
+    routes = [f"up-{i}" for i in range(7)]
+    for _ in range(3):
+        for r in routes:
+            fresh = "".join(list(r))  # another object with the same text
+            for name in (r, fresh, Name(r)):
+                call = engine.begin(name)
+                attempt = call.next_attempt()
+                assert attempt.upstream == r and call.target == r
+    with pytest.raises(TypeError, match="argument 'route'"):
+        engine.begin(b"up-1")  # type: ignore[arg-type]
+
+
+def test_vocabulary_strings_are_shared_objects(engine: Engine) -> None:
+    """Decision strings are interned once, not made per read; they still compare like any str."""
+    call = engine.begin("u")
+    call.next_attempt()
+    d = call.report(status=503)
+    assert d.reason is d.reason and d.error_class is d.error_class and d.wait_source is d.wait_source
+    assert d.reason == "retryable_status" and type(d.reason) is str
+    assert d.to_dict()["reason"] == "retryable_status" and d.to_dict()["error_class"] == "transient"
+    assert type(call.id) is str and call.target == "u" and isinstance(call.policy_version, str)
+
+
 def test_attempt_timeouts_and_propagation_headers(engine: Engine) -> None:
     call = engine.begin("u", deadline_ms=2_000, idempotency_key="k-1")
     a = call.next_attempt()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -108,6 +109,38 @@ def test_blocking_callback_does_not_stall_other_threads() -> None:
         fb.result(timeout=10)
         assert fa.result(timeout=10) == "succeeded"
     assert waited == [True]
+
+
+def test_call_used_by_another_thread_while_its_callback_runs() -> None:
+    """Thread A decides on a call and its event callback runs Python (sleeps, letting the
+    GIL go) while holding the call; thread B then touches the same call. B must wait for
+    the call without holding the GIL, or A could never finish its callback."""
+    engine = Engine(OPEN)
+    in_callback = threading.Event()
+    call = engine.begin("u")
+    call.next_attempt()
+
+    def sink(event: dict[str, Any]) -> None:
+        if event["kind"] == "attempt_end" and threading.current_thread().name == "decider":
+            in_callback.set()
+            time.sleep(0.05)
+
+    engine.on_event(sink)
+    seen: list[object] = []
+
+    def toucher() -> None:
+        assert in_callback.wait(timeout=10)
+        seen.append(call.attempts)  # waits for A's decision, then reads it
+        seen.append(call.is_finished)
+
+    box: list[str] = []
+    a = threading.Thread(target=lambda: box.append(call.report(status=200).action), name="decider")
+    b = threading.Thread(target=toucher)
+    b.start()
+    a.start()
+    a.join(timeout=10)
+    b.join(timeout=10)
+    assert box == ["succeeded"] and seen == [1, True]
 
 
 def test_calls_handed_between_threads() -> None:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from . import _retrywise
 from ._errors import Stopped
-from ._outcomes import exception_report, exception_response, is_cancellation, response_report
+from ._outcomes import exception_report, exception_response, is_cancellation, report_result
 from ._retrywise import Attempt, Call, Decision
 
 R = TypeVar("R")
@@ -67,7 +67,7 @@ class Engine(_retrywise.Engine):
                 decision = call.report(**exception_report(exc))
                 last_response, last_exc = exception_response(exc), exc
             else:
-                decision = call.report(**response_report(result))
+                decision = report_result(call, result)
                 last_response, last_exc = result, None
             finally:
                 current_attempt.reset(token)
@@ -97,7 +97,7 @@ class Engine(_retrywise.Engine):
                 decision = call.report(**exception_report(exc))
                 last_response, last_exc = exception_response(exc), exc
             else:
-                decision = call.report(**response_report(result))
+                decision = report_result(call, result)
                 last_response, last_exc = result, None
             finally:
                 current_attempt.reset(token)

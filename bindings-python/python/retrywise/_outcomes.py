@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._retrywise import Call, Decision
     from .types import ErrorKind, Phase
 
     Kind = tuple[ErrorKind, Phase | None]
@@ -111,6 +112,17 @@ def response_report(resp: Any) -> dict[str, Any]:
     if status >= 400:
         out["body"] = _body(resp)
     return out
+
+
+def report_result(call: Call, resp: Any) -> Decision:
+    """``call.report(**response_report(resp))`` without building the arguments (``run``'s hot path)."""
+    status = getattr(resp, "status_code", None)
+    if not isinstance(status, int):
+        return call.report(ok=True)
+    headers = getattr(resp, "headers", None)
+    if status >= 400:
+        return call.report(status=status, headers=headers, body=_body(resp))
+    return call.report(status=status, headers=headers)
 
 
 def exception_report(exc: BaseException) -> dict[str, Any]:
