@@ -155,7 +155,10 @@ fn check(status: sys::napi_status, what: &str) -> Result<()> {
     if status == sys::Status::napi_ok {
         Ok(())
     } else {
-        Err(Error::new(Status::GenericFailure, format!("creating the fast entry points: {what}")))
+        Err(Error::new(
+            Status::GenericFailure,
+            format!("creating the fast entry points: {what}"),
+        ))
     }
 }
 
@@ -177,7 +180,8 @@ pub(crate) fn create(env: &Env, inner: &Rc<RefCell<Inner>>) -> Result<Object<'st
         for (name, cb) in fns {
             let data = Rc::into_raw(inner.clone()) as *mut c_void;
             let mut f = ptr::null_mut();
-            let made = sys::napi_create_function(raw, name.as_ptr().cast(), name.len() as isize, Some(cb), data, &mut f);
+            let made =
+                sys::napi_create_function(raw, name.as_ptr().cast(), name.len() as isize, Some(cb), data, &mut f);
             if made != sys::Status::napi_ok {
                 drop_state(raw, data, ptr::null_mut());
                 return check(made, name).map(|_| unreachable!());

@@ -451,7 +451,9 @@ impl Inner {
         tenant: f64,
         first: bool,
     ) -> std::result::Result<(f64, i32), Fail> {
-        let route = self.string(route)?.ok_or_else(|| Fail::Type("route id must be >= 0".to_string()))?;
+        let route = self
+            .string(route)?
+            .ok_or_else(|| Fail::Type("route id must be >= 0".to_string()))?;
         let tenant = self.string(tenant)?;
         let idempotency = idempotency_of(idempotency)?;
         let mut spec = CallSpec::new(route);
@@ -647,14 +649,20 @@ impl NativeEngine {
     }
 
     fn st(&self, env: &Env) -> Result<RefMut<'_, Inner>> {
-        self.inner
-            .try_borrow_mut()
-            .map_err(|_| throw(env, "ERR_RETRYWISE_BUSY", "the engine is in use (re-entered from a callback)"))
+        self.inner.try_borrow_mut().map_err(|_| {
+            throw(
+                env,
+                "ERR_RETRYWISE_BUSY",
+                "the engine is in use (re-entered from a callback)",
+            )
+        })
     }
 
     /// The fast entry points of this engine (see the `fast` module): an object
     /// of functions taking no argument, whose inputs and results are in scratch.
-    #[napi(ts_return_type = "{ begin(): void; beginAttempt(): void; next(): void; reportStatus(): void; reportOk(): void; release(): void }")]
+    #[napi(
+        ts_return_type = "{ begin(): void; beginAttempt(): void; next(): void; reportStatus(): void; reportOk(): void; release(): void }"
+    )]
     pub fn fast(&self, env: Env) -> Result<Object<'static>> {
         guard(&env, || fast::create(&env, &self.inner))
     }
@@ -789,7 +797,9 @@ impl NativeEngine {
     /// why none may start (`1`, stop fields in scratch).
     #[napi]
     pub fn next_attempt(&mut self, env: Env, h: f64) -> Result<i32> {
-        guard(&env, || self.st(&env)?.next_attempt(h, false).map_err(|f| f.into_error(&env)))
+        guard(&env, || {
+            self.st(&env)?.next_attempt(h, false).map_err(|f| f.into_error(&env))
+        })
     }
 
     /// Reports a bare HTTP status for the latest attempt (the fast path); returns the action code.
@@ -902,10 +912,10 @@ impl NativeEngine {
             let e = st.entry(h).map_err(|f| f.into_error(&env))?;
             let mut out = Vec::new();
             if let Some(a) = e.find_attempt(n) {
-                for (k, v) in a.headers() {
+                a.for_each_header(|k, v| {
                     out.push(k.to_string());
-                    out.push(v);
-                }
+                    out.push(v.to_string());
+                });
             }
             Ok(out)
         })
@@ -1109,7 +1119,9 @@ impl NativeEngine {
     /// Breaker state name of an upstream.
     #[napi]
     pub fn breaker_state(&self, env: Env, upstream: String) -> Result<String> {
-        guard(&env, || Ok(self.st(&env)?.engine.breaker_state(&upstream).as_str().to_string()))
+        guard(&env, || {
+            Ok(self.st(&env)?.engine.breaker_state(&upstream).as_str().to_string())
+        })
     }
 
     /// The policy in force, as JSON.

@@ -919,10 +919,15 @@ impl PyAttempt {
     #[getter]
     fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (k, v) in held(py, || self.attempt.headers())? {
-            d.set_item(header_name(py, k), v)?;
-        }
-        Ok(d)
+        let mut failed = Ok(());
+        held(py, || {
+            self.attempt.for_each_header(|k, v| {
+                if failed.is_ok() {
+                    failed = d.set_item(header_name(py, k), v);
+                }
+            })
+        })?;
+        failed.map(|()| d)
     }
     /// True for a hedged (parallel) attempt.
     #[getter]

@@ -21,7 +21,9 @@ use crate::breaker::{Admit, BreakerCell, BreakerParams, BreakerState, Record, Tr
 use crate::budget::{BudgetCell, BudgetParams, Refusal};
 use crate::classify::{Classifier, Disposition};
 use crate::clock::{Clock, EngineClock, SystemClock};
-use crate::deadline::{attempt_timeouts, outbound_headers, AttemptTimeouts, Inbound, TokenEstimate};
+use crate::deadline::{
+    attempt_timeouts, AttemptTimeouts, Inbound, TokenEstimate, H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY, H_REQUEST_ID,
+};
 use crate::fallback::{match_candidates, Exclusion, MatchResult, Needs};
 use crate::few::Few;
 use crate::gate::{GateCell, PoolCell};
@@ -156,8 +158,8 @@ pub(crate) struct Compiled {
     min_attempt: Duration,
     /// Any concurrency gate or priority pool configured.
     gated: bool,
-    /// Propagation safety margin.
-    margin: Duration,
+    /// Propagation safety margin, ms.
+    margin_ms: u32,
     /// `timeouts` as durations, for attempts without a token-based timeout.
     fixed_timeouts: AttemptTimeouts,
     attempt_cap: Option<Duration>,
@@ -195,7 +197,7 @@ impl Compiled {
             gated: policy.concurrency.max_first_attempts.is_some()
                 || policy.concurrency.max_retries.is_some()
                 || !policy.concurrency.pools.is_empty(),
-            margin: Duration::from_millis(policy.propagation.safety_margin_ms),
+            margin_ms: policy.propagation.safety_margin_ms.min(u32::MAX as u64) as u32,
             fixed_timeouts: AttemptTimeouts {
                 connect: Duration::from_millis(policy.timeouts.connect_ms),
                 first_byte: Duration::from_millis(policy.timeouts.first_byte_ms),
@@ -556,7 +558,12 @@ pub struct Attempt {
     pub hedge: bool,
     /// True when this attempt goes to another upstream than the first one.
     pub fallback: bool,
-    margin: Duration,
+    /// The engine clock's reading when the attempt was granted (see
+    /// [`Engine::now`]): bindings time the attempt from it without reading
+    /// a clock of their own.
+    pub started_at: Duration,
+    /// Propagation safety margin, ms.
+    margin_ms: u32,
     propagate: bool,
     /// Attempt number sent downstream: the owner's attempt number for a non-owner call.
     wire_number: u32,
@@ -565,20 +572,39 @@ pub struct Attempt {
 impl Attempt {
     /// Outbound propagation headers (`retrywise-deadline-ms`, `retrywise-request-id`,
     /// `retrywise-attempt`, `idempotency-key`); empty when propagation is off.
+    /// Allocates the values; transports use [`Attempt::for_each_header`].
     pub fn headers(&self) -> Vec<(&'static str, String)> {
-        if !self.propagate {
-            return match &self.idempotency_key {
-                Some(k) => vec![(crate::deadline::H_IDEMPOTENCY_KEY, k.to_string())],
-                None => Vec::new(),
-            };
+        let mut v = Vec::with_capacity(4);
+        self.for_each_header(|name, value| v.push((name, value.to_string())));
+        v
+    }
+
+    /// Hands each outbound propagation header (the same as
+    /// [`Attempt::headers`], in the same order) to `f`, numbers formatted on
+    /// the stack: no allocation per attempt.
+    ///
+    /// ```
+    /// use retrywise::{CallSpec, Engine, Policy};
+    /// let engine = Engine::new(Policy::default()).unwrap();
+    /// let mut call = engine.begin(CallSpec::new("openai/gpt-4o"));
+    /// let attempt = call.next_attempt().unwrap();
+    /// let mut names = Vec::new();
+    /// attempt.for_each_header(|name, _value| names.push(name));
+    /// assert_eq!(names, ["retrywise-deadline-ms", "retrywise-request-id", "retrywise-attempt"]);
+    /// ```
+    pub fn for_each_header(&self, mut f: impl FnMut(&'static str, &str)) {
+        if self.propagate {
+            let mut n = itoa::Buffer::new();
+            f(
+                H_DEADLINE,
+                n.format((self.remaining.as_millis()).saturating_sub(self.margin_ms as u128)),
+            );
+            f(H_REQUEST_ID, self.request_id.as_str());
+            f(H_ATTEMPT, n.format(self.wire_number));
         }
-        outbound_headers(
-            self.remaining,
-            self.margin,
-            &self.request_id,
-            self.wire_number,
-            self.idempotency_key.as_deref(),
-        )
+        if let Some(k) = &self.idempotency_key {
+            f(H_IDEMPOTENCY_KEY, k);
+        }
     }
 
     /// What a call started inside this attempt (same process) inherits: the
@@ -932,7 +958,9 @@ impl Engine {
         }
     }
 
-    fn now(&self) -> Duration {
+    /// The engine clock's current reading (monotonic; a manual clock's time
+    /// under test), on the same scale as [`Attempt::started_at`].
+    pub fn now(&self) -> Duration {
         self.inner.shared.clock.now()
     }
 
@@ -2041,7 +2069,8 @@ impl Call {
             request_id: self.id.clone(),
             idempotency_key: self.key.clone(),
             hedge: is_hedge,
-            margin: pol.margin,
+            started_at: now,
+            margin_ms: pol.margin_ms,
             propagate: pol.policy.propagation.enabled,
             wire_number: self.ext.as_ref().and_then(|e| e.inbound_attempt).unwrap_or(number),
         })

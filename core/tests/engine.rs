@@ -349,6 +349,31 @@ fn propagation_headers_and_idempotency_key_on_every_attempt() {
     assert_eq!(left, 10_000 - 1_000 - d.delay_ms() - 50);
 }
 
+/// With propagation off only the idempotency key goes out; the attempt is
+/// stamped with the engine clock's reading so bindings need no clock of their own.
+#[test]
+fn propagation_off_sends_only_the_key_and_attempts_carry_their_start() {
+    let (e, clock) = engine("propagation: {enabled: false}");
+    clock.advance_ms(1_234);
+    assert_eq!(e.now(), Duration::from_millis(1_234));
+    let mut c = e.begin(CallSpec::new("up").idempotency_key("k-1"));
+    let a = c.next_attempt().unwrap();
+    assert_eq!(a.started_at, Duration::from_millis(1_234));
+    let mut seen = Vec::new();
+    a.for_each_header(|k, v| seen.push((k, v.to_string())));
+    assert_eq!(seen, vec![("idempotency-key", "k-1".to_string())]);
+    assert_eq!(a.headers(), seen);
+    let mut bare = e.begin(CallSpec::new("up"));
+    let b = bare.next_attempt().unwrap();
+    let mut n = 0;
+    b.for_each_header(|_, _| n += 1);
+    assert_eq!(n, 0);
+    clock.advance_ms(10);
+    let d = c.report(&Outcome::status(503));
+    clock.advance(d.delay);
+    assert_eq!(c.next_attempt().unwrap().started_at, e.now());
+}
+
 /// A downstream engine that receives propagation headers makes exactly one
 /// attempt per inbound attempt, within the inherited deadline, and returns its
 /// evidence instead of retrying: stacked layers never multiply.
