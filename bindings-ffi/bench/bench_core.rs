@@ -1,6 +1,6 @@
 //! The Rust side of the ABI benchmark: the same cycles as `bench/bench.c`,
 //! calling the core directly (same policy, seed and outcomes; the outbound
-//! headers of every attempt are built, as the C ABI does for its caller).
+//! headers of every attempt are produced, as the C ABI does for its caller).
 //!
 //! It also runs the C ABI functions in-process (through the rlib), in
 //! alternating rounds with the core, so the overhead ratio holds even on a
@@ -23,7 +23,9 @@ const ROUTE: &str = "bench/upstream";
 fn core_cycle(e: &Engine, fail_first: bool) -> bool {
     let mut call = e.begin(CallSpec::new(ROUTE).deadline_ms(10_000));
     while let Ok(a) = call.next_attempt() {
-        black_box(a.headers());
+        a.for_each_header(|name, value| {
+            black_box((name, value));
+        });
         black_box(a.timeouts.total);
         let status = if fail_first && a.number == 1 { 503 } else { 200 };
         let d = call.report(&Outcome::status(status));

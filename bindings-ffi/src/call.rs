@@ -7,9 +7,11 @@ use crate::args;
 use crate::engine::rw_engine;
 use crate::panic::{ffi_boundary, try_arg};
 use crate::types::*;
+use retrywise_core::deadline::H_REQUEST_ID;
 use retrywise_core::{
-    Attempt, Call, CallSpec, Decision, Headers, HedgePlan, Inbound, Outcome, RequestId, SmolStr, Stopped,
+    Attempt, Call, CallSpec, Decision, Engine, Headers, HedgePlan, Inbound, Outcome, SmolStr, Stopped,
 };
+use std::ptr::addr_of_mut;
 use std::time::Duration;
 
 /// One logical request.
@@ -27,17 +29,27 @@ pub struct rw_call {
     att: AttemptStrings,
     att_detail: Option<String>,
     /// Strings of the hedged attempt from `rw_call_next_hedge` (kept apart, so
-    /// asking for a hedge leaves the primary attempt's strings valid).
-    hed: AttemptStrings,
+    /// asking for a hedge leaves the primary attempt's strings valid). Boxed
+    /// on first use: most calls never hedge, and a small `rw_call` is cheap
+    /// to allocate.
+    hed: Option<Box<AttemptStrings>>,
     dec_upstream: Option<SmolStr>,
     dec_detail: Option<String>,
-    dec_excluded: Vec<(String, String)>,
-    dec_excluded_views: Vec<rw_header>,
+    /// Exclusions of the last decision (fallback routes only; boxed on first use).
+    dec_excluded: Option<Box<Excluded>>,
+}
+
+/// The strings of a decision's exclusions and their C views.
+#[derive(Default)]
+struct Excluded {
+    pairs: Vec<(String, String)>,
+    views: Vec<rw_header>,
 }
 
 // SAFETY: the core's `Call` is `Send` (checked in lib.rs); the only non-Send
-// fields are the `rw_header` views, whose raw pointers point into strings
-// owned by this same `rw_call` (`att`, `hed`, `dec_excluded`) and move with it.
+// fields are the `rw_header` / `rw_str` views, whose raw pointers point into
+// bytes owned by this same `rw_call` (`att`, `hed`, `dec_excluded`): inline
+// arrays of the boxed call or heap strings, which move with it.
 unsafe impl Send for rw_call {}
 
 const DETAIL_NULL: &str = "a required argument is NULL";
@@ -127,79 +139,106 @@ fn views(pairs: &[(impl AsRef<str>, impl AsRef<str>)], into: &mut Vec<rw_header>
     }));
 }
 
-/// C views of an attempt's outbound headers. The core sends at most four
+/// Bytes for an attempt's header values inside the boxed call: the numbers,
+/// a local request id and a usual idempotency key fit, so the hot path
+/// allocates nothing; a longer value is kept in `spill`.
+const TEXT: usize = 96;
+
+/// Outbound headers kept inline: the core sends at most four
 /// (`retrywise-deadline-ms`, `retrywise-request-id`, `retrywise-attempt`,
-/// `idempotency-key`): they live inline in the boxed call (which never
-/// moves), so the hot path allocates nothing here.
-struct Views {
-    inline: [rw_header; 4],
-    spill: Vec<rw_header>,
+/// `idempotency-key`).
+const INLINE: usize = 4;
+
+/// The strings an `rw_attempt` points into, kept alive by the call.
+///
+/// Views are made as each value is copied: `text` is an array inside the
+/// boxed call (which never moves) and a `spill` string's heap bytes do not
+/// move when the vector grows.
+struct AttemptStrings {
+    upstream: Option<SmolStr>,
+    text: [u8; TEXT],
+    spill: Vec<String>,
+    inline: [rw_header; INLINE],
+    /// All views when there are more than `INLINE` headers.
+    more: Vec<rw_header>,
 }
 
-impl Default for Views {
+impl Default for AttemptStrings {
     fn default() -> Self {
         let empty = rw_header {
             name: rw_str::NONE,
             value: rw_str::NONE,
         };
-        Views {
-            inline: [empty; 4],
+        AttemptStrings {
+            upstream: None,
+            text: [0; TEXT],
             spill: Vec::new(),
+            inline: [empty; INLINE],
+            more: Vec::new(),
         }
     }
-}
-
-impl Views {
-    /// Points the views at `pairs` and returns (pointer, length) for C.
-    fn set(&mut self, pairs: &[(&'static str, String)]) -> (*const rw_header, usize) {
-        let view = |(n, v): &(&'static str, String)| rw_header {
-            name: rw_str::of(n),
-            value: rw_str::of(v),
-        };
-        if pairs.is_empty() {
-            (std::ptr::null(), 0)
-        } else if pairs.len() <= self.inline.len() {
-            for (slot, p) in self.inline.iter_mut().zip(pairs) {
-                *slot = view(p);
-            }
-            (self.inline.as_ptr(), pairs.len())
-        } else {
-            self.spill.clear();
-            self.spill.extend(pairs.iter().map(view));
-            (self.spill.as_ptr(), self.spill.len())
-        }
-    }
-}
-
-/// The strings an `rw_attempt` points into, kept alive by the call.
-#[derive(Default)]
-struct AttemptStrings {
-    upstream: Option<SmolStr>,
-    request_id: Option<RequestId>,
-    headers: Vec<(&'static str, String)>,
-    views: Views,
 }
 
 impl AttemptStrings {
     /// Keeps the attempt's strings and returns the C view of them. The
-    /// strings are stored first: the view points into these fields (short
-    /// names are stored inline, so they must not move after the view is made).
-    fn view(&mut self, a: Attempt) -> rw_attempt {
-        self.headers = a.headers();
-        let (headers, headers_len) = self.views.set(&self.headers);
-        self.upstream = Some(a.upstream);
-        self.request_id = Some(a.request_id);
+    /// request id is printed once: the `retrywise-request-id` header and
+    /// `request_id` point at the same bytes.
+    fn view(&mut self, a: &Attempt) -> rw_attempt {
+        self.spill.clear();
+        self.more.clear();
+        let (text, spill, inline, more) = (&mut self.text, &mut self.spill, &mut self.inline, &mut self.more);
+        let mut used = 0;
+        let mut keep = |value: &str| match text.get_mut(used..used + value.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(value.as_bytes());
+                used += value.len();
+                rw_str {
+                    ptr: dst.as_ptr().cast(),
+                    len: value.len(),
+                }
+            }
+            None => {
+                spill.push(value.to_string());
+                rw_str::of(&spill[spill.len() - 1])
+            }
+        };
+        let (mut n, mut request_id) = (0, None);
+        a.for_each_header(|name, value| {
+            let h = rw_header {
+                name: rw_str::of(name),
+                value: keep(value),
+            };
+            if name == H_REQUEST_ID {
+                request_id = Some(h.value);
+            }
+            if n < INLINE {
+                inline[n] = h;
+            } else {
+                if n == INLINE {
+                    more.extend_from_slice(inline);
+                }
+                more.push(h);
+            }
+            n += 1;
+        });
+        let request_id = request_id.unwrap_or_else(|| a.request_id.with_str(&mut keep));
+        let headers = match n {
+            0 => std::ptr::null(),
+            n if n <= INLINE => self.inline.as_ptr(),
+            _ => self.more.as_ptr(),
+        };
+        self.upstream = Some(a.upstream.clone());
         rw_attempt {
             number: a.number,
             upstream: rw_str::of(self.upstream.as_deref().unwrap_or("")),
-            request_id: rw_str::of(self.request_id.as_ref().map_or("", |r| r.as_str())),
+            request_id,
             connect_timeout_ms: ms(a.timeouts.connect),
             first_byte_timeout_ms: ms(a.timeouts.first_byte),
             idle_timeout_ms: ms(a.timeouts.idle),
             total_timeout_ms: ms(a.timeouts.total),
             remaining_ms: ms(a.remaining),
             headers,
-            headers_len,
+            headers_len: n,
             hedge: a.hedge,
             fallback: a.fallback,
             ..rw_attempt::stopped(rw_reason::Success)
@@ -215,22 +254,29 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl rw_call {
-    fn new(call: Call) -> rw_call {
-        rw_call {
-            call,
-            poisoned: false,
-            att: AttemptStrings::default(),
-            att_detail: None,
-            hed: AttemptStrings::default(),
-            dec_upstream: None,
-            dec_detail: None,
-            dec_excluded: Vec::new(),
-            dec_excluded_views: Vec::new(),
+    /// Begins the core's call straight into a new box: a `Call` is large, and
+    /// writing it in place spares copying it (and the rest of `rw_call`) to the heap.
+    fn boxed(engine: &Engine, spec: CallSpec) -> Box<rw_call> {
+        let mut b = Box::<rw_call>::new_uninit();
+        let p = b.as_mut_ptr();
+        // SAFETY: `p` is the box's memory, valid for writes; every field is
+        // written exactly once before `assume_init`. If `begin` panics, the
+        // box is freed as uninitialised memory (nothing to drop).
+        unsafe {
+            addr_of_mut!((*p).call).write(engine.begin(spec));
+            addr_of_mut!((*p).poisoned).write(false);
+            addr_of_mut!((*p).att).write(AttemptStrings::default());
+            addr_of_mut!((*p).att_detail).write(None);
+            addr_of_mut!((*p).hed).write(None);
+            addr_of_mut!((*p).dec_upstream).write(None);
+            addr_of_mut!((*p).dec_detail).write(None);
+            addr_of_mut!((*p).dec_excluded).write(None);
+            b.assume_init()
         }
     }
 
     /// Keeps the attempt's strings in the call and returns the C view of them.
-    fn attempt(&mut self, a: Attempt) -> rw_attempt {
+    fn attempt(&mut self, a: &Attempt) -> rw_attempt {
         self.att_detail = None;
         self.att.view(a)
     }
@@ -242,7 +288,7 @@ impl rw_call {
                 action: rw_hedge_action::Start,
                 after_ms: 0,
                 reason: rw_reason::Success,
-                attempt: self.hed.view(a),
+                attempt: self.hed.get_or_insert_with(Box::default).view(&a),
             },
             HedgePlan::After(d) => rw_hedge_plan {
                 action: rw_hedge_action::After,
@@ -267,10 +313,15 @@ impl rw_call {
     fn decision(&mut self, d: Decision) -> rw_decision {
         self.dec_upstream = d.upstream;
         self.dec_detail = d.detail;
-        self.dec_excluded = d.excluded;
-        if !(self.dec_excluded.is_empty() && self.dec_excluded_views.is_empty()) {
-            views(&self.dec_excluded, &mut self.dec_excluded_views);
-        }
+        let excluded = match (d.excluded.is_empty(), &mut self.dec_excluded) {
+            (true, None) => None,
+            (_, slot) => {
+                let x = slot.get_or_insert_with(Box::default);
+                x.pairs = d.excluded;
+                views(&x.pairs, &mut x.views);
+                Some(&x.views).filter(|v| !v.is_empty())
+            }
+        };
         rw_decision {
             action: d.action.into(),
             delay_ms: ms(d.delay),
@@ -285,12 +336,8 @@ impl rw_call {
             attempt: d.attempt,
             hedge: d.hedge,
             detail: rw_str::of_opt(self.dec_detail.as_deref()),
-            excluded: if self.dec_excluded_views.is_empty() {
-                std::ptr::null()
-            } else {
-                self.dec_excluded_views.as_ptr()
-            },
-            excluded_len: self.dec_excluded_views.len(),
+            excluded: excluded.map_or(std::ptr::null(), |v| v.as_ptr()),
+            excluded_len: excluded.map_or(0, Vec::len),
         }
     }
 }
@@ -329,7 +376,7 @@ pub unsafe extern "C" fn rw_call_begin(
         let mut core_spec = CallSpec::default();
         // SAFETY: the spec's pointers are valid per the contract.
         try_arg!(unsafe { fill_spec(&mut core_spec, spec) });
-        let call = Box::new(rw_call::new(h.engine.begin(core_spec)));
+        let call = rw_call::boxed(&h.engine, core_spec);
         // SAFETY: as above.
         unsafe { out.write(Box::into_raw(call)) };
         rw_result::RwOk
@@ -400,7 +447,7 @@ pub unsafe extern "C" fn rw_call_next_attempt(call: *mut rw_call, out: *mut rw_a
         // Stays set if the core panics: the call's state is then unknown.
         h.poisoned = true;
         let (a, r) = match h.call.next_attempt() {
-            Ok(a) => (h.attempt(a), rw_result::RwOk),
+            Ok(a) => (h.attempt(&a), rw_result::RwOk),
             Err(s) => (h.stopped(s), rw_result::RwStopped),
         };
         h.poisoned = false;
@@ -595,5 +642,124 @@ pub unsafe extern "C" fn rw_call_free(call: *mut rw_call) {
             // SAFETY: allocated by Box::into_raw in rw_call_begin and not freed yet.
             drop(unsafe { Box::from_raw(call) });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{rw_engine_free, rw_engine_new_with};
+
+    fn engine(policy: &str) -> *mut rw_engine {
+        let opts = rw_engine_options {
+            seed: 1,
+            has_seed: true,
+            manual_clock: true,
+        };
+        // SAFETY: `policy` is valid for its length; a NULL error pointer is allowed.
+        let e = unsafe { rw_engine_new_with(policy.as_ptr().cast(), policy.len(), &opts, std::ptr::null_mut()) };
+        assert!(!e.is_null());
+        e
+    }
+
+    fn text(s: rw_str) -> String {
+        // SAFETY: every `rw_str` an attempt returns points to `len` valid bytes while the call lives.
+        let b = unsafe { std::slice::from_raw_parts(s.ptr.cast::<u8>(), s.len) };
+        String::from_utf8(b.to_vec()).unwrap()
+    }
+
+    fn headers(a: &rw_attempt) -> Vec<(String, String)> {
+        if a.headers_len == 0 {
+            assert!(a.headers.is_null());
+            return Vec::new();
+        }
+        // SAFETY: `headers` points to `headers_len` views while the call lives.
+        let hs = unsafe { std::slice::from_raw_parts(a.headers, a.headers_len) };
+        hs.iter().map(|h| (text(h.name), text(h.value))).collect()
+    }
+
+    /// Runs one attempt of a call begun with `spec` and returns its headers and request id.
+    fn first_attempt(e: *mut rw_engine, spec: &rw_call_spec) -> (Vec<(String, String)>, String) {
+        let (mut c, mut a) = (std::ptr::null_mut(), rw_attempt::default());
+        // SAFETY: live engine, readable spec, writable outs; the call is freed once.
+        unsafe {
+            assert_eq!(rw_call_begin(e, spec, &mut c), rw_result::RwOk);
+            assert_eq!(rw_call_next_attempt(c, &mut a), rw_result::RwOk);
+            let out = (headers(&a), text(a.request_id));
+            rw_call_free(c);
+            out
+        }
+    }
+
+    #[test]
+    fn attempt_strings_fit_inline_or_spill_and_share_the_request_id() {
+        let e = engine("{}");
+        let route = "openai/gpt-4o";
+        let long_key = "k".repeat(TEXT + 7);
+        for key in ["order-17", long_key.as_str()] {
+            let spec = rw_call_spec {
+                route: rw_str::of(route),
+                idempotency: rw_idempotency::Keyed as i32,
+                idempotency_key: rw_str::of(key),
+                deadline_ms: 5_000,
+                ..Default::default()
+            };
+            let (hs, id) = first_attempt(e, &spec);
+            let names: Vec<&str> = hs.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(
+                names,
+                [
+                    "retrywise-deadline-ms",
+                    "retrywise-request-id",
+                    "retrywise-attempt",
+                    "idempotency-key"
+                ]
+            );
+            assert_eq!(hs[0].1, "4950", "deadline minus the 50 ms safety margin");
+            assert_eq!(hs[1].1, id);
+            assert_eq!(id.len(), 23);
+            assert_eq!(hs[2].1, "1");
+            assert_eq!(hs[3].1, key);
+        }
+        // SAFETY: created above, freed once.
+        unsafe { rw_engine_free(e) };
+    }
+
+    #[test]
+    fn request_id_is_kept_without_propagation_headers_and_inherited_ids_pass_through() {
+        let e = engine(r#"{"propagation": {"enabled": false}}"#);
+        let spec = rw_call_spec {
+            route: rw_str::of("openai/gpt-4o"),
+            ..Default::default()
+        };
+        let (hs, id) = first_attempt(e, &spec);
+        assert!(hs.is_empty());
+        assert_eq!(id.len(), 23);
+        // SAFETY: created above, freed once.
+        unsafe { rw_engine_free(e) };
+
+        let e = engine("{}");
+        let parent = "p".repeat(120);
+        let inbound = [
+            rw_header {
+                name: rw_str::of("retrywise-request-id"),
+                value: rw_str::of(&parent),
+            },
+            rw_header {
+                name: rw_str::of("retrywise-deadline-ms"),
+                value: rw_str::of("900"),
+            },
+        ];
+        let spec = rw_call_spec {
+            route: rw_str::of("openai/gpt-4o"),
+            inbound_headers: inbound.as_ptr(),
+            inbound_headers_len: inbound.len(),
+            ..Default::default()
+        };
+        let (hs, id) = first_attempt(e, &spec);
+        assert_eq!(id, parent, "an inherited id longer than the inline bytes spills intact");
+        assert_eq!(hs[1], ("retrywise-request-id".to_string(), parent));
+        // SAFETY: created above, freed once.
+        unsafe { rw_engine_free(e) };
     }
 }

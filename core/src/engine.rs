@@ -438,8 +438,11 @@ pub(crate) fn fnv(s: &str) -> u64 {
     h
 }
 
+/// Whole milliseconds, saturating (u64 arithmetic: cheaper than `as_millis`'s u128).
 fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(d.subsec_millis()))
 }
 
 fn ns(d: Duration) -> u64 {
@@ -597,9 +600,9 @@ impl Attempt {
             let mut n = itoa::Buffer::new();
             f(
                 H_DEADLINE,
-                n.format((self.remaining.as_millis()).saturating_sub(self.margin_ms as u128)),
+                n.format(ms(self.remaining).saturating_sub(u64::from(self.margin_ms))),
             );
-            f(H_REQUEST_ID, self.request_id.as_str());
+            self.request_id.with_str(|id| f(H_REQUEST_ID, id));
             f(H_ATTEMPT, n.format(self.wire_number));
         }
         if let Some(k) = &self.idempotency_key {
@@ -1485,7 +1488,7 @@ pub(crate) fn scope_key(
             ScopeDim::Provider | ScopeDim::Model | ScopeDim::Region | ScopeDim::Upstream
         )
     });
-    if upstream_only && cat.map_or(true, |u| u.provider.is_empty() && u.model.is_empty()) {
+    if upstream_only && cat.is_none_or(|u| u.provider.is_empty() && u.model.is_empty()) {
         k.push_str(upstream);
         return k;
     }

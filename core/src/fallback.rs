@@ -142,7 +142,7 @@ pub fn check_upstream(u: &Upstream, route: &Route, task: Option<&str>, needs: &N
     }
     if let Some(min) = route.min_eval {
         let score = task.and_then(|t| u.evals.get(t)).copied();
-        if score.map_or(true, |s| s < min) {
+        if score.is_none_or(|s| s < min) {
             return Err(Exclusion::EvalBelowMin);
         }
     }

@@ -23,8 +23,14 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 impl CallId {
     /// The id's text.
     pub(crate) fn text(&self) -> SmolStr {
+        self.with_str(|s| SmolStr::new(s))
+    }
+
+    /// Hands the id's text to `f`; an id made here is printed on the stack.
+    #[inline]
+    pub(crate) fn with_str<R>(&self, f: impl FnOnce(&str) -> R) -> R {
         match self {
-            CallId::Remote(s) => s.clone(),
+            CallId::Remote(s) => f(s),
             CallId::Local { prefix, seq } => {
                 let mut buf = [0u8; 23];
                 let p = *prefix as u64;
@@ -34,7 +40,7 @@ impl CallId {
                 for (i, b) in buf[8..].iter_mut().enumerate() {
                     *b = HEX[((seq >> (4 * (14 - i))) & 15) as usize];
                 }
-                SmolStr::new(std::str::from_utf8(&buf).unwrap_or("0"))
+                f(std::str::from_utf8(&buf).unwrap_or("0"))
             }
         }
     }
@@ -70,9 +76,28 @@ impl RequestId {
         &self.id
     }
 
-    /// The id's text.
+    /// The id's text (printed on first use, then kept).
     pub fn as_str(&self) -> &str {
         self.text.get_or_init(|| self.id.text())
+    }
+
+    /// Hands the id's text to `f` without keeping it: cheaper than
+    /// [`RequestId::as_str`] for an id printed once (into a header, say).
+    ///
+    /// ```
+    /// # use retrywise::{CallSpec, Engine, Policy};
+    /// let engine = Engine::new(Policy::default()).unwrap();
+    /// let mut call = engine.begin(CallSpec::new("openai/gpt-4o"));
+    /// let id = call.next_attempt().unwrap().request_id;
+    /// assert_eq!(id.with_str(str::len), 23);
+    /// assert_eq!(id.with_str(str::to_string), id.as_str());
+    /// ```
+    #[inline]
+    pub fn with_str<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        match self.text.get() {
+            Some(t) => f(t),
+            None => self.id.with_str(f),
+        }
     }
 }
 

@@ -1123,7 +1123,7 @@ fn guess_format(t: &str) -> Format {
             return Format::Toml;
         }
         if let (Some(eq), colon) = (l.find('='), l.find(':')) {
-            if colon.map_or(true, |c| eq < c) {
+            if colon.is_none_or(|c| eq < c) {
                 return Format::Toml;
             }
         }

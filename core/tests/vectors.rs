@@ -507,7 +507,7 @@ fn conformance_vectors() {
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .filter(|p| only.as_deref().map_or(true, |o| p.file_stem().is_some_and(|s| s == o)))
+        .filter(|p| only.as_deref().is_none_or(|o| p.file_stem().is_some_and(|s| s == o)))
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no vectors in {}", dir.display());

@@ -184,8 +184,8 @@ impl State {
         self.lock()
             .records
             .iter()
-            .filter(|r| spec.map_or(true, |s| r.spec == s))
-            .filter(|r| logical_id.map_or(true, |id| r.logical_id.as_deref() == Some(id)))
+            .filter(|r| spec.is_none_or(|s| r.spec == s))
+            .filter(|r| logical_id.is_none_or(|id| r.logical_id.as_deref() == Some(id)))
             .cloned()
             .collect()
     }
