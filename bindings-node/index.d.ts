@@ -367,7 +367,10 @@ export interface WrapFetchOptions extends Partial<CallSpec> {}
 /** A fetch-compatible function whose retries retrywise owns; `init.retrywise` overrides the spec per request. */
 export declare function wrapFetch(engine: Engine, fetch?: FetchLike | null, opts?: WrapFetchOptions): (input: string | URL | Request, init?: RequestInit & { retrywise?: Partial<CallSpec> }) => Promise<Response>
 
-/** The final decision behind a Response returned by a wrapped fetch. */
+/**
+ * The final decision behind a Response returned by a wrapped fetch: a stop when
+ * a granted retry could not start (breaker opened, deadline spent meanwhile).
+ */
 export declare function decisionOf(response: Response): Decision | null
 /** The innermost retrywise attempt the current async context runs in. */
 export declare function currentAttempt(): Attempt | undefined

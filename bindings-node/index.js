@@ -1462,9 +1462,25 @@ class FetchCall {
       } else r = engine._next(call._h, 0)
       engine._flush()
       if (r !== 0) {
-        // No attempt may start (deadline, breaker, ...): surface the last failure as it was.
-        if (this.lastResponse) return { response: this.lastResponse, handedOver: false }
-        throw stoppedFromScratch(call, this.lastErr)
+        // No attempt may start (deadline, breaker, ...): surface the last failure as it was,
+        // its decision now the stop (not the retry that the refused attempt was for).
+        const stopped = stoppedFromScratch(call, this.lastErr)
+        if (this.lastResponse) {
+          const prev = decisionOf(this.lastResponse)
+          this.lastResponse[DECISION] = {
+            ...prev,
+            action: 'stop',
+            delayMs: 0,
+            reason: stopped.reason,
+            errorClass: stopped.errorClass ?? (prev ? prev.errorClass : null),
+            onFailure: stopped.onFailure,
+            detail: stopped.detail,
+            waitSource: 'none',
+            retryAfterMs: null,
+          }
+          return { response: this.lastResponse, handedOver: false }
+        }
+        throw stopped
       }
       const attempt = new Attempt(call, engine._s)
       const headers = new Headers(req.headers)

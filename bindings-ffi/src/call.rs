@@ -186,18 +186,25 @@ impl AttemptStrings {
     fn view(&mut self, a: &Attempt) -> rw_attempt {
         self.spill.clear();
         self.more.clear();
-        let (text, spill, inline, more) = (&mut self.text, &mut self.spill, &mut self.inline, &mut self.more);
+        // Every view into `text` derives from this one pointer, so a later
+        // copy (through the same pointer) leaves the earlier views valid.
+        let base = self.text.as_mut_ptr();
+        let (spill, inline, more) = (&mut self.spill, &mut self.inline, &mut self.more);
         let mut used = 0;
-        let mut keep = |value: &str| match text.get_mut(used..used + value.len()) {
-            Some(dst) => {
-                dst.copy_from_slice(value.as_bytes());
-                used += value.len();
+        let mut keep = |value: &str| {
+            let len = value.len();
+            if len <= TEXT - used {
+                // SAFETY: `used + len <= TEXT`, so `dst..dst + len` lies inside
+                // `text`, and `value` cannot overlap the call's own bytes.
+                let dst = unsafe { base.add(used) };
+                // SAFETY: as above.
+                unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), dst, len) };
+                used += len;
                 rw_str {
-                    ptr: dst.as_ptr().cast(),
-                    len: value.len(),
+                    ptr: dst.cast_const().cast(),
+                    len,
                 }
-            }
-            None => {
+            } else {
                 spill.push(value.to_string());
                 rw_str::of(&spill[spill.len() - 1])
             }

@@ -227,3 +227,38 @@ test('a body nobody reads does not keep the call open past its deadline', async 
     await srv.close()
   }
 })
+
+test('a retry whose next attempt is refused returns the last response with the stop as its decision', async () => {
+  const e = new Engine({ ...fast, breaker: { min_calls: 3, failure_rate: 0.5, open_jitter: 0 } })
+  // Two other calls fail on the same upstream while the wrapper waits out the
+  // Retry-After below: the breaker opens and the granted retry cannot start.
+  const others = () => {
+    for (let i = 0; i < 2; i++) {
+      const c = e.begin({ route: 'local' })
+      c.nextAttempt()
+      c.report({ status: 503 })
+      c.release()
+    }
+  }
+  let n = 0
+  const fake = async () => {
+    n++
+    setTimeout(others, 20)
+    return new Response('{"error":{"type":"server_error"}}', {
+      status: 503,
+      headers: { 'content-type': 'application/json', 'retry-after-ms': '200' },
+    })
+  }
+  const f = wrapFetch(e, fake, { route: 'local', deadlineMs: 5000 })
+  const r = await f('http://127.0.0.1:9/x', { method: 'POST', body: '{}' })
+  assert.equal(n, 1)
+  assert.equal(r.status, 503)
+  assert.deepEqual(await r.json(), { error: { type: 'server_error' } })
+  const d = decisionOf(r)
+  assert.equal(d.action, 'stop')
+  assert.equal(d.reason, 'breaker_open')
+  assert.equal(d.delayMs, 0)
+  assert.equal(d.waitSource, 'none')
+  assert.equal(d.errorClass, 'transient')
+  assert.equal(e.liveCalls, 0)
+})
