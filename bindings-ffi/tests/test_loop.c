@@ -128,6 +128,47 @@ static void test_success(void) {
   rw_engine_free(e);
 }
 
+/* Attempt strings stay valid until the next rw_call_next_attempt: values that
+ * fit the call's inline bytes and a long idempotency key that does not, read
+ * after a report; the request id and its header are the same bytes' value. */
+static void test_attempt_strings(void) {
+  rw_engine *e = engine_with(NULL, 1);
+  char key[201];
+  memset(key, 'k', 200);
+  key[200] = '\0';
+  const char *keys[2] = {"order-17", key};
+  for (int i = 0; i < 2; i++) {
+    rw_call_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.route = str_of("openai/gpt-4o");
+    spec.deadline_ms = 5000;
+    spec.idempotency = RW_IDEMPOTENCY_KEYED;
+    spec.idempotency_key = str_of(keys[i]);
+    rw_call *c = NULL;
+    CHECK_RC(rw_call_begin(e, &spec, &c), RW_OK);
+    rw_attempt a;
+    CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+    rw_decision d;
+    CHECK_RC(report_status(c, 503, &d), RW_OK);
+    CHECK(d.action == RW_ACTION_RETRY);
+    CHECK(a.headers_len == 4);
+    CHECK(str_eq(header(&a, "retrywise-deadline-ms"), "4950"));
+    CHECK(str_eq(header(&a, "retrywise-attempt"), "1"));
+    CHECK(str_eq(header(&a, "idempotency-key"), keys[i]));
+    rw_str id = header(&a, "retrywise-request-id");
+    CHECK(id.len == 23 && a.request_id.len == 23 && memcmp(id.ptr, a.request_id.ptr, 23) == 0);
+    char first_id[23];
+    memcpy(first_id, a.request_id.ptr, 23);
+    CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+    CHECK(a.number == 2);
+    CHECK(str_eq(header(&a, "retrywise-attempt"), "2"));
+    CHECK(str_eq(header(&a, "idempotency-key"), keys[i]));
+    CHECK(a.request_id.len == 23 && memcmp(a.request_id.ptr, first_id, 23) == 0);
+    rw_call_free(c);
+  }
+  rw_engine_free(e);
+}
+
 static void test_503_then_success(void) {
   rw_engine *e = engine_with(NULL, 1);
   rw_call *c = begin(e, "openai/gpt-4o", 10000);
@@ -641,6 +682,7 @@ static void test_threads(void) {
 int main(void) {
   printf("libretrywise %s\n", rw_version());
   test_success();
+  test_attempt_strings();
   test_503_then_success();
   test_401_stops();
   test_retry_after();
