@@ -86,14 +86,6 @@ fn kind_code(k: EventKind) -> u64 {
 
 /// A name as a length byte and three words, when it fits.
 #[inline(always)]
-fn pack_str(s: &Option<SmolStr>) -> Option<(u8, [u64; 3])> {
-    match s {
-        Some(s) => pack(s),
-        None => Some((NONE, [0; 3])),
-    }
-}
-
-#[inline(always)]
 fn pack(s: &SmolStr) -> Option<(u8, [u64; 3])> {
     let b = s.as_bytes();
     if b.len() > 23 {
@@ -125,23 +117,55 @@ fn unpack_str(len: u8, w: &[u64]) -> Option<SmolStr> {
     std::str::from_utf8(&buf[..len as usize]).ok().map(SmolStr::new)
 }
 
+/// Writes a record's names into words 9..22 (their lengths, the id, upstream,
+/// tenant and task); `None` when one is too long to pack (the record is then
+/// kept whole). Shared by [`encode`] and [`encode_hot`].
+#[inline(always)]
+fn put_names(
+    w: &mut [u64; W],
+    id: Option<&CallId>,
+    upstream: Option<&SmolStr>,
+    tenant: Option<&SmolStr>,
+    task: Option<&SmolStr>,
+) -> Option<()> {
+    let opt = |s: Option<&SmolStr>| s.map_or(Some((NONE, [0; 3])), pack);
+    let (id_len, id_words, prefix) = match id {
+        None => (NONE, [0; 3], 0u32),
+        Some(CallId::Local { prefix, seq }) => (LOCAL_ID, [*seq, 0, 0], *prefix),
+        Some(CallId::Remote(s)) => {
+            let (l, w) = pack(s)?;
+            (l, w, 0)
+        }
+    };
+    let (up_len, up) = opt(upstream)?;
+    let (tenant_len, tenant) = opt(tenant)?;
+    let (task_len, task) = opt(task)?;
+    w[9] = id_len as u64
+        | (up_len as u64) << 8
+        | (tenant_len as u64) << 16
+        | (task_len as u64) << 24
+        | (prefix as u64) << 32;
+    w[10..13].copy_from_slice(&id_words);
+    w[13..16].copy_from_slice(&up);
+    w[16..19].copy_from_slice(&tenant);
+    w[19..22].copy_from_slice(&task);
+    Some(())
+}
+
 /// The record as words, or `None` when it must be kept whole.
 #[inline(always)]
 fn encode(r: &Rec) -> Option<[u64; W]> {
     if r.extra.is_some() {
         return None;
     }
-    let (id_len, id_words, prefix) = match &r.id {
-        None => (NONE, [0; 3], 0u32),
-        Some(CallId::Local { prefix, seq }) => (LOCAL_ID, [*seq, 0, 0], *prefix),
-        Some(CallId::Remote(s)) => {
-            let (l, w) = pack_str(&Some(s.clone()))?;
-            (l, w, 0)
-        }
-    };
-    let (up_len, up) = pack_str(&r.upstream)?;
-    let (tenant_len, tenant) = pack_str(&r.tenant)?;
-    let (task_len, task) = pack_str(&r.task)?;
+    let mut w = [0u64; W];
+    put_names(
+        &mut w,
+        r.id.as_ref(),
+        r.upstream.as_ref(),
+        r.tenant.as_ref(),
+        r.task.as_ref(),
+    )?;
     let flags = r.hedge as u64
         | (r.attempt.is_some() as u64) << 1
         | (r.attempt_id.is_some() as u64) << 2
@@ -151,7 +175,6 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
         | (r.delay_ms.is_some() as u64) << 6
         | (r.remaining_ms.is_some() as u64) << 7;
     let t = r.then;
-    let mut w = [0u64; W];
     w[0] = r.at_ns;
     w[1] = r.seq;
     w[2] = kind_code(r.kind) | flags << 8 | (r.version as u64) << 16 | (r.status.unwrap_or(0) as u64) << 48;
@@ -175,15 +198,6 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
     w[6] = r.remaining_ms.unwrap_or(0);
     w[7] = t.map_or(0, |t| t.delay_ms);
     w[8] = t.map_or(0, |t| t.remaining_ms);
-    w[9] = id_len as u64
-        | (up_len as u64) << 8
-        | (tenant_len as u64) << 16
-        | (task_len as u64) << 24
-        | (prefix as u64) << 32;
-    w[10..13].copy_from_slice(&id_words);
-    w[13..16].copy_from_slice(&up);
-    w[16..19].copy_from_slice(&tenant);
-    w[19..22].copy_from_slice(&task);
     Some(w)
 }
 
@@ -191,16 +205,8 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
 /// computed from the borrowed fields (no record built, nothing dropped).
 #[inline(always)]
 fn encode_hot(h: &Hot, seq: u64) -> Option<[u64; W]> {
-    let (id_len, id_words, prefix) = match h.id {
-        CallId::Local { prefix, seq } => (LOCAL_ID, [*seq, 0, 0], *prefix),
-        CallId::Remote(s) => {
-            let (l, w) = pack(s)?;
-            (l, w, 0)
-        }
-    };
-    let (up_len, up) = pack(h.upstream)?;
-    let (tenant_len, tenant) = h.tenant.map_or(Some((NONE, [0; 3])), pack)?;
-    let (task_len, task) = h.task.map_or(Some((NONE, [0; 3])), pack)?;
+    let mut w = [0u64; W];
+    put_names(&mut w, Some(h.id), Some(h.upstream), h.tenant, h.task)?;
     let n = h.attempt;
     let flags = h.hedge as u64
         | 1 << 1
@@ -210,7 +216,6 @@ fn encode_hot(h: &Hot, seq: u64) -> Option<[u64; W]> {
         | (h.status.is_some() as u64) << 5
         | (h.delay_ms.is_some() as u64) << 6
         | 1 << 7;
-    let mut w = [0u64; W];
     w[0] = h.at_ns;
     w[1] = seq;
     w[2] = kind_code(h.kind) | flags << 8 | (h.version as u64) << 16 | (h.status.unwrap_or(0) as u64) << 48;
@@ -218,15 +223,6 @@ fn encode_hot(h: &Hot, seq: u64) -> Option<[u64; W]> {
     w[4] = code(h.phase, Phase::code) | code(h.error_kind, ErrorKind::code) << 8;
     w[5] = h.delay_ms.unwrap_or(0);
     w[6] = h.remaining_ms;
-    w[9] = id_len as u64
-        | (up_len as u64) << 8
-        | (tenant_len as u64) << 16
-        | (task_len as u64) << 24
-        | (prefix as u64) << 32;
-    w[10..13].copy_from_slice(&id_words);
-    w[13..16].copy_from_slice(&up);
-    w[16..19].copy_from_slice(&tenant);
-    w[19..22].copy_from_slice(&task);
     Some(w)
 }
 
