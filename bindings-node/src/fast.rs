@@ -66,19 +66,20 @@ fn next(st: &mut Inner) -> std::result::Result<(), Fail> {
 }
 
 fn report_status(st: &mut Inner) -> std::result::Result<(), Fail> {
-    let h = st.scratch.get(IN0);
     let status = http_status(st.scratch.get(IN1))?;
-    let rel = st.scratch.get(IN2) == 1.0;
-    let (a, released) = st.report(h, &Outcome::status(status), 0, rel)?;
-    st.scratch.set(OUT_RESULT, a as f64);
-    st.scratch.set(OUT_HANDLE, released as u8 as f64);
-    Ok(())
+    report_outcome(st, &Outcome::status(status))
 }
 
 fn report_ok(st: &mut Inner) -> std::result::Result<(), Fail> {
+    report_outcome(st, &Outcome::success())
+}
+
+/// Reports `o` for the call in IN0 (released on a final decision when IN2 is 1).
+#[inline(always)]
+fn report_outcome(st: &mut Inner, o: &Outcome) -> std::result::Result<(), Fail> {
     let h = st.scratch.get(IN0);
     let rel = st.scratch.get(IN2) == 1.0;
-    let (a, released) = st.report(h, &Outcome::success(), 0, rel)?;
+    let (a, released) = st.report(h, o, 0, rel)?;
     st.scratch.set(OUT_RESULT, a as f64);
     st.scratch.set(OUT_HANDLE, released as u8 as f64);
     Ok(())
