@@ -778,6 +778,8 @@ struct InFlight {
     started_ns: u64,
     /// Time left before the deadline at the start, ms.
     remaining_ms: u64,
+    /// Index of the attempt's start record in this thread's ring, for writing its end into it.
+    start_rec: Option<u64>,
     upstream: SmolStr,
     /// The attempt's upstream when it is not the call's (a hedge to another upstream).
     tu: Option<Arc<ThreadUp>>,
@@ -1700,8 +1702,9 @@ impl Call {
     }
 
     /// Records an attempt's start or end (see [`Call::emit`]).
+    /// Returns the record's index in this thread's ring, when it went there.
     #[inline(always)]
-    fn emit_hot(&self, h: &Hot) {
+    fn emit_hot(&self, h: &Hot) -> Option<u64> {
         let at = self.sh().bus.write_hot(self.tu.handle.ring_here(), h);
         self.last_end.set(match (h.kind == EventKind::AttemptEnd, at) {
             (true, Some(index)) => Some(EndMark {
@@ -1712,6 +1715,30 @@ impl Call {
             }),
             _ => None,
         });
+        at
+    }
+
+    /// Records an attempt's end, written into its start record when that is
+    /// still the newest of this thread's ring, with `then` (the decision
+    /// right after it) folded in too. True when `then` was recorded.
+    #[inline(always)]
+    fn emit_end(&self, start_rec: Option<u64>, h: &Hot, then: Option<Then>) -> bool {
+        if let Some(index) = start_rec {
+            if self.sh().bus.end_in_place(self.tu.handle.ring_here(), index, h, then) {
+                self.last_end.set(match then {
+                    Some(_) => None,
+                    None => Some(EndMark {
+                        index,
+                        attempt: h.attempt,
+                        hedge: h.hedge,
+                        upstream: Some(h.upstream.clone()),
+                    }),
+                });
+                return then.is_some();
+            }
+        }
+        self.emit_hot(h);
+        false
     }
 
     /// Folds a decision into the attempt-end record written just before it,
@@ -2026,7 +2053,7 @@ impl Call {
         } else {
             std::mem::take(&mut self.pending_hold)
         };
-        if self.active() {
+        let start_rec = if self.active() {
             let mut h = self.hot(
                 if is_hedge {
                     EventKind::Hedge
@@ -2040,8 +2067,10 @@ impl Call {
             h.start = true;
             h.hedge = is_hedge;
             h.remaining_ms = ms(self.deadline_at.saturating_sub(now));
-            self.emit_hot(&h);
-        }
+            self.emit_hot(&h)
+        } else {
+            None
+        };
         self.in_flight.push(InFlight {
             number,
             probe,
@@ -2049,6 +2078,7 @@ impl Call {
             hedge: is_hedge,
             started_ns: ns(now),
             remaining_ms: ms(remaining),
+            start_rec,
             upstream: target.clone(),
             tu: hedge_tu,
             breaker: held,
@@ -2400,6 +2430,8 @@ impl Call {
         if let Some((key, t)) = transition {
             self.on_transition(&key, Some(t), now);
         }
+        // True once the success decision is recorded with the attempt's end.
+        let mut decided = false;
         if self.active() {
             let mut h = self.hot(EventKind::AttemptEnd, now, &f.upstream, f.number);
             h.error_class = cls.class;
@@ -2421,7 +2453,16 @@ impl Call {
                     .collect(),
             };
             if headers.is_empty() {
-                self.emit_hot(&h);
+                // A success ends the call: its decision goes into the same record.
+                let then = (cls.disposition == Disposition::Succeeded && self.final_decision.is_none()).then(|| Then {
+                    action: Action::Succeeded,
+                    reason: Reason::Success,
+                    error_class: None,
+                    remaining_ms: ms(self.deadline_at.saturating_sub(now)),
+                    delay_ms: 0,
+                    wait_source: WaitSource::None,
+                });
+                decided = self.emit_end(f.start_rec, &h, then);
             } else {
                 let mut e = h.to_rec();
                 e.extra().headers = headers;
@@ -2470,7 +2511,7 @@ impl Call {
                     hedge: f.hedge,
                     excluded: Vec::new(),
                 };
-                if self.active() {
+                if !decided && self.active() {
                     self.record_decision(&d, now);
                 }
                 self.final_decision = Some(Final::Succeeded {

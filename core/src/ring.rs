@@ -19,10 +19,15 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 /// Words per record.
-const W: usize = 22;
+const W: usize = 23;
 const NONE: u8 = 0xff;
 /// Length mark of a call id made here (`prefix` and `seq` stored as numbers).
 const LOCAL_ID: u8 = 0xfe;
+/// Word 4 bits: a decision folded in (`then`), an attempt's end written into
+/// its start record (`END`, its time in word 22), and that end's status is set.
+const THEN: u64 = 1 << 48;
+const END: u64 = 1 << 49;
+const END_STATUS: u64 = 1 << 50;
 
 struct Slot {
     /// `2 × index + 1` while the record with that index is written, `2 × index + 2` once done.
@@ -82,6 +87,16 @@ fn decode<T>(c: u64, f: impl Fn(u8) -> Option<T>) -> Option<T> {
 #[inline(always)]
 fn kind_code(k: EventKind) -> u64 {
     EventKind::ALL.iter().position(|x| *x == k).unwrap_or(0) as u64
+}
+
+/// Word 4's bits for a folded decision.
+#[inline(always)]
+fn then_bits(t: Then) -> u64 {
+    code(Some(t.action), Action::code) << 16
+        | code(Some(t.reason), Reason::code) << 24
+        | code(t.error_class, ErrorClass::code) << 32
+        | code(Some(t.wait_source), WaitSource::code) << 40
+        | THEN
 }
 
 /// A name as a length byte and three words, when it fits.
@@ -187,13 +202,7 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
         | code(r.reason, Reason::code) << 40
         | code(r.action, Action::code) << 48
         | code(r.wait_source, WaitSource::code) << 56;
-    w[4] = code(r.phase, Phase::code)
-        | code(r.error_kind, ErrorKind::code) << 8
-        | code(t.map(|t| t.action), Action::code) << 16
-        | code(t.map(|t| t.reason), Reason::code) << 24
-        | code(t.and_then(|t| t.error_class), ErrorClass::code) << 32
-        | code(t.map(|t| t.wait_source), WaitSource::code) << 40
-        | (t.is_some() as u64) << 48;
+    w[4] = code(r.phase, Phase::code) | code(r.error_kind, ErrorKind::code) << 8 | t.map_or(0, then_bits);
     w[5] = r.delay_ms.unwrap_or(0);
     w[6] = r.remaining_ms.unwrap_or(0);
     w[7] = t.map_or(0, |t| t.delay_ms);
@@ -250,7 +259,7 @@ fn decode_rec(w: &[u64; W]) -> Rec {
     r.error_kind = decode(w[4] >> 8, ErrorKind::from_code);
     r.delay_ms = has(6).then_some(w[5]);
     r.remaining_ms = has(7).then_some(w[6]);
-    if w[4] >> 48 & 1 == 1 {
+    if w[4] & THEN != 0 {
         r.then = Some(Then {
             action: decode(w[4] >> 16, Action::from_code).unwrap_or(Action::Stop),
             reason: decode(w[4] >> 24, Reason::from_code).unwrap_or(Reason::Success),
@@ -274,6 +283,29 @@ fn decode_rec(w: &[u64; W]) -> Rec {
     r.tenant = unpack_str((lens >> 16) as u8, &w[16..19]);
     r.task = unpack_str((lens >> 24) as u8, &w[19..22]);
     r
+}
+
+/// A slot's records: one, or an attempt's start and its end written in place
+/// (with the decision folded into the end).
+fn decode_slot(w: &[u64; W], out: &mut Vec<Rec>) {
+    if w[4] & END == 0 {
+        out.push(decode_rec(w));
+        return;
+    }
+    // The start as it was written: the end's fields cleared.
+    let mut s = *w;
+    s[2] &= !(0xffff << 48);
+    s[3] &= !(0xffff << 32);
+    s[4] &= !(0xffff | THEN | END | END_STATUS);
+    s[5] = 0;
+    out.push(decode_rec(&s));
+    // The end: its own time and sequence number, no parent attempt, a duration, maybe a status.
+    let mut e = *w;
+    let flags = (w[2] >> 8 & 0xff) & !(1 << 3) | 1 << 6 | if w[4] & END_STATUS != 0 { 1 << 5 } else { 0 };
+    e[0] = w[22];
+    e[1] = w[1] + 1;
+    e[2] = w[2] & !0xffff | kind_code(EventKind::AttemptEnd) | flags << 8;
+    out.push(decode_rec(&e));
 }
 
 /// Marks a slot whose record is in the side list.
@@ -346,7 +378,8 @@ impl ThreadRing {
         let Some(slot) = slots.get(k) else { return i };
         if i >= self.cap as u64 {
             // The oldest record leaves: count its events.
-            let gone = 1 + (slot.w[4].load(Ordering::Relaxed) >> 48 & 1);
+            let w4 = slot.w[4].load(Ordering::Relaxed);
+            let gone = 1 + (w4 & THEN != 0) as u64 + (w4 & END != 0) as u64;
             self.dropped
                 .store(self.dropped.load(Ordering::Relaxed) + gone, Ordering::Relaxed);
         }
@@ -362,7 +395,7 @@ impl ThreadRing {
     #[cold]
     fn spill(&self, i: u64, slot: &Slot, rec: Rec) {
         slot.w[0].store(SPILLED, Ordering::Relaxed);
-        slot.w[4].store((rec.then.is_some() as u64) << 48, Ordering::Relaxed);
+        slot.w[4].store(if rec.then.is_some() { THEN } else { 0 }, Ordering::Relaxed);
         let mut s = self.spill.lock();
         let low = (i + 1).saturating_sub(self.cap as u64);
         while s.front().is_some_and(|(j, _)| *j < low) {
@@ -371,34 +404,95 @@ impl ThreadRing {
         s.push_back((i, rec));
     }
 
-    /// Adds `then` to record `index` when it is still the newest record and
-    /// has none (one record, two events). Only the owner thread may call this.
+    /// The slot of record `index` when it is still the newest record. Only the owner thread may call this.
+    #[inline(always)]
+    fn newest(&self, index: u64) -> Option<&Slot> {
+        if self.head.load(Ordering::Relaxed) != index + 1 {
+            return None;
+        }
+        let k = match self.next_slot.load(Ordering::Relaxed) as usize {
+            0 => self.cap - 1,
+            k => k - 1,
+        };
+        self.slots.get()?.get(k)
+    }
+
+    /// Marks record `index`'s slot busy for a change in place, unless a drain
+    /// already took the record. The mark and the drain's floor are ordered
+    /// (sequentially consistent): either this sees the drain's floor, or the
+    /// drain sees the busy mark and waits for the change.
+    #[inline(always)]
+    fn reopen(&self, index: u64, slot: &Slot) -> bool {
+        slot.ver.swap(2 * index + 1, Ordering::SeqCst);
+        if self.floor.load(Ordering::SeqCst) > index {
+            slot.ver.store(2 * index + 2, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    /// Adds `then` to record `index` when it is still the newest record, has
+    /// none and was not drained (one record, two events). Only the owner thread may call this.
     #[inline]
     pub(crate) fn fold(&self, index: u64, then: Then) -> bool {
-        if self.head.load(Ordering::Relaxed) != index + 1 {
-            return false;
-        }
-        let Some(slots) = self.slots.get() else { return false };
-        let k = (self.next_slot.load(Ordering::Relaxed) as usize + self.cap - 1) % self.cap;
-        let Some(slot) = slots.get(k) else { return false };
+        let Some(slot) = self.newest(index) else { return false };
         let w4 = slot.w[4].load(Ordering::Relaxed);
-        if slot.w[0].load(Ordering::Relaxed) == SPILLED || w4 >> 48 & 1 == 1 {
+        if slot.w[0].load(Ordering::Relaxed) == SPILLED || w4 & THEN != 0 || !self.reopen(index, slot) {
             return false;
         }
-        let t = Some(then);
-        let w4 = w4 & 0xffff
-            | code(t.map(|t| t.action), Action::code) << 16
-            | code(t.map(|t| t.reason), Reason::code) << 24
-            | code(t.and_then(|t| t.error_class), ErrorClass::code) << 32
-            | code(t.map(|t| t.wait_source), WaitSource::code) << 40
-            | 1 << 48;
-        slot.ver.store(2 * index + 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        slot.w[4].store(w4, Ordering::Relaxed);
+        slot.w[4].store(w4 | then_bits(then), Ordering::Relaxed);
         slot.w[7].store(then.delay_ms, Ordering::Relaxed);
         slot.w[8].store(then.remaining_ms, Ordering::Relaxed);
         slot.ver.store(2 * index + 2, Ordering::Release);
         self.seq.store(self.seq.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Writes attempt `end` (and, with `then`, the decision right after it)
+    /// into record `index`, the attempt's start, when that is still the newest
+    /// record and was not drained: the usual attempt costs one slot, decoded
+    /// as its two or three events. Only the owner thread may call this.
+    #[inline]
+    pub(crate) fn end_in_place(&self, index: u64, end: &Hot, then: Option<Then>) -> bool {
+        let Some(slot) = self.newest(index) else { return false };
+        let (w2, w4) = (slot.w[2].load(Ordering::Relaxed), slot.w[4].load(Ordering::Relaxed));
+        let kind = w2 & 0xff;
+        let start = kind == kind_code(EventKind::AttemptStart) || kind == kind_code(EventKind::Hedge);
+        // The end must be what the start record can carry: same hedge flag and remaining time.
+        if !start
+            || slot.w[0].load(Ordering::Relaxed) == SPILLED
+            || w4 & (THEN | END) != 0
+            || end.kind != EventKind::AttemptEnd
+            || (w2 >> 8 & 1 == 1) != end.hedge
+            || slot.w[6].load(Ordering::Relaxed) != end.remaining_ms
+            || !self.reopen(index, slot)
+        {
+            return false;
+        }
+        let w3 = slot.w[3].load(Ordering::Relaxed);
+        slot.w[2].store(w2 | (end.status.unwrap_or(0) as u64) << 48, Ordering::Relaxed);
+        slot.w[3].store(
+            w3 | code(end.error_class, ErrorClass::code) << 32 | code(end.reason, Reason::code) << 40,
+            Ordering::Relaxed,
+        );
+        let mut w4 = w4
+            | code(end.phase, Phase::code)
+            | code(end.error_kind, ErrorKind::code) << 8
+            | END
+            | if end.status.is_some() { END_STATUS } else { 0 };
+        if let Some(t) = then {
+            w4 |= then_bits(t);
+            slot.w[7].store(t.delay_ms, Ordering::Relaxed);
+            slot.w[8].store(t.remaining_ms, Ordering::Relaxed);
+        }
+        slot.w[4].store(w4, Ordering::Relaxed);
+        slot.w[5].store(end.delay_ms.unwrap_or(0), Ordering::Relaxed);
+        slot.w[22].store(end.at_ns, Ordering::Relaxed);
+        slot.ver.store(2 * index + 2, Ordering::Release);
+        self.seq.store(
+            self.seq.load(Ordering::Relaxed) + 1 + then.is_some() as u64,
+            Ordering::Relaxed,
+        );
         true
     }
 
@@ -409,19 +503,27 @@ impl ThreadRing {
             .saturating_sub(self.cap as u64)
             .max(self.floor.load(Ordering::Acquire));
         if take {
-            self.floor.fetch_max(h, Ordering::AcqRel);
+            // Sequentially consistent with the owner's in-place changes (see `reopen`).
+            self.floor.fetch_max(h, Ordering::SeqCst);
         }
         let Some(slots) = self.slots.get() else { return };
         for i in start..h {
             let slot = &slots[(i % self.cap as u64) as usize];
-            for _ in 0..4 {
+            let mut spins = 0u32;
+            loop {
                 let v1 = slot.ver.load(Ordering::Acquire);
                 if v1 != 2 * i + 2 {
-                    // Being written (retry) or already replaced by a newer record (skip).
+                    // Already replaced by a newer record: skip it.
                     if v1 > 2 * i + 2 {
                         break;
                     }
-                    std::hint::spin_loop();
+                    // Its owner is changing it in place (a few stores): wait, never skip it.
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
                     continue;
                 }
                 let mut w = [0u64; W];
@@ -437,7 +539,7 @@ impl ThreadRing {
                         out.push(r.clone());
                     }
                 } else {
-                    out.push(decode_rec(&w));
+                    decode_slot(&w, out);
                 }
                 break;
             }
@@ -546,6 +648,155 @@ mod tests {
             }
         }
         assert_eq!(n, 36);
+    }
+
+    fn attempt(kind: EventKind, at_ns: u64, id: &CallId, up: &SmolStr, n: u32, status: Option<u16>) -> Hot<'static> {
+        let id: &'static CallId = Box::leak(Box::new(id.clone()));
+        let up: &'static SmolStr = Box::leak(Box::new(up.clone()));
+        let end = kind == EventKind::AttemptEnd;
+        Hot {
+            kind,
+            at_ns,
+            version: 1,
+            id,
+            upstream: up,
+            tenant: None,
+            task: None,
+            attempt: n,
+            start: !end,
+            hedge: kind == EventKind::Hedge,
+            status: if end { status } else { None },
+            error_class: end.then_some(ErrorClass::Transient).filter(|_| status != Some(200)),
+            reason: end.then_some(if status == Some(200) {
+                Reason::Success
+            } else {
+                Reason::RetryableStatus
+            }),
+            phase: (end && status != Some(200)).then_some(Phase::BeforeSend),
+            error_kind: (end && status.is_none()).then_some(ErrorKind::FirstByteTimeout),
+            delay_ms: end.then_some(40),
+            remaining_ms: 700,
+        }
+    }
+
+    /// An end written into its start record reads back exactly as the start,
+    /// the end and the folded decision written as records of their own.
+    #[test]
+    fn an_end_written_into_its_start_reads_as_separate_records() {
+        let id = CallId::Local { prefix: 3, seq: 11 };
+        let up = SmolStr::new("openai/gpt-4o");
+        let then = Then {
+            action: Action::Retry,
+            reason: Reason::RetryableStatus,
+            error_class: Some(ErrorClass::Transient),
+            remaining_ms: 650,
+            delay_ms: 120,
+            wait_source: WaitSource::Jitter,
+        };
+        for kind in [EventKind::AttemptStart, EventKind::Hedge] {
+            for n in [1, 2] {
+                for status in [Some(200), Some(503), None] {
+                    for folded in [None, Some(then)] {
+                        let start = attempt(kind, 1_000, &id, &up, n, None);
+                        let mut end = attempt(EventKind::AttemptEnd, 41_000_000, &id, &up, n, status);
+                        end.hedge = kind == EventKind::Hedge;
+                        let (a, b) = (ThreadRing::new(1, 4), ThreadRing::new(1, 4));
+                        let i = a.push_hot(&start);
+                        assert!(a.end_in_place(i, &end, folded));
+                        b.push_hot(&start);
+                        let j = b.push_hot(&end);
+                        if let Some(t) = folded {
+                            assert!(b.fold(j, t));
+                        }
+                        let (mut ra, mut rb) = (Vec::new(), Vec::new());
+                        a.read(false, &mut ra);
+                        b.read(false, &mut rb);
+                        assert_eq!(
+                            format!("{ra:?}"),
+                            format!("{rb:?}"),
+                            "{kind:?} {n} {status:?} {folded:?}"
+                        );
+                        assert_eq!(a.held(), 2 + folded.is_some() as u64);
+                        // The next record numbers its events after the folded ones, as in b.
+                        let (x, y) = (a.push_hot(&start), b.push_hot(&start));
+                        let (mut ra, mut rb) = (Vec::new(), Vec::new());
+                        a.read(false, &mut ra);
+                        b.read(false, &mut rb);
+                        assert_eq!((ra.last().unwrap().seq, x + 1), (rb.last().unwrap().seq, y));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Not newest, drained, an end already there, or an end the start
+    /// record cannot carry: the end is refused (and written on its own by the caller).
+    #[test]
+    fn an_end_goes_into_its_start_only_when_nothing_came_between() {
+        let id = CallId::Local { prefix: 3, seq: 11 };
+        let up = SmolStr::new("up");
+        let start = attempt(EventKind::AttemptStart, 1, &id, &up, 1, None);
+        let end = attempt(EventKind::AttemptEnd, 2, &id, &up, 1, Some(503));
+        let ring = ThreadRing::new(1, 8);
+        let i = ring.push_hot(&start);
+        ring.push_hot(&start);
+        assert!(!ring.end_in_place(i, &end, None), "another record came after the start");
+        let i = ring.push_hot(&start);
+        let mut out = Vec::new();
+        ring.read(true, &mut out);
+        assert!(!ring.end_in_place(i, &end, None), "the start was drained");
+        let i = ring.push_hot(&start);
+        assert!(ring.end_in_place(i, &end, None));
+        assert!(!ring.end_in_place(i, &end, None), "the start already has its end");
+        let i = ring.push_hot(&start);
+        let mut other = end.clone();
+        other.remaining_ms = 1;
+        assert!(!ring.end_in_place(i, &other, None), "a different remaining time");
+        other = end.clone();
+        other.hedge = true;
+        assert!(!ring.end_in_place(i, &other, None), "a hedge's end for a plain start");
+        let j = ring.push_hot(&end);
+        assert!(!ring.end_in_place(j, &end, None), "not a start record");
+        // An overwritten start-with-end counts its two events as dropped.
+        let ring = ThreadRing::new(1, 1);
+        let i = ring.push_hot(&start);
+        assert!(ring.end_in_place(i, &end, None));
+        ring.push_hot(&start);
+        assert_eq!(ring.dropped(), 2);
+    }
+
+    /// A drain racing the owner's in-place ends loses and repeats nothing:
+    /// every event written is drained exactly once.
+    #[test]
+    fn drains_racing_in_place_ends_see_every_event_once() {
+        let ring = std::sync::Arc::new(ThreadRing::new(1, 1 << 16));
+        let w = ring.clone();
+        const N: u64 = 50_000;
+        let writer = std::thread::spawn(move || {
+            let id = CallId::Local { prefix: 1, seq: 1 };
+            let up = SmolStr::new("up");
+            let mut events = 0u64;
+            for n in 0..N {
+                let start = attempt(EventKind::AttemptStart, 2 * n, &id, &up, 1, None);
+                let end = attempt(EventKind::AttemptEnd, 2 * n + 1, &id, &up, 1, Some(200));
+                let i = w.push_hot(&start);
+                if !w.end_in_place(i, &end, None) {
+                    w.push_hot(&end);
+                }
+                events += 2;
+            }
+            events
+        });
+        let mut drained = Vec::new();
+        while !writer.is_finished() {
+            ring.read(true, &mut drained);
+        }
+        let written = writer.join().unwrap();
+        ring.read(true, &mut drained);
+        let seqs: Vec<u64> = drained.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs.len() as u64, written, "events lost or repeated");
+        assert!(seqs.windows(2).all(|p| p[0] < p[1]), "out of order");
+        assert_eq!(ring.dropped(), 0);
     }
 
     #[test]

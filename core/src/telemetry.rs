@@ -727,6 +727,18 @@ impl EventBus {
         self.write(ring, &mut h.to_rec())
     }
 
+    /// Writes attempt `end` into its start, record `index` of the thread's
+    /// ring, when nothing else needs a record (see [`ThreadRing::end_in_place`]).
+    #[inline]
+    pub(crate) fn end_in_place(&self, ring: Option<&ThreadRing>, index: u64, end: &Hot, then: Option<Then>) -> bool {
+        match ring {
+            Some(ring) if self.cap.load(Ordering::Relaxed) > 0 && !self.has_sinks.load(Ordering::Relaxed) => {
+                ring.end_in_place(index, end, then)
+            }
+            _ => false,
+        }
+    }
+
     #[cold]
     fn write_shared(&self, rec: &mut Rec, cap: usize) {
         let mut r = self.shared.lock();
