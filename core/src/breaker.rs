@@ -703,6 +703,11 @@ impl BreakerCell {
             return None;
         }
         let calls = (pos + 1).min(n);
+        // A success that is not slow lowers both rates (or keeps them, once the
+        // window is full): only the call that reaches `min_calls` must judge them.
+        if !failure && !slow && calls != params.min_calls as u64 {
+            return None;
+        }
         let reason = params.trip_reason(
             consecutive,
             calls,
@@ -805,6 +810,63 @@ mod tests {
         let (a, _) = b.acquire(p, None, t);
         assert_eq!(a, Admit::Allowed { probe: false });
         b.record(p, None, t, false, Record::Failure, false)
+    }
+
+    /// The lock-free count window trips at exactly the call, and for exactly
+    /// the reason, a reference model (every outcome kept) says, over random
+    /// sequences of failures, slow calls and successes.
+    #[test]
+    fn count_window_trips_when_the_reference_model_does() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(7);
+        let mut trips = 0;
+        for case in 0..3_000 {
+            let size = [1u64, 5, 10, 64, 100][case % 5];
+            let min_calls = [1u32, 4, 10, 20][case / 5 % 4];
+            let failure_rate = [Some(0.5), Some(0.2), None][case / 20 % 3];
+            let slow_call_rate = [None, Some(0.3)][case / 60 % 2];
+            let consecutive = [None, Some(3)][case / 120 % 2];
+            let p = params(|b| {
+                b.window_size = size;
+                b.min_calls = min_calls;
+                b.failure_rate = failure_rate;
+                b.slow_call_rate = slow_call_rate;
+                b.consecutive_failures = consecutive;
+            });
+            let b = BreakerCell::new(p.clone(), 1);
+            let (pf, ps) = (rng.gen_range(0.0..0.6), rng.gen_range(0.0..0.5));
+            let mut seen: Vec<(bool, bool)> = Vec::new();
+            let mut run = 0u32;
+            for _ in 0..300 {
+                let (failure, slow) = (rng.gen_bool(pf), rng.gen_bool(ps));
+                seen.push((failure, slow));
+                run = if failure { run + 1 } else { 0 };
+                let last = &seen[seen.len().saturating_sub(size as usize)..];
+                let n = last.len() as f64;
+                let (f, sl) = (
+                    last.iter().filter(|x| x.0).count() as f64,
+                    last.iter().filter(|x| x.1).count() as f64,
+                );
+                let judged = last.len() >= min_calls as usize;
+                let want = if consecutive.is_some_and(|c| run >= c) {
+                    Some("consecutive_failures")
+                } else if judged && failure_rate.is_some_and(|r| f >= r * n) {
+                    Some("failure_rate")
+                } else if judged && slow_call_rate.is_some_and(|r| sl >= r * n) {
+                    Some("slow_call_rate")
+                } else {
+                    None
+                };
+                let rec = if failure { Record::Failure } else { Record::Success };
+                let got = b.record(&p, None, 0, false, rec, slow).map(|t| t.reason);
+                assert_eq!(got, want, "case {case} after {seen:?}");
+                if got.is_some() {
+                    trips += 1;
+                    break;
+                }
+            }
+        }
+        assert!(trips > 1_000, "the sequences trip often enough to test: {trips}");
     }
 
     #[test]

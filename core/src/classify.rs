@@ -123,6 +123,16 @@ impl Classifier {
     /// tables; the whitelist; finally `x-should-retry`, which may flip only
     /// what remains (never auth, effects, streams).
     pub fn classify(&self, o: &Outcome, idem: Idempotency) -> Classification {
+        // The common case first: a success needs none of the evidence below.
+        if o.is_success() {
+            return Classification {
+                class: None,
+                disposition: Disposition::Succeeded,
+                reason: Reason::Success,
+                larger_context: false,
+                phase: o.effective_phase(),
+            };
+        }
         let phase = o.effective_phase();
         let mk = |class, disposition, reason| Classification {
             class: Some(class),
@@ -131,15 +141,6 @@ impl Classifier {
             larger_context: false,
             phase,
         };
-        if o.is_success() {
-            return Classification {
-                class: None,
-                disposition: Disposition::Succeeded,
-                reason: Reason::Success,
-                larger_context: false,
-                phase,
-            };
-        }
         let code = o.vendor_code.as_deref();
         // Cancellation and the deadline end the call; but an unsafe request
         // that was already sent may have executed, so it is reconciled

@@ -2421,7 +2421,7 @@ impl Call {
                 cell.value.accepted(now_ms);
             }
         }
-        let hint = if pol.policy.retry_after.enabled {
+        let hint = if pol.policy.retry_after.enabled && !outcome.headers.is_empty() {
             parse_retry_after_with(&outcome.headers, || pol.shared.clock.wall())
         } else {
             Default::default()
