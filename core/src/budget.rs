@@ -196,11 +196,14 @@ impl BudgetCell {
     /// Sum of the words in `words` whose epoch lies in the window ending at `epoch`.
     fn window_sum(words: &[AtomicU64], epoch: u64) -> u64 {
         let oldest = epoch.saturating_sub(words.len() as u64 - 1);
+        // `oldest ≤ e ≤ epoch` as one unsigned comparison, without branches.
+        let span = epoch - oldest;
         words
             .iter()
-            .map(|w| unpack(w.load(Ordering::Relaxed)))
-            .filter(|(e, c)| *c != 0 && *e >= oldest && *e <= epoch)
-            .map(|(_, c)| c)
+            .map(|w| {
+                let (e, c) = unpack(w.load(Ordering::Relaxed));
+                c * (e.wrapping_sub(oldest) <= span) as u64
+            })
             .sum()
     }
 

@@ -18,7 +18,19 @@ pub(crate) enum CallId {
     Remote(SmolStr),
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
+/// The 8 lower-case hex digits of `x`, most significant first, computed
+/// in one register (no per-digit table lookups).
+#[inline(always)]
+fn hex8(x: u32) -> [u8; 8] {
+    // Spread the 8 nibbles into the 8 bytes of a word, nibble k in byte k.
+    let mut v = x as u64;
+    v = (v | v << 16) & 0x0000_ffff_0000_ffff;
+    v = (v | v << 8) & 0x00ff_00ff_00ff_00ff;
+    v = (v | v << 4) & 0x0f0f_0f0f_0f0f_0f0f;
+    // Per byte: '0' + d, and 39 more ('a' - '0' - 10) when d > 9; no carries.
+    let above9 = (v + 0x0606_0606_0606_0606) >> 4 & 0x0101_0101_0101_0101;
+    (v + 0x3030_3030_3030_3030 + above9 * 39).swap_bytes().to_le_bytes()
+}
 
 impl CallId {
     /// The id's text.
@@ -32,14 +44,11 @@ impl CallId {
         match self {
             CallId::Remote(s) => f(s),
             CallId::Local { prefix, seq } => {
+                // Prefix (8 digits), then the 60-bit sequence number (15 digits).
                 let mut buf = [0u8; 23];
-                let p = *prefix as u64;
-                for (i, b) in buf[..8].iter_mut().enumerate() {
-                    *b = HEX[((p >> (4 * (7 - i))) & 15) as usize];
-                }
-                for (i, b) in buf[8..].iter_mut().enumerate() {
-                    *b = HEX[((seq >> (4 * (14 - i))) & 15) as usize];
-                }
+                buf[..8].copy_from_slice(&hex8(*prefix));
+                buf[8..15].copy_from_slice(&hex8((seq >> 32) as u32)[1..]);
+                buf[15..].copy_from_slice(&hex8(*seq as u32));
                 f(std::str::from_utf8(&buf).unwrap_or("0"))
             }
         }
@@ -152,6 +161,25 @@ impl fmt::Debug for RequestId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_digits_match_the_formatter() {
+        let mut x = 0x9e37_79b9u32;
+        let samples = (0..10_000).map(|_| {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            x
+        });
+        for x in [0u32, 1, 9, 10, 15, 16, 0xdead_beef, 0x0123_4567, 0x89ab_cdef, u32::MAX]
+            .into_iter()
+            .chain(samples)
+        {
+            assert_eq!(std::str::from_utf8(&hex8(x)).unwrap(), format!("{x:08x}"));
+        }
+        for (prefix, seq) in [(0, 0), (u32::MAX, (1 << 60) - 1), (0x1234_5678, 0x0fed_cba9_8765_4321)] {
+            let id = RequestId::local(prefix, seq);
+            assert_eq!(id.as_str(), format!("{prefix:08x}{:015x}", seq & ((1 << 60) - 1)));
+        }
+    }
 
     #[test]
     fn local_ids_print_23_hex_digits_once() {
