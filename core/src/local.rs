@@ -24,6 +24,7 @@
 
 use crate::clock::EngineClock;
 use crate::engine::{Compiled, Up};
+use crate::registry::evictions;
 use crate::ring::ThreadRing;
 use crate::stats::{CounterSink, OwnedCounters};
 use std::cell::RefCell;
@@ -134,6 +135,8 @@ pub(crate) struct ThreadUp {
     /// The engine's clock, one pointer away from the call.
     pub(crate) clock: EngineClock,
     counters: Option<Owned>,
+    /// The process's eviction count when this state was last found fresh.
+    checked: AtomicU64,
 }
 
 impl ThreadUp {
@@ -153,10 +156,19 @@ impl ThreadUp {
         }
     }
 
-    /// True while the cached state may still be used (nothing it points to was evicted).
+    /// True while the cached state may still be used (nothing it points to
+    /// was evicted); its slots are looked at only after an eviction somewhere.
     #[inline]
     fn fresh(&self) -> bool {
-        !self.up.is_evicted() && !self.up.value.is_stale()
+        let seen = evictions();
+        if self.checked.load(Ordering::Relaxed) == seen {
+            return true;
+        }
+        let fresh = !self.up.is_evicted() && !self.up.value.is_stale();
+        if fresh {
+            self.checked.store(seen, Ordering::Relaxed);
+        }
+        fresh
     }
 }
 
@@ -343,6 +355,7 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
             up,
             clock: handle.pol.shared.clock.clone(),
             counters: Some(Owned::new(block)),
+            checked: AtomicU64::new(u64::MAX),
         });
         l.cache(&tu);
         Some(tu)
@@ -354,6 +367,7 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
             up: handle.pol.upstream(upstream, now_ms),
             clock: handle.pol.shared.clock.clone(),
             counters: None,
+            checked: AtomicU64::new(u64::MAX),
         }),
     }
 }

@@ -21,6 +21,17 @@ const SHARDS: usize = 16;
 /// High bit of `Slot::used`: the slot was evicted from its registry.
 const EVICTED: u64 = 1 << 63;
 
+/// Slots evicted so far by every registry of the process: a cache that saw
+/// the same count when it last checked its slots knows none of them was
+/// evicted since, with one load.
+static EVICTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// The process-wide eviction count (see [`EVICTIONS`]); read it before checking slots.
+#[inline]
+pub(crate) fn evictions() -> u64 {
+    EVICTIONS.load(Ordering::Acquire)
+}
+
 /// One tracked key's state plus its last-use time.
 #[derive(Debug)]
 pub struct Slot<T> {
@@ -63,6 +74,8 @@ impl<T> Slot<T> {
 
     fn mark_evicted(&self) {
         self.used.fetch_or(EVICTED, Ordering::Relaxed);
+        // After the mark: whoever sees the new count sees the mark.
+        EVICTIONS.fetch_add(1, Ordering::Release);
     }
 }
 

@@ -1035,3 +1035,38 @@ fn begin_attempt_is_begin_then_next_attempt() {
     assert_eq!(a.unwrap_err().reason, Reason::DeadlineExceeded);
     assert!(c.is_finished());
 }
+
+/// An upstream this thread has cached whose breaker was evicted by a key
+/// flood (its key restarts fresh, as documented): the next call there sees
+/// the fresh, closed breaker, not the evicted open one.
+#[test]
+fn an_evicted_breaker_restarts_fresh_for_a_thread_that_cached_it() {
+    let (e, clock) = engine(
+        "breaker: {min_calls: 2, window_size: 10, failure_rate: 0.5, open_ms: 60000, open_jitter: 0}\nbudget: {enabled: false}\nlimits: {max_keys: 16, idle_ms: 1}",
+    );
+    for _ in 0..2 {
+        let mut c = e.begin(CallSpec::new("up"));
+        c.next_attempt().unwrap();
+        let _ = c.report(&Outcome::status(503).header("x-should-retry", "false"));
+    }
+    let mut c = e.begin(CallSpec::new("up"));
+    assert_eq!(c.next_attempt().unwrap_err().reason, Reason::BreakerOpen);
+    // Another thread's upstreams push "up" out of every registry (it is
+    // idle, the cap is 16), while this thread still has it cached.
+    clock.advance_ms(10);
+    let flood = e.clone();
+    std::thread::spawn(move || {
+        for i in 0..200 {
+            let mut c = flood.begin(CallSpec::new(format!("other-{i}")));
+            c.next_attempt().unwrap();
+            c.report(&Outcome::success());
+        }
+    })
+    .join()
+    .unwrap();
+    assert!(e.stats().evicted_keys["breakers"] > 0);
+    let mut c = e.begin(CallSpec::new("up"));
+    let a = c.next_attempt().expect("a fresh breaker admits");
+    assert_eq!(&*a.upstream, "up");
+    assert_eq!(e.breaker_state("up"), retrywise::BreakerState::Closed);
+}
