@@ -8,6 +8,13 @@
 //! has already moved past. A record that does not fit the fixed words (a
 //! name longer than 23 bytes, response headers, a detail, an exclusion
 //! list) is kept whole in a side list under a lock: the rare case.
+//!
+//! The usual attempt costs one slot: its end (and the decision right after
+//! it) is written into its start record while that is still the ring's
+//! newest, and read back as separate events. Such a change in place is the
+//! one locked instruction here: it is ordered against a drain's floor, so a
+//! drain either takes the record before the change (and the end is written
+//! as a record of its own) or waits for it.
 
 use crate::id::CallId;
 use crate::sync::{fence, AtomicU64, Mutex};
