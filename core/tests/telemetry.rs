@@ -256,3 +256,84 @@ fn kill_switch_from_the_environment() {
     std::env::remove_var("RETRYWISE_DISABLE");
     assert_eq!(err.first().path, "RETRYWISE_DISABLE");
 }
+
+/// Worker threads run calls (some retried once) while another thread keeps
+/// draining: every call's events come out exactly once, complete and in
+/// order — start, end, decision per attempt — however the drains fall
+/// between an attempt's start and its end (which then cannot share its
+/// start's record).
+#[test]
+fn drains_racing_calls_see_every_event_exactly_once() {
+    let (e, _) = engine("telemetry: {ring_size: 1000000}\nbudget: {ratio: 1.0, min_per_sec: 0}\nbreaker: {enabled: false}\nbackoff: {base_ms: 0, cap_ms: 0}");
+    const THREADS: usize = 2;
+    const CALLS: usize = 20_000;
+    let done = Arc::new(AtomicBool::new(false));
+    let drained = Arc::new(Mutex::new(Vec::new()));
+    let drainer = {
+        let (e, done, drained) = (e.clone(), done.clone(), drained.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Acquire) {
+                let batch = e.drain_events();
+                drained.lock().unwrap().extend(batch);
+            }
+        })
+    };
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                for i in 0..CALLS {
+                    let mut c = e.begin(CallSpec::new(format!("up-{t}")));
+                    let retried = i % 3 == 0;
+                    c.next_attempt().unwrap();
+                    if retried {
+                        assert_eq!(c.report(&Outcome::status(503)).action, Action::Retry);
+                        c.next_attempt().unwrap();
+                    }
+                    assert_eq!(c.report(&Outcome::success()).action, Action::Succeeded);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    done.store(true, Ordering::Release);
+    drainer.join().unwrap();
+    let mut all = std::mem::take(&mut *drained.lock().unwrap());
+    all.extend(e.drain_events());
+    type Seen = Vec<(EventKind, Option<u32>, Option<Action>)>;
+    let mut by_call: std::collections::HashMap<Arc<str>, Seen> = std::collections::HashMap::new();
+    for ev in &all {
+        let id = ev.logical_request_id.clone().expect("attempt events name their call");
+        by_call.entry(id).or_default().push((ev.kind, ev.attempt, ev.action));
+    }
+    assert_eq!(by_call.len(), THREADS * CALLS, "a call lost all its events");
+    use EventKind::{AttemptEnd as E, AttemptStart as S, Decision as D};
+    let once = vec![
+        (S, Some(1), None),
+        (E, Some(1), None),
+        (D, Some(1), Some(Action::Succeeded)),
+    ];
+    let twice = vec![
+        (S, Some(1), None),
+        (E, Some(1), None),
+        (D, Some(1), Some(Action::Retry)),
+        (S, Some(2), None),
+        (E, Some(2), None),
+        (D, Some(2), Some(Action::Succeeded)),
+    ];
+    let (mut ones, mut twos) = (0, 0);
+    for (id, evs) in &by_call {
+        if evs == &once {
+            ones += 1;
+        } else if evs == &twice {
+            twos += 1;
+        } else {
+            panic!("call {id}: {evs:?}");
+        }
+    }
+    assert_eq!(twos, THREADS * CALLS.div_ceil(3));
+    assert_eq!(ones + twos, THREADS * CALLS);
+    assert_eq!(e.stats().events_dropped, 0);
+}
