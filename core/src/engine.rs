@@ -1368,6 +1368,21 @@ struct Who<'a> {
     task: Option<&'a str>,
 }
 
+/// Whether the breaker of `tu`'s upstream refuses every attempt now, when
+/// that breaker depends on the upstream only (`None`: it depends on the call).
+#[inline]
+fn fixed_open(tu: &ThreadUp, now_ms: u64) -> Option<bool> {
+    match &tu.up.value.breaker {
+        BreakerRef::None => Some(false),
+        BreakerRef::Fixed(c, ovr) => Some(match ovr {
+            Some(BreakerOverride::ForceOpen) => true,
+            Some(_) => false,
+            None => c.value.is_open(now_ms),
+        }),
+        BreakerRef::PerCall => None,
+    }
+}
+
 /// Whether `upstream`'s breaker refuses every attempt now. `current` is the
 /// call's own upstream, whose cell is at hand.
 fn upstream_open(pol: &Compiled, upstream: &str, who: &Who, now_ms: u64, current: Option<&ThreadUp>) -> bool {
@@ -1375,18 +1390,11 @@ fn upstream_open(pol: &Compiled, upstream: &str, who: &Who, now_ms: u64, current
     if !p.breaker.enabled {
         return false;
     }
-    if let Some(tu) = current.filter(|tu| tu.up.key == upstream) {
-        match &tu.up.value.breaker {
-            BreakerRef::None => return false,
-            BreakerRef::Fixed(c, ovr) => {
-                return match ovr {
-                    Some(BreakerOverride::ForceOpen) => true,
-                    Some(_) => false,
-                    None => c.value.is_open(now_ms),
-                }
-            }
-            BreakerRef::PerCall => {}
-        }
+    if let Some(open) = current
+        .filter(|tu| tu.up.key == upstream)
+        .and_then(|tu| fixed_open(tu, now_ms))
+    {
+        return open;
     }
     let key = scope_key(&p.breaker.scope, upstream, p, who.tenant, who.priority, who.task);
     match breaker_override(p, display_key(&key), upstream) {
@@ -2742,11 +2750,14 @@ impl Call {
         };
         let max_up = route.max_upstreams.unwrap_or(u32::MAX);
         // The call's target, not the reported attempt's upstream: a hedge to another upstream does not move the call.
-        let current = self.target.clone();
-        let same_ok = !force_switch && self.target_attempts < per_upstream_cap && !self.is_open(&current, now_ms);
+        // `tu` is the target's state: its breaker is at hand.
+        debug_assert_eq!(self.tu.up.key, self.target);
+        let same_ok = !force_switch
+            && self.target_attempts < per_upstream_cap
+            && !fixed_open(&self.tu, now_ms).unwrap_or_else(|| self.is_open(&self.target, now_ms));
         let mut excluded = Vec::new();
         let (target, is_fallback) = if same_ok {
-            (current, false)
+            (self.target.clone(), false)
         } else {
             let tried: Vec<&str> = self.tried.iter().map(|s| s.as_str()).collect();
             let m = self.match_now(&tried, larger_than, now_ms);
