@@ -393,8 +393,8 @@ impl ThreadRing {
         self.next_slot
             .store(if k + 1 >= self.cap { 0 } else { k as u64 + 1 }, Ordering::Relaxed);
         let Some(slot) = slots.get(k) else { return i };
-        if i >= self.cap as u64 {
-            // The oldest record leaves: count its events.
+        if i >= self.cap as u64 && i - self.cap as u64 >= self.floor.load(Ordering::Relaxed) {
+            // The oldest record leaves unread (a drain did not take it): count its events.
             let w4 = slot.w[4].load(Ordering::Relaxed);
             let gone = 1 + (w4 & THEN != 0) as u64 + (w4 & END != 0) as u64;
             self.dropped

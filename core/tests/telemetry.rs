@@ -337,3 +337,29 @@ fn drains_racing_calls_see_every_event_exactly_once() {
     assert_eq!(ones + twos, THREADS * CALLS);
     assert_eq!(e.stats().events_dropped, 0);
 }
+
+/// Records a consumer already drained are not lost when the ring later
+/// overwrites their slots: they do not count as dropped.
+#[test]
+fn drained_events_never_count_as_dropped() {
+    let (e, _) = engine("telemetry: {ring_size: 8}\nbreaker: {enabled: false}\nbudget: {enabled: false}");
+    let mut drained = 0;
+    for _ in 0..20 {
+        let mut c = e.begin(CallSpec::new("up"));
+        c.next_attempt().unwrap();
+        c.report(&Outcome::status(503));
+        c.next_attempt().unwrap();
+        c.report(&Outcome::success());
+        drained += e.drain_events().len();
+    }
+    assert_eq!(drained, 20 * 6);
+    assert_eq!(e.stats().events_dropped, 0);
+    // Without a drain, the ring keeps the newest 8 events and counts the rest as dropped.
+    for _ in 0..4 {
+        let mut c = e.begin(CallSpec::new("up"));
+        c.next_attempt().unwrap();
+        c.report(&Outcome::success());
+    }
+    assert_eq!(e.events().len(), 8);
+    assert_eq!(e.stats().events_dropped, 12 - 8);
+}
