@@ -935,6 +935,19 @@ struct EndMark {
     upstream: Option<SmolStr>,
 }
 
+impl EndMark {
+    /// Attempt end `h`, recorded as (or into) record `index`.
+    #[inline(always)]
+    fn of(index: u64, h: &Hot) -> EndMark {
+        EndMark {
+            index,
+            attempt: h.attempt,
+            hedge: h.hedge,
+            upstream: Some(h.upstream.clone()),
+        }
+    }
+}
+
 impl std::fmt::Debug for Call {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Call")
@@ -1715,12 +1728,7 @@ impl Call {
     fn emit_hot(&self, h: &Hot) -> Option<u64> {
         let at = self.sh().bus.write_hot(self.tu.handle.ring_here(), h);
         self.last_end.set(match (h.kind == EventKind::AttemptEnd, at) {
-            (true, Some(index)) => Some(EndMark {
-                index,
-                attempt: h.attempt,
-                hedge: h.hedge,
-                upstream: Some(h.upstream.clone()),
-            }),
+            (true, Some(index)) => Some(EndMark::of(index, h)),
             _ => None,
         });
         at
@@ -1733,15 +1741,7 @@ impl Call {
     fn emit_end(&self, start_rec: Option<u64>, h: &Hot, then: Option<Then>) -> bool {
         if let Some(index) = start_rec {
             if self.sh().bus.end_in_place(self.tu.handle.ring_here(), index, h, then) {
-                self.last_end.set(match then {
-                    Some(_) => None,
-                    None => Some(EndMark {
-                        index,
-                        attempt: h.attempt,
-                        hedge: h.hedge,
-                        upstream: Some(h.upstream.clone()),
-                    }),
-                });
+                self.last_end.set(then.is_none().then(|| EndMark::of(index, h)));
                 return then.is_some();
             }
         }

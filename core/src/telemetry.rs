@@ -720,11 +720,18 @@ impl EventBus {
     #[inline]
     pub(crate) fn write_hot(&self, ring: Option<&ThreadRing>, h: &Hot) -> Option<u64> {
         if let Some(ring) = ring {
-            if self.cap.load(Ordering::Relaxed) > 0 && !self.has_sinks.load(Ordering::Relaxed) {
+            if self.ring_only() {
                 return Some(ring.push_hot(h));
             }
         }
         self.write(ring, &mut h.to_rec())
+    }
+
+    /// True when events are kept and no sink needs a record: a thread's
+    /// ring then takes attempt events encoded (and changed) in place.
+    #[inline(always)]
+    fn ring_only(&self) -> bool {
+        self.cap.load(Ordering::Relaxed) > 0 && !self.has_sinks.load(Ordering::Relaxed)
     }
 
     /// Writes attempt `end` into its start, record `index` of the thread's
@@ -732,9 +739,7 @@ impl EventBus {
     #[inline]
     pub(crate) fn end_in_place(&self, ring: Option<&ThreadRing>, index: u64, end: &Hot, then: Option<Then>) -> bool {
         match ring {
-            Some(ring) if self.cap.load(Ordering::Relaxed) > 0 && !self.has_sinks.load(Ordering::Relaxed) => {
-                ring.end_in_place(index, end, then)
-            }
+            Some(ring) if self.ring_only() => ring.end_in_place(index, end, then),
             _ => false,
         }
     }
