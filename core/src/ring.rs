@@ -151,7 +151,7 @@ fn unpack_str(len: u8, w: &[u64]) -> Option<SmolStr> {
 
 /// Writes a record's names into words 9..22 (their lengths, the id, upstream,
 /// tenant and task); `None` when one is too long to pack (the record is then
-/// kept whole). Shared by [`encode`] and [`encode_hot`].
+/// kept whole). [`store_hot`] writes the same words for an attempt event.
 #[inline(always)]
 fn put_names(
     w: &mut [u64; W],
@@ -227,12 +227,49 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
     Some(w)
 }
 
-/// The words [`encode`] gives `h.to_rec()` with sequence number `seq`,
-/// computed from the borrowed fields (no record built, nothing dropped).
+/// Writes attempt event `h` with sequence number `seq` straight into `slot`
+/// (inside its seqlock), as [`encode`] would write `h.to_rec()` — but only
+/// the words a reader of this record looks at: names that are absent, words
+/// past a name's length and the words of a folded decision or an end keep
+/// whatever an older record left, which the lengths and flags tell a reader
+/// to ignore. `None` (some words already written) when a name is too long to
+/// pack: the caller then keeps the record whole.
 #[inline(always)]
-fn encode_hot(h: &Hot, seq: u64) -> Option<[u64; W]> {
-    let mut w = [0u64; W];
-    put_names(&mut w, Some(h.id), Some(h.upstream), h.tenant, h.task)?;
+fn store_hot(slot: &Slot, h: &Hot, seq: u64) -> Option<()> {
+    let put = |at: usize, v: u64| slot.w[at].store(v, Ordering::Relaxed);
+    let (id_len, prefix) = match h.id {
+        CallId::Local { prefix, seq } => {
+            put(10, *seq);
+            (LOCAL_ID, *prefix)
+        }
+        CallId::Remote(s) => {
+            let (l, w) = pack(s)?;
+            put_words(slot, 10, l, &w);
+            (l, 0)
+        }
+    };
+    let (up_len, up) = pack(h.upstream)?;
+    put_words(slot, 13, up_len, &up);
+    let name = |at: usize, s: Option<&SmolStr>| -> Option<u8> {
+        match s {
+            None => Some(NONE),
+            Some(s) => {
+                let (l, w) = pack(s)?;
+                put_words(slot, at, l, &w);
+                Some(l)
+            }
+        }
+    };
+    let tenant_len = name(16, h.tenant)?;
+    let task_len = name(19, h.task)?;
+    put(
+        9,
+        id_len as u64
+            | (up_len as u64) << 8
+            | (tenant_len as u64) << 16
+            | (task_len as u64) << 24
+            | (prefix as u64) << 32,
+    );
     let n = h.attempt;
     let flags = h.hedge as u64
         | 1 << 1
@@ -242,14 +279,28 @@ fn encode_hot(h: &Hot, seq: u64) -> Option<[u64; W]> {
         | (h.status.is_some() as u64) << 5
         | (h.delay_ms.is_some() as u64) << 6
         | 1 << 7;
-    w[0] = h.at_ns;
-    w[1] = seq;
-    w[2] = kind_code(h.kind) | flags << 8 | (h.version as u64) << 16 | (h.status.unwrap_or(0) as u64) << 48;
-    w[3] = n as u64 | code(h.error_class, ErrorClass::code) << 32 | code(h.reason, Reason::code) << 40;
-    w[4] = code(h.phase, Phase::code) | code(h.error_kind, ErrorKind::code) << 8;
-    w[5] = h.delay_ms.unwrap_or(0);
-    w[6] = h.remaining_ms;
-    Some(w)
+    put(0, h.at_ns);
+    put(1, seq);
+    put(
+        2,
+        kind_code(h.kind) | flags << 8 | (h.version as u64) << 16 | (h.status.unwrap_or(0) as u64) << 48,
+    );
+    put(
+        3,
+        n as u64 | code(h.error_class, ErrorClass::code) << 32 | code(h.reason, Reason::code) << 40,
+    );
+    put(4, code(h.phase, Phase::code) | code(h.error_kind, ErrorKind::code) << 8);
+    put(5, h.delay_ms.unwrap_or(0));
+    put(6, h.remaining_ms);
+    Some(())
+}
+
+/// Stores the words of a packed name of `len` bytes from word `at` on.
+#[inline(always)]
+fn put_words(slot: &Slot, at: usize, len: u8, w: &[u64; 3]) {
+    for (i, v) in w.iter().enumerate().take((len as usize).div_ceil(8)) {
+        slot.w[at + i].store(*v, Ordering::Relaxed);
+    }
 }
 
 fn decode_rec(w: &[u64; W]) -> Rec {
@@ -370,8 +421,8 @@ impl ThreadRing {
     /// Appends an attempt's start or end (one event) and returns its index. Only the owner thread may call this.
     #[inline]
     pub(crate) fn push_hot(&self, h: &Hot) -> u64 {
-        self.append(1, |seq, i, slot| match encode_hot(h, seq) {
-            Some(words) => slot.store(&words),
+        self.append(1, |seq, i, slot| match store_hot(slot, h, seq) {
+            Some(()) => {}
             None => {
                 let mut rec = h.to_rec();
                 rec.seq = seq;
@@ -620,6 +671,36 @@ mod tests {
             CallId::Remote(SmolStr::new("req-from-upstream")),
             CallId::Remote(long.clone()),
         ];
+        let full = SmolStr::new("twenty-three-bytes-long");
+        let junk_id = CallId::Remote(full.clone());
+        let mut junk = Hot {
+            kind: EventKind::AttemptEnd,
+            at_ns: 7,
+            version: 5,
+            id: &junk_id,
+            upstream: &full,
+            tenant: Some(&full),
+            task: Some(&full),
+            attempt: 9,
+            start: false,
+            hedge: true,
+            status: Some(599),
+            error_class: Some(ErrorClass::Overloaded),
+            reason: Some(Reason::RetryableStatus),
+            phase: Some(Phase::StreamVisible),
+            error_kind: Some(ErrorKind::StreamIdleTimeout),
+            delay_ms: Some(u64::MAX),
+            remaining_ms: u64::MAX,
+        }
+        .to_rec();
+        junk.then = Some(Then {
+            action: Action::Stop,
+            reason: Reason::BudgetExhausted,
+            error_class: Some(ErrorClass::Overloaded),
+            wait_source: WaitSource::RetryAfter,
+            delay_ms: u64::MAX,
+            remaining_ms: u64::MAX,
+        });
         let mut n = 0;
         for id in &ids {
             for upstream in [&up, &long] {
@@ -649,10 +730,12 @@ mod tests {
                             remaining_ms: 900,
                         };
                         n += 1;
-                        let mut rec = h.to_rec();
-                        rec.seq = n;
-                        assert_eq!(encode_hot(&h, n), encode(&rec), "{h:?}");
-                        let (a, b) = (ThreadRing::new(1, 2), ThreadRing::new(2, 2));
+                        // One slot, last written with every word set: the
+                        // event must read back the same although its slot
+                        // keeps words the event does not use.
+                        let (a, b) = (ThreadRing::new(1, 1), ThreadRing::new(2, 1));
+                        a.push(&mut junk.clone());
+                        b.push(&mut junk.clone());
                         a.push_hot(&h);
                         b.push(&mut h.to_rec());
                         let (mut ra, mut rb) = (Vec::new(), Vec::new());
