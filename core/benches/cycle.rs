@@ -1,6 +1,7 @@
 //! Per-decision cost of the core: a successful begin → next_attempt → report
 //! cycle, and a retry decision with budget and breaker active; one thread,
-//! and two threads on shared and on distinct keys.
+//! and two threads on shared and on distinct keys; and a reference row of
+//! thread-private work, for what two threads can gain on the machine at all.
 //!
 //! Run: `cargo bench -p retrywise --bench cycle`
 
@@ -8,6 +9,9 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use retrywise::{Action, CallSpec, Engine, Outcome, Policy};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+#[path = "common/reference.rs"]
+mod reference;
 
 fn engine(yaml: &str) -> Engine {
     Engine::builder(Policy::from_str_any(yaml).unwrap())
@@ -129,6 +133,10 @@ fn benches(c: &mut Criterion) {
     g.bench_function("retry-decision/2-threads/distinct-keys", |b| {
         b.iter_custom(|iters| pair.run(iters))
     });
+    drop(pair);
+    g.bench_function("reference/1-thread", |b| b.iter(reference::reference_work));
+    let pair = Pair::new(&e, ["", ""], |_, _| reference::reference_work());
+    g.bench_function("reference/2-threads", |b| b.iter_custom(|iters| pair.run(iters)));
     drop(pair);
     g.finish();
 }
