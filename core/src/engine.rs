@@ -1156,8 +1156,8 @@ impl Engine {
 
     /// Begins one logical request.
     #[inline(always)]
-    pub fn begin(&self, mut spec: CallSpec) -> Call {
-        self.begin_at(&mut spec, self.inner.shared.clock.now())
+    pub fn begin(&self, spec: CallSpec) -> Call {
+        self.begin_at(spec, self.inner.shared.clock.now())
     }
 
     /// Begins one logical request and asks for its first attempt, with one
@@ -1173,19 +1173,32 @@ impl Engine {
     /// assert_eq!(call.report(&Outcome::success()).action, Action::Succeeded);
     /// ```
     #[inline]
-    pub fn begin_attempt(&self, mut spec: CallSpec) -> (Call, Result<Attempt, Stopped>) {
+    pub fn begin_attempt(&self, spec: CallSpec) -> (Call, Result<Attempt, Stopped>) {
         let now = self.inner.shared.clock.now();
-        let mut call = self.begin_at(&mut spec, now);
+        let mut call = self.begin_at(spec, now);
         let a = call.next_attempt_at(now);
         (call, a)
     }
 
     #[inline(always)]
-    /// The fields of `spec` are taken (a spec is large: it is not copied).
-    fn begin_at(&self, spec: &mut CallSpec, now: Duration) -> Call {
+    /// The spec is taken apart: its fields move into the call (none is
+    /// cloned, and none left behind to drop).
+    fn begin_at(&self, spec: CallSpec, now: Duration) -> Call {
+        let CallSpec {
+            mut route,
+            deadline: spec_deadline,
+            idempotency,
+            tenant,
+            task,
+            priority,
+            idempotency_key,
+            params_digest,
+            inbound,
+            needs,
+        } = spec;
         let inner = &self.inner;
         let now_ms = ms(now);
-        let direct = (!spec.route.is_empty()).then_some(spec.route.as_str());
+        let direct = (!route.is_empty()).then_some(route.as_str());
         let lb = inner.local.begin(
             inner.generation.load(Ordering::Acquire),
             || inner.policy.load_full(),
@@ -1193,12 +1206,11 @@ impl Engine {
         );
         let pol = &*lb.start.handle().pol;
         let sh = &*pol.shared;
-        let inbound = spec.inbound.take();
         let id = match inbound.as_ref().and_then(|b| b.request_id.as_deref()) {
             Some(parent) => RequestId::remote(parent),
             None => RequestId::local(sh.id_prefix, lb.seq),
         };
-        let mut deadline = spec.deadline.unwrap_or(Duration::from_millis(pol.policy.deadline_ms));
+        let mut deadline = spec_deadline.unwrap_or(Duration::from_millis(pol.policy.deadline_ms));
         if let Some(d) = inbound.as_ref().and_then(|b| b.deadline) {
             deadline = deadline.min(d);
         }
@@ -1206,12 +1218,11 @@ impl Engine {
         let routes = &pol.policy.routes;
         let route_key = if routes.is_empty() {
             None
-        } else if routes.contains_key(spec.route.as_str()) {
-            Some(spec.route.clone())
+        } else if routes.contains_key(route.as_str()) {
+            Some(route.clone())
         } else {
-            spec.task
-                .as_ref()
-                .filter(|t| spec.route.is_empty() && routes.contains_key(t.as_str()))
+            task.as_ref()
+                .filter(|t| route.is_empty() && routes.contains_key(t.as_str()))
                 .cloned()
         };
         let max_attempts = if owner {
@@ -1223,12 +1234,10 @@ impl Engine {
         } else {
             1
         };
-        let key: Option<SmolStr> = spec
-            .idempotency_key
-            .take()
+        let key: Option<SmolStr> = idempotency_key
             .or_else(|| inbound.as_ref().and_then(|b| b.idempotency_key.clone()))
             .map(SmolStr::from);
-        let conflict = match (&key, &spec.params_digest) {
+        let conflict = match (&key, &params_digest) {
             (Some(k), Some(d)) => sh
                 .ledger
                 .check(
@@ -1246,11 +1255,11 @@ impl Engine {
         // first eligible candidate (capabilities, boundary, cost, breaker).
         let routed = route_key.as_ref().and_then(|k| routes.get(k.as_str())).map(|route| {
             let who = Who {
-                tenant: spec.tenant.as_deref(),
-                priority: spec.priority.as_deref(),
-                task: spec.task.as_deref(),
+                tenant: tenant.as_deref(),
+                priority: priority.as_deref(),
+                task: task.as_deref(),
             };
-            let m = match_route(pol, route, &who, &spec.needs, &[], None, now_ms, None);
+            let m = match_route(pol, route, &who, &needs, &[], None, now_ms, None);
             let target = m
                 .eligible
                 .first()
@@ -1259,7 +1268,7 @@ impl Engine {
                 .unwrap_or_default();
             (target, m)
         });
-        let tenant_counters = spec.tenant.as_ref().map(|t| {
+        let tenant_counters = tenant.as_ref().map(|t| {
             let l = &pol.policy.limits;
             sh.tenant_stats
                 .get_or_insert(t, now_ms, l.max_keys, l.idle_ms, Counters::default)
@@ -1268,7 +1277,7 @@ impl Engine {
         let engine_id = sh.engine_id;
         let target = match &routed {
             Some((t, _)) => t.clone(),
-            None => std::mem::take(&mut spec.route),
+            None => std::mem::take(&mut route),
         };
         let tu = match lb.start {
             Start::Cached(tu) => {
@@ -1281,20 +1290,17 @@ impl Engine {
         let pol = &*tu.handle.pol;
         let sh = &*pol.shared;
         let inbound_attempt = inbound.as_ref().and_then(|b| b.attempt);
-        let ext =
-            if spec.priority.is_none() && conflict.is_none() && inbound_attempt.is_none() && spec.needs == NO_NEEDS {
-                None
-            } else {
-                Some(Box::new(Ext {
-                    needs: std::mem::take(&mut spec.needs),
-                    priority: spec.priority.take(),
-                    conflict,
-                    inbound_attempt,
-                }))
-            };
+        let ext = if priority.is_none() && conflict.is_none() && inbound_attempt.is_none() && needs == NO_NEEDS {
+            None
+        } else {
+            Some(Box::new(Ext {
+                needs,
+                priority,
+                conflict,
+                inbound_attempt,
+            }))
+        };
         let deadline_at = now.saturating_add(deadline);
-        let tenant = spec.tenant.take();
-        let task = spec.task.take();
         // Counted, and the initial fallback choice recorded, before the call
         // is built: it is built in place, as the return value.
         tu.handle.sink().bump(Ctr::Begun);
@@ -1326,7 +1332,7 @@ impl Engine {
             route_key,
             tenant,
             task,
-            idem: spec.idempotency,
+            idem: idempotency,
             key,
             ext,
             deadline_at,
