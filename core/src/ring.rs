@@ -419,7 +419,7 @@ impl ThreadRing {
     }
 
     /// Appends an attempt's start or end (one event) and returns its index. Only the owner thread may call this.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_hot(&self, h: &Hot) -> u64 {
         self.append(1, |seq, i, slot| match store_hot(slot, h, seq) {
             Some(()) => {}

@@ -717,13 +717,20 @@ impl EventBus {
 
     /// Publishes an attempt's start or end like [`EventBus::write`]; encoded
     /// straight into the thread's ring when nothing else needs a record.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write_hot(&self, ring: Option<&ThreadRing>, h: &Hot) -> Option<u64> {
         if let Some(ring) = ring {
             if self.ring_only() {
                 return Some(ring.push_hot(h));
             }
         }
+        self.write_hot_rec(ring, h)
+    }
+
+    /// [`EventBus::write_hot`] when a record is needed (sinks, or the shared ring).
+    #[cold]
+    #[inline(never)]
+    fn write_hot_rec(&self, ring: Option<&ThreadRing>, h: &Hot) -> Option<u64> {
         self.write(ring, &mut h.to_rec())
     }
 
