@@ -25,7 +25,8 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     clock: quanta::Clock,
-    origin: quanta::Instant,
+    /// The counter's raw reading at the origin.
+    origin_raw: u64,
 }
 
 /// One calibration per process (it takes a few milliseconds).
@@ -39,7 +40,7 @@ impl SystemClock {
     pub fn new() -> Self {
         let clock = calibrated();
         SystemClock {
-            origin: clock.now(),
+            origin_raw: clock.raw(),
             clock,
         }
     }
@@ -51,10 +52,18 @@ impl Default for SystemClock {
     }
 }
 
+impl SystemClock {
+    /// [`Clock::now`] in nanoseconds, without building a `Duration`.
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        self.clock.delta_as_nanos(self.origin_raw, self.clock.raw())
+    }
+}
+
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Duration {
-        self.clock.now().duration_since(self.origin)
+        Duration::from_nanos(self.now_ns())
     }
     fn wall(&self) -> SystemTime {
         SystemTime::now()
@@ -78,11 +87,67 @@ impl EngineClock {
         }
     }
 
+    /// The reading as [`Nanos`], what a call's steps compute with.
+    #[inline]
+    pub(crate) fn now_ns(&self) -> Nanos {
+        match self {
+            EngineClock::System(c) => Nanos(c.now_ns()),
+            EngineClock::Injected(c) => Nanos::of(c.now()),
+        }
+    }
+
     pub(crate) fn wall(&self) -> SystemTime {
         match self {
             EngineClock::System(c) => c.wall(),
             EngineClock::Injected(c) => c.wall(),
         }
+    }
+}
+
+/// Monotonic engine time (or a span of it) in nanoseconds, saturating at
+/// `u64::MAX` (584 years). A call's steps compute deadlines and event times
+/// with it: u64 arithmetic, where building a `Duration` costs a division and
+/// taking one apart into milliseconds two more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub(crate) struct Nanos(pub(crate) u64);
+
+impl Nanos {
+    /// `d` in nanoseconds, saturating.
+    #[inline]
+    pub(crate) fn of(d: Duration) -> Nanos {
+        Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// `ms` milliseconds, saturating.
+    #[inline]
+    pub(crate) fn from_ms(ms: u64) -> Nanos {
+        Nanos(ms.saturating_mul(1_000_000))
+    }
+
+    /// Whole milliseconds.
+    #[inline]
+    pub(crate) fn ms(self) -> u64 {
+        self.0 / 1_000_000
+    }
+
+    #[inline]
+    pub(crate) fn dur(self) -> Duration {
+        Duration::from_nanos(self.0)
+    }
+
+    #[inline]
+    pub(crate) fn saturating_add(self, o: Nanos) -> Nanos {
+        Nanos(self.0.saturating_add(o.0))
+    }
+
+    #[inline]
+    pub(crate) fn saturating_sub(self, o: Nanos) -> Nanos {
+        Nanos(self.0.saturating_sub(o.0))
+    }
+
+    #[inline]
+    pub(crate) fn is_zero(self) -> bool {
+        self.0 == 0
     }
 }
 

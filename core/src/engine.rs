@@ -20,7 +20,7 @@ use crate::backoff::{jitter_ms, parse_retry_after_with};
 use crate::breaker::{Admit, BreakerCell, BreakerParams, BreakerState, Record, Transition};
 use crate::budget::{BudgetCell, BudgetParams, Refusal};
 use crate::classify::{Classifier, Disposition};
-use crate::clock::{Clock, EngineClock, SystemClock};
+use crate::clock::{Clock, EngineClock, Nanos, SystemClock};
 use crate::deadline::{
     attempt_timeouts, AttemptTimeouts, Inbound, TokenEstimate, H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY, H_REQUEST_ID,
 };
@@ -155,7 +155,7 @@ pub(crate) struct Compiled {
     budget: BudgetParams,
     breaker: BreakerParams,
     throttle: ThrottleParams,
-    min_attempt: Duration,
+    min_attempt: Nanos,
     /// Any concurrency gate or priority pool configured.
     gated: bool,
     /// Propagation safety margin, ms.
@@ -193,7 +193,7 @@ impl Compiled {
             budget: BudgetParams::new(&policy.budget),
             breaker: BreakerParams::new(&policy.breaker),
             throttle: ThrottleParams::new(&policy.throttle),
-            min_attempt: Duration::from_millis(policy.min_attempt_ms),
+            min_attempt: Nanos::from_ms(policy.min_attempt_ms),
             gated: policy.concurrency.max_first_attempts.is_some()
                 || policy.concurrency.max_retries.is_some()
                 || !policy.concurrency.pools.is_empty(),
@@ -443,10 +443,6 @@ fn ms(d: Duration) -> u64 {
     d.as_secs()
         .saturating_mul(1000)
         .saturating_add(u64::from(d.subsec_millis()))
-}
-
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// What one logical request is, as given to [`Engine::begin`].
@@ -903,7 +899,7 @@ pub struct Call {
     idem: Idempotency,
     key: Option<SmolStr>,
     ext: Option<Box<Ext>>,
-    deadline_at: Duration,
+    deadline_at: Nanos,
     owner: bool,
     max_attempts: u32,
     attempts: u32,
@@ -1157,7 +1153,7 @@ impl Engine {
     /// Begins one logical request.
     #[inline(always)]
     pub fn begin(&self, spec: CallSpec) -> Call {
-        self.begin_at(spec, self.inner.shared.clock.now())
+        self.begin_at(spec, self.inner.shared.clock.now_ns())
     }
 
     /// Begins one logical request and asks for its first attempt, with one
@@ -1174,7 +1170,7 @@ impl Engine {
     /// ```
     #[inline]
     pub fn begin_attempt(&self, spec: CallSpec) -> (Call, Result<Attempt, Stopped>) {
-        let now = self.inner.shared.clock.now();
+        let now = self.inner.shared.clock.now_ns();
         let mut call = self.begin_at(spec, now);
         let a = call.next_attempt_at(now);
         (call, a)
@@ -1183,7 +1179,7 @@ impl Engine {
     #[inline(always)]
     /// The spec is taken apart: its fields move into the call (none is
     /// cloned, and none left behind to drop).
-    fn begin_at(&self, spec: CallSpec, now: Duration) -> Call {
+    fn begin_at(&self, spec: CallSpec, now: Nanos) -> Call {
         let CallSpec {
             mut route,
             deadline: spec_deadline,
@@ -1197,7 +1193,7 @@ impl Engine {
             needs,
         } = spec;
         let inner = &self.inner;
-        let now_ms = ms(now);
+        let now_ms = now.ms();
         let direct = (!route.is_empty()).then_some(route.as_str());
         let lb = inner.local.begin(
             inner.generation.load(Ordering::Acquire),
@@ -1300,7 +1296,7 @@ impl Engine {
                 inbound_attempt,
             }))
         };
-        let deadline_at = now.saturating_add(deadline);
+        let deadline_at = now.saturating_add(Nanos::of(deadline));
         // Counted, and the initial fallback choice recorded, before the call
         // is built: it is built in place, as the return value.
         tu.handle.sink().bump(Ctr::Begun);
@@ -1367,16 +1363,16 @@ fn rec_for(
     id: &RequestId,
     tenant: &Option<SmolStr>,
     task: &Option<SmolStr>,
-    deadline_at: Duration,
+    deadline_at: Nanos,
     kind: EventKind,
-    now: Duration,
+    now: Nanos,
 ) -> Rec {
     Rec {
         id: Some(id.raw().clone()),
         tenant: tenant.clone(),
         task: task.clone(),
-        remaining_ms: Some(ms(deadline_at.saturating_sub(now))),
-        ..Rec::new(kind, ns(now), version_idx)
+        remaining_ms: Some(deadline_at.saturating_sub(now).ms()),
+        ..Rec::new(kind, now.0, version_idx)
     }
 }
 
@@ -1565,7 +1561,7 @@ impl Call {
 
     /// Time left before the deadline.
     pub fn remaining(&self) -> Duration {
-        self.deadline_at.saturating_sub(self.now())
+        self.deadline_at.saturating_sub(self.now()).dur()
     }
 
     /// True once a final decision was made.
@@ -1621,8 +1617,8 @@ impl Call {
     }
 
     #[inline]
-    fn now(&self) -> Duration {
-        self.tu.clock.now()
+    fn now(&self) -> Nanos {
+        self.tu.clock.now_ns()
     }
 
     #[inline]
@@ -1667,7 +1663,7 @@ impl Call {
 
     /// A record with the call's common fields.
     #[inline(always)]
-    fn rec(&self, kind: EventKind, now: Duration) -> Rec {
+    fn rec(&self, kind: EventKind, now: Nanos) -> Rec {
         rec_for(
             self.pol().version_idx,
             &self.id,
@@ -1681,7 +1677,7 @@ impl Call {
 
     /// Records an event built in place by `fill` (records are large: never copied).
     #[inline(always)]
-    fn emit_with(&self, kind: EventKind, now: Duration, fill: impl FnOnce(&mut Rec)) {
+    fn emit_with(&self, kind: EventKind, now: Nanos, fill: impl FnOnce(&mut Rec)) {
         let mut e = self.rec(kind, now);
         fill(&mut e);
         self.emit(&mut e);
@@ -1706,10 +1702,10 @@ impl Call {
 
     /// An attempt event of this call with only the common fields set.
     #[inline(always)]
-    fn hot<'a>(&'a self, kind: EventKind, now: Duration, upstream: &'a SmolStr, attempt: u32) -> Hot<'a> {
+    fn hot<'a>(&'a self, kind: EventKind, now: Nanos, upstream: &'a SmolStr, attempt: u32) -> Hot<'a> {
         Hot {
             kind,
-            at_ns: ns(now),
+            at_ns: now.0,
             version: self.pol().version_idx,
             id: self.id.raw(),
             upstream,
@@ -1839,7 +1835,7 @@ impl Call {
     }
 
     #[inline]
-    fn finish(&mut self, d: Decision, now: Duration) -> Decision {
+    fn finish(&mut self, d: Decision, now: Nanos) -> Decision {
         match d.action {
             Action::Succeeded => {}
             Action::Reconcile => {
@@ -1861,8 +1857,8 @@ impl Call {
     }
 
     /// Records the decision event, folded into the attempt-end record it follows when it can be.
-    fn record_decision(&self, d: &Decision, now: Duration) {
-        let remaining_ms = ms(self.deadline_at.saturating_sub(now));
+    fn record_decision(&self, d: &Decision, now: Nanos) {
+        let remaining_ms = self.deadline_at.saturating_sub(now).ms();
         let plain = d.detail.is_none() && d.excluded.is_empty();
         let then = Then {
             action: d.action,
@@ -1911,7 +1907,7 @@ impl Call {
         }
     }
 
-    fn stop_now(&mut self, reason: Reason, detail: Option<String>, now: Duration) -> Stopped {
+    fn stop_now(&mut self, reason: Reason, detail: Option<String>, now: Nanos) -> Stopped {
         let mut d = self.stop_decision(reason, self.last_class, self.attempts);
         d.detail = detail;
         if reason == Reason::DeadlineExceeded && d.class.is_none() {
@@ -1936,7 +1932,7 @@ impl Call {
     }
 
     #[inline]
-    fn next_attempt_at(&mut self, now: Duration) -> Result<Attempt, Stopped> {
+    fn next_attempt_at(&mut self, now: Nanos) -> Result<Attempt, Stopped> {
         if let Some(f) = &self.final_decision {
             return Err(f.stopped());
         }
@@ -1957,7 +1953,7 @@ impl Call {
         if remaining < self.pol().min_attempt || remaining.is_zero() {
             let detail = format!(
                 "{} ms left, min_attempt is {} ms",
-                ms(remaining),
+                remaining.ms(),
                 self.pol().policy.min_attempt_ms
             );
             return Err(self.stop_now(Reason::DeadlineExceeded, Some(detail), now));
@@ -1967,7 +1963,7 @@ impl Call {
         }
         if self.fallback_pending {
             self.fallback_pending = false;
-            let m = self.match_now(&[], None, ms(now));
+            let m = self.match_now(&[], None, now.ms());
             if m.eligible.is_empty() {
                 let all_open = !m.excluded.is_empty() && m.excluded.iter().all(|(_, e)| *e == Exclusion::BreakerOpen);
                 let reason = if all_open {
@@ -1992,10 +1988,10 @@ impl Call {
         &mut self,
         hedge: Option<(SmolStr, Arc<ThreadUp>)>,
         retry: bool,
-        now: Duration,
-        remaining: Duration,
+        now: Nanos,
+        remaining: Nanos,
     ) -> Result<Attempt, Stopped> {
-        let now_ms = ms(now);
+        let now_ms = now.ms();
         let is_hedge = hedge.is_some();
         let (mut target, mut hedge_tu) = match hedge {
             Some((t, u)) => (t, Some(u)),
@@ -2080,7 +2076,8 @@ impl Call {
             );
             h.start = true;
             h.hedge = is_hedge;
-            h.remaining_ms = ms(self.deadline_at.saturating_sub(now));
+            // Every caller passes `remaining` as the deadline minus `now`.
+            h.remaining_ms = remaining.ms();
             self.emit_hot(&h)
         } else {
             None
@@ -2090,8 +2087,8 @@ impl Call {
             probe,
             retry,
             hedge: is_hedge,
-            started_ns: ns(now),
-            remaining_ms: ms(remaining),
+            started_ns: now.0,
+            remaining_ms: remaining.ms(),
             start_rec,
             upstream: target.clone(),
             tu: hedge_tu,
@@ -2107,6 +2104,7 @@ impl Call {
             },
             None => TokenEstimate::default(),
         };
+        let remaining = remaining.dur();
         Ok(Attempt {
             number,
             fallback: self.route_key.is_some() && target != self.first_upstream,
@@ -2116,7 +2114,7 @@ impl Call {
             request_id: self.id.clone(),
             idempotency_key: self.key.clone(),
             hedge: is_hedge,
-            started_at: now,
+            started_at: now.dur(),
             margin_ms: pol.margin_ms,
             propagate: pol.policy.propagation.enabled,
             wire_number: self.ext.as_ref().and_then(|e| e.inbound_attempt).unwrap_or(number),
@@ -2176,7 +2174,7 @@ impl Call {
         key: &str,
         target: &SmolStr,
         is_hedge: bool,
-        now: Duration,
+        now: Nanos,
     ) -> Result<Verdict, Stopped> {
         self.on_transition(key, t, now);
         match admit {
@@ -2195,8 +2193,8 @@ impl Call {
     }
 
     /// Adaptive throttling: a rejected attempt stops the call (or the hedge) without touching the network.
-    fn throttle(&mut self, target: &str, is_hedge: bool, now: Duration) -> Result<(), Stopped> {
-        let now_ms = ms(now);
+    fn throttle(&mut self, target: &str, is_hedge: bool, now: Nanos) -> Result<(), Stopped> {
+        let now_ms = now.ms();
         let tu = self.tu.clone();
         let pol = &tu.handle.pol;
         let p = &pol.policy;
@@ -2232,9 +2230,9 @@ impl Call {
         target: &SmolStr,
         key: &str,
         retry_in_ms: u64,
-        now: Duration,
+        now: Nanos,
     ) -> Result<(SmolStr, Held, bool), Stopped> {
-        let now_ms = ms(now);
+        let now_ms = now.ms();
         let tried: Vec<&str> = self
             .tried
             .iter()
@@ -2320,7 +2318,7 @@ impl Call {
         Ok(Slots { gate, pool })
     }
 
-    fn gate_refusal(&mut self, hedge: bool, detail: String, now: Duration) -> Stopped {
+    fn gate_refusal(&mut self, hedge: bool, detail: String, now: Nanos) -> Stopped {
         if hedge {
             return Stopped {
                 reason: Reason::ConcurrencyLimit,
@@ -2340,7 +2338,7 @@ impl Call {
         }
     }
 
-    fn on_transition(&self, key: &str, t: Option<Transition>, now: Duration) {
+    fn on_transition(&self, key: &str, t: Option<Transition>, now: Nanos) {
         let Some(t) = t else { return };
         if t.to == BreakerState::Open {
             self.count(Ctr::BreakerOpens);
@@ -2402,8 +2400,8 @@ impl Call {
             return d;
         };
         let now = self.now();
-        let now_ms = ms(now);
-        let elapsed_ms = ns(now).saturating_sub(f.started_ns) / 1_000_000;
+        let now_ms = now.ms();
+        let elapsed_ms = now.0.saturating_sub(f.started_ns) / 1_000_000;
         if let Some(sl) = &f.slots {
             sl.leave(f.retry);
         }
@@ -2472,7 +2470,7 @@ impl Call {
                     action: Action::Succeeded,
                     reason: Reason::Success,
                     error_class: None,
-                    remaining_ms: ms(self.deadline_at.saturating_sub(now)),
+                    remaining_ms: self.deadline_at.saturating_sub(now).ms(),
                     delay_ms: 0,
                     wait_source: WaitSource::None,
                 });
@@ -2700,12 +2698,12 @@ impl Call {
         &mut self,
         base: Decision,
         f: &InFlight,
-        now: Duration,
+        now: Nanos,
         force_switch: bool,
         larger_than: Option<u64>,
         hint: &crate::backoff::RetryHint,
     ) -> Decision {
-        let now_ms = ms(now);
+        let now_ms = now.ms();
         let stop = |s: &mut Self, reason: Reason, detail: Option<String>| {
             let mut d = base.clone();
             d.action = Action::Stop;
@@ -2739,12 +2737,12 @@ impl Call {
         if remaining < min_attempt || remaining.is_zero() {
             let detail = format!(
                 "{} ms left, min_attempt is {} ms",
-                ms(remaining),
+                remaining.ms(),
                 self.pol().policy.min_attempt_ms
             );
             return stop(self, Reason::DeadlineExceeded, Some(detail));
         }
-        let room = remaining - min_attempt;
+        let room = remaining.saturating_sub(min_attempt).dur();
 
         // Route: same upstream while it has attempts left and its breaker is not open; otherwise the next eligible candidate.
         let route = self.route();
@@ -2904,7 +2902,7 @@ impl Call {
                 action: d.action,
                 reason: d.reason,
                 error_class: d.class,
-                remaining_ms: ms(self.deadline_at.saturating_sub(now)),
+                remaining_ms: self.deadline_at.saturating_sub(now).ms(),
                 delay_ms: ms(delay),
                 wait_source: source,
             };
@@ -2955,14 +2953,13 @@ impl Call {
             return HedgePlan::No(Reason::HedgeNotAllowed);
         };
         let now = self.now();
-        let now_ms = ms(now);
+        let now_ms = now.ms();
         let Some(primary) = self.in_flight.first() else {
             return HedgePlan::No(Reason::HedgeNotAllowed);
         };
-        let started = Duration::from_nanos(primary.started_ns);
-        let due = started + Duration::from_millis(after);
+        let due = Nanos(primary.started_ns).saturating_add(Nanos::from_ms(after));
         if now < due {
-            return HedgePlan::After(due - now);
+            return HedgePlan::After(due.saturating_sub(now).dur());
         }
         if self.attempts >= self.max_attempts {
             return HedgePlan::No(Reason::MaxAttempts);
