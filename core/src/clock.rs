@@ -225,6 +225,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn nanos_floor_to_milliseconds_and_saturate() {
+        assert_eq!(Nanos::of(Duration::from_nanos(1_999_999)).ms(), 1);
+        assert_eq!(Nanos::of(Duration::from_millis(1500)).ms(), 1500);
+        assert_eq!(Nanos::of(Duration::MAX), Nanos(u64::MAX));
+        assert_eq!(Nanos::from_ms(u64::MAX), Nanos(u64::MAX));
+        assert_eq!(Nanos(5).saturating_sub(Nanos(7)), Nanos(0));
+        assert_eq!(Nanos(u64::MAX - 1).saturating_add(Nanos(7)), Nanos(u64::MAX));
+        assert_eq!(Nanos(1_234_567_891).dur(), Duration::new(1, 234_567_891));
+        assert!(Nanos(0).is_zero() && !Nanos(1).is_zero());
+    }
+
+    #[test]
+    fn system_clock_nanoseconds_agree_with_its_durations() {
+        let c = EngineClock::System(SystemClock::new());
+        let (a, b, d) = (c.now_ns(), c.now(), c.now_ns());
+        assert!(a <= Nanos::of(b) && Nanos::of(b) <= d, "{a:?} {b:?} {d:?}");
+    }
+
+    #[test]
     fn manual_clock_moves_only_when_told() {
         let c = ManualClock::new();
         let w0 = c.wall();

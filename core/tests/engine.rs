@@ -45,6 +45,32 @@ fn success_on_first_attempt() {
     assert_eq!(st.overall.first_attempt_success_rate, 1.0);
 }
 
+/// Deadlines are kept in u64 nanoseconds: one beyond that range (584 years)
+/// saturates there, and the call still runs, retries and reports its time left.
+#[test]
+fn a_deadline_beyond_the_nanosecond_range_saturates() {
+    let (e, clock) = engine("");
+    clock.advance_ms(5_000);
+    let mut c = e.begin(CallSpec::new("up").deadline(Duration::MAX));
+    let a = c.next_attempt().unwrap();
+    let max = Duration::from_nanos(u64::MAX);
+    // The deadline saturates at u64::MAX ns on the engine clock, 5 s of which have passed.
+    assert_eq!(a.remaining, max - Duration::from_secs(5));
+    assert!(a.timeouts.total <= a.remaining, "{:?}", a.timeouts);
+    let mut headers = Vec::new();
+    a.for_each_header(|name, value| headers.push((name, value.to_string())));
+    let deadline: u64 = headers[0].1.parse().unwrap();
+    assert!(
+        deadline <= u64::MAX / 1_000_000 && deadline > 500 * 365 * 86_400_000,
+        "{headers:?}"
+    );
+    let d = c.report(&Outcome::status(503));
+    assert_eq!(d.action, Action::Retry);
+    clock.advance(d.delay);
+    assert!(c.remaining() <= max && c.remaining() > max - Duration::from_secs(60));
+    assert_eq!(c.next_attempt().unwrap().number, 2);
+}
+
 #[test]
 fn transient_then_success_with_full_jitter_within_bounds() {
     let (e, clock) = engine("");
