@@ -149,38 +149,48 @@ fn unpack_str(len: u8, w: &[u64]) -> Option<SmolStr> {
     std::str::from_utf8(&buf[..len as usize]).ok().map(SmolStr::new)
 }
 
-/// Writes a record's names into words 9..22 (their lengths, the id, upstream,
-/// tenant and task); `None` when one is too long to pack (the record is then
-/// kept whole). [`store_hot`] writes the same words for an attempt event.
+/// Writes a record's names through `put(word, value)` into words 9..22
+/// (their lengths, the id, upstream, tenant and task), only the words a
+/// reader looks at: none for an absent name, none past a name's length.
+/// `None` when one is too long to pack (the record is then kept whole).
+/// [`encode`] puts into zeroed words, [`store_hot`] straight into a slot.
 #[inline(always)]
 fn put_names(
-    w: &mut [u64; W],
+    mut put: impl FnMut(usize, u64),
     id: Option<&CallId>,
     upstream: Option<&SmolStr>,
     tenant: Option<&SmolStr>,
     task: Option<&SmolStr>,
 ) -> Option<()> {
-    let opt = |s: Option<&SmolStr>| s.map_or(Some((NONE, [0; 3])), pack);
-    let (id_len, id_words, prefix) = match id {
-        None => (NONE, [0; 3], 0u32),
-        Some(CallId::Local { prefix, seq }) => (LOCAL_ID, [*seq, 0, 0], *prefix),
-        Some(CallId::Remote(s)) => {
-            let (l, w) = pack(s)?;
-            (l, w, 0)
+    /// Puts name `s` from word `at` on; its length byte.
+    #[inline(always)]
+    fn name(put: &mut impl FnMut(usize, u64), at: usize, s: Option<&SmolStr>) -> Option<u8> {
+        let Some(s) = s else { return Some(NONE) };
+        let (len, w) = pack(s)?;
+        for (i, v) in w.iter().enumerate().take((len as usize).div_ceil(8)) {
+            put(at + i, *v);
         }
+        Some(len)
+    }
+    let (id_len, prefix) = match id {
+        None => (NONE, 0u32),
+        Some(CallId::Local { prefix, seq }) => {
+            put(10, *seq);
+            (LOCAL_ID, *prefix)
+        }
+        Some(CallId::Remote(s)) => (name(&mut put, 10, Some(s))?, 0),
     };
-    let (up_len, up) = opt(upstream)?;
-    let (tenant_len, tenant) = opt(tenant)?;
-    let (task_len, task) = opt(task)?;
-    w[9] = id_len as u64
-        | (up_len as u64) << 8
-        | (tenant_len as u64) << 16
-        | (task_len as u64) << 24
-        | (prefix as u64) << 32;
-    w[10..13].copy_from_slice(&id_words);
-    w[13..16].copy_from_slice(&up);
-    w[16..19].copy_from_slice(&tenant);
-    w[19..22].copy_from_slice(&task);
+    let up_len = name(&mut put, 13, upstream)?;
+    let tenant_len = name(&mut put, 16, tenant)?;
+    let task_len = name(&mut put, 19, task)?;
+    put(
+        9,
+        id_len as u64
+            | (up_len as u64) << 8
+            | (tenant_len as u64) << 16
+            | (task_len as u64) << 24
+            | (prefix as u64) << 32,
+    );
     Some(())
 }
 
@@ -192,7 +202,7 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
     }
     let mut w = [0u64; W];
     put_names(
-        &mut w,
+        |i, v| w[i] = v,
         r.id.as_ref(),
         r.upstream.as_ref(),
         r.tenant.as_ref(),
@@ -237,39 +247,7 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
 #[inline(always)]
 fn store_hot(slot: &Slot, h: &Hot, seq: u64) -> Option<()> {
     let put = |at: usize, v: u64| slot.w[at].store(v, Ordering::Relaxed);
-    let (id_len, prefix) = match h.id {
-        CallId::Local { prefix, seq } => {
-            put(10, *seq);
-            (LOCAL_ID, *prefix)
-        }
-        CallId::Remote(s) => {
-            let (l, w) = pack(s)?;
-            put_words(slot, 10, l, &w);
-            (l, 0)
-        }
-    };
-    let (up_len, up) = pack(h.upstream)?;
-    put_words(slot, 13, up_len, &up);
-    let name = |at: usize, s: Option<&SmolStr>| -> Option<u8> {
-        match s {
-            None => Some(NONE),
-            Some(s) => {
-                let (l, w) = pack(s)?;
-                put_words(slot, at, l, &w);
-                Some(l)
-            }
-        }
-    };
-    let tenant_len = name(16, h.tenant)?;
-    let task_len = name(19, h.task)?;
-    put(
-        9,
-        id_len as u64
-            | (up_len as u64) << 8
-            | (tenant_len as u64) << 16
-            | (task_len as u64) << 24
-            | (prefix as u64) << 32,
-    );
+    put_names(put, Some(h.id), Some(h.upstream), h.tenant, h.task)?;
     let n = h.attempt;
     let flags = h.hedge as u64
         | 1 << 1
@@ -293,14 +271,6 @@ fn store_hot(slot: &Slot, h: &Hot, seq: u64) -> Option<()> {
     put(5, h.delay_ms.unwrap_or(0));
     put(6, h.remaining_ms);
     Some(())
-}
-
-/// Stores the words of a packed name of `len` bytes from word `at` on.
-#[inline(always)]
-fn put_words(slot: &Slot, at: usize, len: u8, w: &[u64; 3]) {
-    for (i, v) in w.iter().enumerate().take((len as usize).div_ceil(8)) {
-        slot.w[at + i].store(*v, Ordering::Relaxed);
-    }
 }
 
 fn decode_rec(w: &[u64; W]) -> Rec {
