@@ -1907,6 +1907,19 @@ impl Call {
         }
     }
 
+    /// Why no attempt may start with `remaining` left (less than
+    /// `min_attempt`, or nothing), as the stop's detail; `None` when one may.
+    #[inline]
+    fn too_late(&self, remaining: Nanos) -> Option<String> {
+        (remaining < self.pol().min_attempt || remaining.is_zero()).then(|| {
+            format!(
+                "{} ms left, min_attempt is {} ms",
+                remaining.ms(),
+                self.pol().policy.min_attempt_ms
+            )
+        })
+    }
+
     fn stop_now(&mut self, reason: Reason, detail: Option<String>, now: Nanos) -> Stopped {
         let mut d = self.stop_decision(reason, self.last_class, self.attempts);
         d.detail = detail;
@@ -1950,12 +1963,7 @@ impl Call {
             return Err(self.stop_now(Reason::IdempotencyConflict, Some(c), now));
         }
         let remaining = self.deadline_at.saturating_sub(now);
-        if remaining < self.pol().min_attempt || remaining.is_zero() {
-            let detail = format!(
-                "{} ms left, min_attempt is {} ms",
-                remaining.ms(),
-                self.pol().policy.min_attempt_ms
-            );
+        if let Some(detail) = self.too_late(remaining) {
             return Err(self.stop_now(Reason::DeadlineExceeded, Some(detail), now));
         }
         if self.attempts >= self.max_attempts {
@@ -2733,16 +2741,10 @@ impl Call {
             return stop(self, Reason::MaxAttempts, None);
         }
         let remaining = self.deadline_at.saturating_sub(now);
-        let min_attempt = self.pol().min_attempt;
-        if remaining < min_attempt || remaining.is_zero() {
-            let detail = format!(
-                "{} ms left, min_attempt is {} ms",
-                remaining.ms(),
-                self.pol().policy.min_attempt_ms
-            );
+        if let Some(detail) = self.too_late(remaining) {
             return stop(self, Reason::DeadlineExceeded, Some(detail));
         }
-        let room = remaining.saturating_sub(min_attempt).dur();
+        let room = remaining.saturating_sub(self.pol().min_attempt).dur();
 
         // Route: same upstream while it has attempts left and its breaker is not open; otherwise the next eligible candidate.
         let route = self.route();
