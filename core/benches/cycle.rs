@@ -10,8 +10,9 @@ use retrywise::{Action, CallSpec, Engine, Outcome, Policy};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-#[path = "common/reference.rs"]
-mod reference;
+#[path = "common/work.rs"]
+mod work;
+use work::{reference_work, success_cycle};
 
 fn engine(yaml: &str) -> Engine {
     Engine::builder(Policy::from_str_any(yaml).unwrap())
@@ -24,15 +25,6 @@ fn engine(yaml: &str) -> Engine {
 /// Retries always granted (ratio 1, one request per call) and a breaker that
 /// records every outcome but never trips, so every iteration is a Retry decision.
 const RETRY_POLICY: &str = "budget: {ratio: 1.0, min_per_sec: 0}\nbreaker: {failure_rate: null}";
-
-fn success_cycle(e: &Engine, route: &str) {
-    let mut c = e.begin(CallSpec::new(route));
-    let a = c.next_attempt().unwrap();
-    black_box(&a);
-    let d = c.report(&Outcome::success());
-    debug_assert_eq!(d.action, Action::Succeeded);
-    black_box(d);
-}
 
 /// The same cycle through `begin_attempt` (what the bindings use: one crossing, one clock read for the first step).
 fn success_cycle_begin_attempt(e: &Engine, route: &str) {
@@ -134,8 +126,8 @@ fn benches(c: &mut Criterion) {
         b.iter_custom(|iters| pair.run(iters))
     });
     drop(pair);
-    g.bench_function("reference/1-thread", |b| b.iter(reference::reference_work));
-    let pair = Pair::new(&e, ["", ""], |_, _| reference::reference_work());
+    g.bench_function("reference/1-thread", |b| b.iter(reference_work));
+    let pair = Pair::new(&e, ["", ""], |_, _| reference_work());
     g.bench_function("reference/2-threads", |b| b.iter_custom(|iters| pair.run(iters)));
     drop(pair);
     g.finish();

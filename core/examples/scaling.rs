@@ -11,20 +11,17 @@
 //! Usage: `scaling [N] [ROUNDS]` (defaults 1 000 000 and 7). Build with
 //! `--profile bench` as the criterion benchmarks are.
 
-use retrywise::{CallSpec, Engine, Outcome, Policy};
-use std::hint::black_box;
+use retrywise::{Engine, Policy};
 use std::time::Instant;
 
-#[path = "../benches/common/reference.rs"]
-mod common_reference;
-use common_reference::reference_work;
+#[path = "../benches/common/work.rs"]
+mod work;
+use work::{reference_work, success_cycle};
 
+/// `n` successful cycles (the criterion benchmark's `cycle/success/*`).
 fn cycles(e: &Engine, route: &str, n: u64) {
     for _ in 0..n {
-        let mut call = e.begin(CallSpec::new(route));
-        let attempt = call.next_attempt().expect("attempt");
-        black_box(&attempt);
-        black_box(call.report(&Outcome::success()));
+        success_cycle(e, route);
     }
 }
 

@@ -1,0 +1,32 @@
+//! The work the core benchmarks time, shared by the criterion benchmark
+//! and the `scaling` example.
+
+use retrywise::{Action, CallSpec, Engine, Outcome};
+use std::hint::black_box;
+
+/// One successful begin → next_attempt → report cycle on `route`.
+pub fn success_cycle(e: &Engine, route: &str) {
+    let mut c = e.begin(CallSpec::new(route));
+    let a = c.next_attempt().unwrap();
+    black_box(&a);
+    let d = c.report(&Outcome::success());
+    debug_assert_eq!(d.action, Action::Succeeded);
+    black_box(d);
+}
+
+/// Reference work for two-thread scaling: about one decision cycle's length
+/// of thread-private work (eight xorshift lanes in a stack array, through
+/// memory each round as the engine's state is), nothing shared. What two
+/// threads gain on it is what the machine allows at all; the engine's
+/// two-thread rows are read against it.
+pub fn reference_work() {
+    let mut lanes = [1u64, 2, 3, 4, 5, 6, 7, 8];
+    for _ in 0..48 {
+        for v in black_box(&mut lanes).iter_mut() {
+            *v ^= *v << 13;
+            *v ^= *v >> 7;
+            *v ^= *v << 17;
+        }
+    }
+    black_box(lanes);
+}
