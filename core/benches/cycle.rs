@@ -1,11 +1,12 @@
 //! Per-decision cost of the core: a successful begin → next_attempt → report
-//! cycle, and a retry decision with budget and breaker active; one thread,
-//! and two threads on shared and on distinct keys; and a reference row of
+//! cycle, and a retry decision with budget and breaker active (as a whole
+//! retry cycle, and alone: `report-only`); one thread, and two threads on
+//! shared and on distinct keys; and a reference row of
 //! thread-private work, for what two threads can gain on the machine at all.
 //!
 //! Run: `cargo bench -p retrywise --bench cycle`
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
 use retrywise::{Action, CallSpec, Engine, Outcome, Policy};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -110,6 +111,23 @@ fn benches(c: &mut Criterion) {
     let fail = Outcome::status(503);
     g.bench_function("retry-decision/1-thread", |b| {
         b.iter(|| retry_decision(&r, "openai/gpt-4o", &fail))
+    });
+    // The decision alone: the failure's report, each call begun and its
+    // attempt started outside the timing (and the call dropped outside it).
+    g.bench_function("retry-decision/1-thread/report-only", |b| {
+        b.iter_batched(
+            || {
+                let mut c = r.begin(CallSpec::new("openai/gpt-4o"));
+                c.next_attempt().unwrap();
+                c
+            },
+            |mut c| {
+                let d = c.report(&fail);
+                debug_assert_eq!(d.action, Action::Retry);
+                (c, d)
+            },
+            BatchSize::SmallInput,
+        )
     });
     let pair = Pair::new(&e, ["up-a", "up-b"], success_cycle);
     g.bench_function("success/2-threads/distinct-keys", |b| {
