@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 #[path = "common/work.rs"]
+#[allow(dead_code)] // the paired-round examples' helpers
 mod work;
 use work::{reference_work, success_cycle};
 

@@ -16,7 +16,7 @@
 //! Usage: `floor [N] [ROUNDS]` (defaults 1 000 000 and 7). Build with
 //! `--profile bench` as the criterion benchmarks are.
 
-use retrywise::{CallSpec, Engine, Outcome, Policy};
+use retrywise::{CallSpec, Engine, Outcome};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use std::time::Instant;
 #[path = "../benches/common/work.rs"]
 #[allow(dead_code)] // the reference work is the scaling example's
 mod work;
-use work::success_cycle;
+use work::{default_engine, median, round_args, success_cycle};
 
 /// One shared atomic on its own cache line, as the engine's shared cells are.
 #[repr(align(64))]
@@ -97,20 +97,9 @@ fn cycles(e: &Engine, n: u64, first: bool) -> f64 {
     t.elapsed().as_nanos() as f64 / n as f64
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
-    let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(7);
-    let e = Engine::builder(Policy::default())
-        .seed(1)
-        .read_env(false)
-        .build()
-        .expect("engine");
+    let (n, rounds) = round_args();
+    let e = default_engine();
     let clock = quanta::Clock::new();
     let sh = Shared {
         breaker: Line::default(),
@@ -139,6 +128,6 @@ fn main() {
             col.push(v);
         }
     }
-    let [f3, c3, l3, f2, c2, l2] = cols.map(median);
+    let [f3, c3, l3, f2, c2, l2] = cols.map(|mut c| median(&mut c));
     println!("median {f3:12.1}  {c3:5.1}  {l3:5.1} | {f2:13.1}  {c2:19.1}  {l2:5.1}   ({rounds} rounds of {n})");
 }

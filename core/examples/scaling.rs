@@ -11,12 +11,12 @@
 //! Usage: `scaling [N] [ROUNDS]` (defaults 1 000 000 and 7). Build with
 //! `--profile bench` as the criterion benchmarks are.
 
-use retrywise::{Engine, Policy};
+use retrywise::Engine;
 use std::time::Instant;
 
 #[path = "../benches/common/work.rs"]
 mod work;
-use work::{reference_work, success_cycle};
+use work::{default_engine, median, reference_work, round_args, success_cycle};
 
 /// `n` successful cycles (the criterion benchmark's `cycle/success/*`).
 fn cycles(e: &Engine, route: &str, n: u64) {
@@ -52,20 +52,9 @@ fn timed(e: &Engine, routes: &[&'static str], n: u64, work: fn(&Engine, &str, u6
     })
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
-    let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(7);
-    let engine = Engine::builder(Policy::default())
-        .seed(1)
-        .read_env(false)
-        .build()
-        .expect("engine");
+    let (n, rounds) = round_args();
+    let engine = default_engine();
     let ns = |secs: f64| secs / n as f64 * 1e9;
     let (mut cycle_ratios, mut ref_ratios) = (Vec::new(), Vec::new());
     println!("round  cycle 1t ns  2t ns/thread  ratio   reference 1t ns  2t ns/thread  ratio");

@@ -30,3 +30,26 @@ pub fn reference_work() {
     }
     black_box(lanes);
 }
+
+/// The paired-round examples' arguments: `[N] [ROUNDS]` (defaults 1 000 000 and 7).
+pub fn round_args() -> (u64, usize) {
+    let mut args = std::env::args().skip(1);
+    let n = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let rounds = args.next().and_then(|s| s.parse().ok()).unwrap_or(7);
+    (n, rounds)
+}
+
+/// A default-policy engine with a fixed seed and no environment overrides.
+pub fn default_engine() -> Engine {
+    Engine::builder(retrywise::Policy::default())
+        .seed(1)
+        .read_env(false)
+        .build()
+        .expect("engine")
+}
+
+/// The median of `v` (the upper one for an even length).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
