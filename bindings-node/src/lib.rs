@@ -464,7 +464,7 @@ impl Inner {
     }
 
     /// Begins a call, and with `first` asks for its first attempt in the same
-    /// step ([`Engine::begin_attempt`]). Returns the handle and, with `first`,
+    /// step. Returns the handle and, with `first`,
     /// `ATTEMPT` or `STOPPED` (fields in scratch).
     #[inline]
     fn start(&mut self, spec: CallSpec, first: bool) -> std::result::Result<(f64, i32), Fail> {
@@ -474,9 +474,9 @@ impl Inner {
             e.call = Some(self.engine.begin(spec));
             return Ok((h, ATTEMPT));
         }
-        let (call, a) = self.engine.begin_attempt(spec);
-        e.call = Some(call);
-        let r = match a {
+        // `begin` then `next_attempt` (two clock readings) costs fewer
+        // instructions than `begin_attempt`, whose returned pair is copied.
+        let r = match e.call.insert(self.engine.begin(spec)).next_attempt() {
             Ok(a) => {
                 e.put_attempt(&self.scratch, &mut self.names, a);
                 self.scratch.set(9, rt_now_ms());

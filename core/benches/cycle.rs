@@ -28,7 +28,7 @@ fn engine(yaml: &str) -> Engine {
 /// records every outcome but never trips, so every iteration is a Retry decision.
 const RETRY_POLICY: &str = "budget: {ratio: 1.0, min_per_sec: 0}\nbreaker: {failure_rate: null}";
 
-/// The same cycle through `begin_attempt` (what the bindings use: one crossing, one clock read for the first step).
+/// The same cycle through `begin_attempt` (one clock reading for the first step, but the returned pair is copied).
 fn success_cycle_begin_attempt(e: &Engine, route: &str) {
     let (mut c, a) = e.begin_attempt(CallSpec::new(route));
     black_box(&a);

@@ -1,22 +1,20 @@
 //! The floor under a successful decision cycle on this machine: the
 //! operations a cycle cannot do without, timed alone, beside the cycle itself.
 //!
-//! A success cycle reads the clock three times (twice through
-//! `begin_attempt`, as the bindings call it), makes five locked
+//! A success cycle reads the clock three times, makes five locked
 //! read-modify-writes on lines it shares (the per-call reference to the
 //! upstream's state, taken and dropped; the breaker's outcome count; the
 //! budget's request count; the event ring's in-place mark), writes one event
 //! slot and bumps thread-owned counters. The floor does exactly that with no
 //! logic around it, so `cycle − floor` is what the logic costs.
 //!
-//! Each round times `N` floor iterations (three clock reads, then two), then
-//! `N` success cycles (`begin` + `next_attempt` + `report`, then
-//! `begin_attempt` + `report`), back to back; prints every round and the medians.
+//! Each round times `N` floor iterations, then `N` success cycles (`begin`,
+//! `next_attempt`, `report`), back to back; prints every round and the medians.
 //!
 //! Usage: `floor [N] [ROUNDS]` (defaults 1 000 000 and 7). Build with
 //! `--profile bench` as the criterion benchmarks are.
 
-use retrywise::{CallSpec, Engine, Outcome};
+use retrywise::Engine;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,8 +40,8 @@ struct Shared {
     slots: Vec<[AtomicU64; 23]>,
 }
 
-/// `n` floor iterations with `reads` (2 or 3) clock readings each; ns per iteration.
-fn floor(sh: &Shared, up: &Arc<Line>, clock: &quanta::Clock, reads: u32, n: u64) -> f64 {
+/// `n` floor iterations; ns per iteration.
+fn floor(sh: &Shared, up: &Arc<Line>, clock: &quanta::Clock, n: u64) -> f64 {
     let origin = clock.raw();
     let mut counters = [0u64; 4];
     let t = Instant::now();
@@ -52,16 +50,12 @@ fn floor(sh: &Shared, up: &Arc<Line>, clock: &quanta::Clock, reads: u32, n: u64)
         let begun = clock.delta_as_nanos(origin, clock.raw());
         let held = black_box(Arc::clone(up));
         counters[0] += 1;
-        // first attempt: its own reading unless begun with it, a counter, the start event.
-        let started = if reads == 3 {
-            clock.delta_as_nanos(origin, clock.raw())
-        } else {
-            begun
-        };
+        // first attempt: a reading, a counter, the start event.
+        let started = clock.delta_as_nanos(origin, clock.raw());
         counters[1] += 1;
         let h = sh.head.0.load(Ordering::Relaxed);
         let slot = &sh.slots[(h % sh.slots.len() as u64) as usize];
-        for (w, v) in slot.iter().take(10).zip([started, i, 3, 4, 5, 6, 7, 8, 9, 10]) {
+        for (w, v) in slot.iter().take(10).zip([started, i, begun, 4, 5, 6, 7, 8, 9, 10]) {
             w.store(v, Ordering::Relaxed);
         }
         sh.head.0.store(h + 1, Ordering::Release);
@@ -82,17 +76,11 @@ fn floor(sh: &Shared, up: &Arc<Line>, clock: &quanta::Clock, reads: u32, n: u64)
     t.elapsed().as_nanos() as f64 / n as f64
 }
 
-/// `n` success cycles; with `first`, through `begin_attempt`; ns per cycle.
-fn cycles(e: &Engine, n: u64, first: bool) -> f64 {
+/// `n` success cycles; ns per cycle.
+fn cycles(e: &Engine, n: u64) -> f64 {
     let t = Instant::now();
     for _ in 0..n {
-        if first {
-            let (mut c, a) = e.begin_attempt(CallSpec::new("openai/gpt-4o"));
-            black_box(&a);
-            black_box(c.report(&Outcome::success()));
-        } else {
-            success_cycle(e, "openai/gpt-4o");
-        }
+        success_cycle(e, "openai/gpt-4o");
     }
     t.elapsed().as_nanos() as f64 / n as f64
 }
@@ -110,24 +98,22 @@ fn main() {
     };
     let up = Arc::new(Line::default());
     // Warm up: the thread's engine state, the ring, the caches.
-    cycles(&e, n / 10 + 1, false);
-    floor(&sh, &up, &clock, 3, n / 10 + 1);
-    println!("round  floor 3 reads  cycle  logic | floor 2 reads  begin_attempt cycle  logic   (ns)");
-    let mut cols: [Vec<f64>; 6] = Default::default();
+    cycles(&e, n / 10 + 1);
+    floor(&sh, &up, &clock, n / 10 + 1);
+    println!("round  floor ns  cycle ns  logic ns");
+    let (mut fs, mut cs, mut ls) = (Vec::new(), Vec::new(), Vec::new());
     for r in 1..=rounds {
-        let f3 = floor(&sh, &up, &clock, 3, n);
-        let c3 = cycles(&e, n, false);
-        let f2 = floor(&sh, &up, &clock, 2, n);
-        let c2 = cycles(&e, n, true);
-        println!(
-            "{r:5}  {f3:13.1}  {c3:5.1}  {:5.1} | {f2:13.1}  {c2:19.1}  {:5.1}",
-            c3 - f3,
-            c2 - f2
-        );
-        for (col, v) in cols.iter_mut().zip([f3, c3, c3 - f3, f2, c2, c2 - f2]) {
-            col.push(v);
-        }
+        let f = floor(&sh, &up, &clock, n);
+        let c = cycles(&e, n);
+        println!("{r:5}  {f:8.1}  {c:8.1}  {:8.1}", c - f);
+        fs.push(f);
+        cs.push(c);
+        ls.push(c - f);
     }
-    let [f3, c3, l3, f2, c2, l2] = cols.map(|mut c| median(&mut c));
-    println!("median {f3:12.1}  {c3:5.1}  {l3:5.1} | {f2:13.1}  {c2:19.1}  {l2:5.1}   ({rounds} rounds of {n})");
+    println!(
+        "median {:7.1}  {:8.1}  {:8.1}   ({rounds} rounds of {n})",
+        median(&mut fs),
+        median(&mut cs),
+        median(&mut ls)
+    );
 }
