@@ -5,8 +5,10 @@
 // row moves by tens of percent from one process to the next, so two rows of
 // that table are not comparable to better than that. Here the cases of one
 // group share a process and run in alternating rounds (A B C, A B C, ...):
-// noise hits all of a round alike, and each round gives a ratio
-// retrywise / peer. The median ratio is the comparison.
+// noise that lasts longer than a round hits its cases alike, and each round
+// gives a ratio retrywise / peer. The median ratio is the comparison; the
+// ns/op here are higher than bench.mjs's (cases sharing a process slow each
+// other: collections, shared builtins), and round ratios still spread.
 //
 // Two groups, each in its own process:
 // - `async-context`: engine.run, which enables AsyncLocalStorage (nesting),
