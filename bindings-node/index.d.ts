@@ -177,7 +177,7 @@ export interface Decision {
   excluded: Array<[string, string]>
 }
 
-export type HedgePlan = { action: 'start'; attempt: Attempt } | { action: 'wait'; delayMs: number } | { action: 'no'; reason: Reason }
+export type HedgePlan = { action: 'start'; attempt: Attempt } | { action: 'after'; delayMs: number } | { action: 'no'; reason: Reason }
 
 export interface CallInfo {
   id: string
@@ -197,6 +197,7 @@ export declare class Call {
   report(outcome?: Outcome | null): Decision
   /** Cancels the call (attempts in flight are reported as cancelled). */
   cancel(): Decision
+  /** Whether a hedged (parallel) attempt may start now: start it, ask again `after` `delayMs`, or `no` (with why). */
   nextHedge(): HedgePlan
   readonly id: string
   readonly attempts: number

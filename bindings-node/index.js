@@ -816,14 +816,15 @@ class Call {
 
   /**
    * Whether a hedged (parallel) attempt may start now:
-   * `{ action: 'start', attempt }`, `{ action: 'wait', delayMs }` or `{ action: 'no', reason }`.
+   * `{ action: 'start', attempt }`, `{ action: 'after', delayMs }` (ask again then) or
+   * `{ action: 'no', reason }`: the core's `HedgePlan`, named as in the Python and C bindings.
    */
   nextHedge() {
     const e = this._e
     const r = e._n.nextHedge(this._h)
     e._flush()
     if (r === 0) return { action: 'start', attempt: new Attempt(this, e._s) }
-    if (r === 2) return { action: 'wait', delayMs: e._s[1] }
+    if (r === 2) return { action: 'after', delayMs: e._s[1] }
     return { action: 'no', reason: REASON[e._s[1]] }
   }
 

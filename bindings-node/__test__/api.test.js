@@ -234,12 +234,12 @@ test('routes: fallback to the next candidate, exclusions, breakerState', () => {
   assert.equal(e.breakerState('a'), 'closed')
 })
 
-test('nextHedge: wait, then start a parallel attempt; report names the attempt', () => {
+test('nextHedge: after, then start a parallel attempt; report names the attempt', () => {
   const e = new Engine({ upstreams: { a: {}, b: {} }, routes: { r: { candidates: ['a', 'b'], hedge_after_ms: 100 } } }, { manualClock: true })
   const c = e.begin({ route: 'r', deadlineMs: 10_000 })
   c.nextAttempt()
   const w = c.nextHedge()
-  assert.equal(w.action, 'wait')
+  assert.equal(w.action, 'after')
   assert.equal(w.delayMs, 100)
   e.advanceClock(100)
   const h = c.nextHedge()
