@@ -197,7 +197,22 @@ fn rt_clock() -> &'static SystemClock {
 
 #[inline]
 fn rt_now_ms() -> f64 {
-    let d = rt_clock().now();
+    ms_exact(rt_clock().now())
+}
+
+/// An attempt's stamp on the process clock (scratch[9]): its start moved by
+/// the engine's offset, or a reading now on a manual-clock engine.
+#[inline]
+fn attempt_stamp(rt_offset_ms: Option<f64>, started_at: Duration) -> f64 {
+    match rt_offset_ms {
+        Some(o) => ms_exact(started_at) + o,
+        None => rt_now_ms(),
+    }
+}
+
+/// Milliseconds with their fraction, as the timers compare them.
+#[inline]
+fn ms_exact(d: Duration) -> f64 {
     d.as_secs() as f64 * 1000.0 + d.subsec_nanos() as f64 * 1e-6
 }
 
@@ -347,6 +362,11 @@ const MAX_CALLS: usize = 4_194_304;
 struct Inner {
     engine: Engine,
     manual: Option<ManualClock>,
+    /// The process clock (`rt_now_ms`) minus the engine's, ms, when the
+    /// engine runs on the system clock: both are the same calibrated counter
+    /// from different origins, so an attempt's stamp is its `started_at`
+    /// moved by this, with no clock read of its own. `None` on a manual clock.
+    rt_offset_ms: Option<f64>,
     scratch: Scratch,
     names: Names,
     strings: Vec<SmolStr>,
@@ -478,8 +498,8 @@ impl Inner {
         // instructions than `begin_attempt`, whose returned pair is copied.
         let r = match e.call.insert(self.engine.begin(spec)).next_attempt() {
             Ok(a) => {
+                self.scratch.set(9, attempt_stamp(self.rt_offset_ms, a.started_at));
                 e.put_attempt(&self.scratch, &mut self.names, a);
-                self.scratch.set(9, rt_now_ms());
                 ATTEMPT
             }
             Err(st) => {
@@ -495,10 +515,10 @@ impl Inner {
         let call = e.call.as_mut().ok_or_else(Fail::released)?;
         Ok(match call.next_attempt() {
             Ok(a) => {
-                e.put_attempt(&self.scratch, &mut self.names, a);
                 if stamp {
-                    self.scratch.set(9, rt_now_ms());
+                    self.scratch.set(9, attempt_stamp(self.rt_offset_ms, a.started_at));
                 }
+                e.put_attempt(&self.scratch, &mut self.names, a);
                 ATTEMPT
             }
             Err(st) => {
@@ -630,12 +650,14 @@ impl NativeEngine {
                 b = b.seed(v);
             }
             let engine = b.build().map_err(|e| policy_error(&env, &e))?;
+            let rt_offset_ms = manual.is_none().then(|| rt_now_ms() - ms_exact(engine.now()));
             // SAFETY: length checked above; the Float64Array keeps its buffer alive.
             let ptr = unsafe { scratch.as_mut().as_mut_ptr() };
             Ok(NativeEngine {
                 inner: Rc::new(RefCell::new(Inner {
                     engine,
                     manual,
+                    rt_offset_ms,
                     scratch: Scratch { _keep: scratch, ptr },
                     names: Names::default(),
                     strings: Vec::new(),
