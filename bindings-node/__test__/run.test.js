@@ -129,6 +129,27 @@ test('run: the attempt timer ends an attempt that ignores its signal, within the
   assert.ok(aborted)
 })
 
+test('run: attempts are stamped on the process clock (nowMs) however long after it started their engine was built', async () => {
+  // engine.run's attempt timers compare the stamp (scratch[9]) with nowMs().
+  // The stamp is the engine's own reading moved by the engine's offset from
+  // the process clock, so an engine built 250 ms after the first one checks it.
+  const native = require('../native.js')
+  new native.NativeEngine(new Float64Array(32), 0, null, '1', false)
+  await new Promise((r) => setTimeout(r, 250))
+  const s = new Float64Array(32)
+  const n = new native.NativeEngine(s, 0, null, '1', false)
+  const f = n.fast()
+  s[24] = n.intern('openai/gpt-4o')
+  s[25] = 10_000
+  s[26] = 0
+  s[27] = -1
+  const before = native.nowMs()
+  f.beginAttempt()
+  const after = native.nowMs()
+  assert.equal(s[12], 0)
+  assert.ok(s[9] >= before - 1 && s[9] <= after + 1, `stamp ${s[9]} not within [${before}, ${after}]`)
+})
+
 test('run: AbortSignal aborts the attempt and reports it as cancelled', async () => {
   const e = new Engine()
   const ac = new AbortController()
