@@ -1160,8 +1160,8 @@ impl Engine {
     /// clock reading for both: exactly `begin` followed at once by
     /// [`Call::next_attempt`]. The returned pair is built and then copied
     /// (a call is about 600 bytes), which costs more than the clock reading
-    /// it saves: a binding that stores the call begins it in place and asks
-    /// for the attempt there (as the Node binding does).
+    /// it saves: a binding that stores the call does better to store what
+    /// `begin` returns and ask for the attempt on it (as the Node binding does).
     ///
     /// ```
     /// use retrywise::{CallSpec, Engine, Outcome, Policy, Action};
