@@ -1,5 +1,5 @@
-// retrywise against cockatiel and opossum in paired rounds: ratios that
-// machine noise cannot skew. `npm run bench:paired` (after the release build).
+// retrywise against cockatiel and opossum in paired rounds: ratios less
+// exposed to machine noise. `npm run bench:paired` (after the release build).
 //
 // bench.mjs runs every case in a process of its own; on a shared machine a
 // row moves by tens of percent from one process to the next, so two rows of

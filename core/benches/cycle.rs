@@ -7,26 +7,14 @@
 //! Run: `cargo bench -p retrywise --bench cycle`
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
-use retrywise::{Action, CallSpec, Engine, Outcome, Policy};
+use retrywise::{Action, CallSpec, Engine, Outcome};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 #[path = "common/work.rs"]
-#[allow(dead_code)] // the paired-round examples' helpers
+#[allow(dead_code)] // the other benchmarks' helpers
 mod work;
-use work::{reference_work, success_cycle};
-
-fn engine(yaml: &str) -> Engine {
-    Engine::builder(Policy::from_str_any(yaml).unwrap())
-        .seed(1)
-        .read_env(false)
-        .build()
-        .unwrap()
-}
-
-/// Retries always granted (ratio 1, one request per call) and a breaker that
-/// records every outcome but never trips, so every iteration is a Retry decision.
-const RETRY_POLICY: &str = "budget: {ratio: 1.0, min_per_sec: 0}\nbreaker: {failure_rate: null}";
+use work::{engine, reference_work, success_cycle, RETRY_POLICY};
 
 /// The same cycle through `begin_attempt` (one clock reading for the first step, but the returned pair is copied).
 fn success_cycle_begin_attempt(e: &Engine, route: &str) {

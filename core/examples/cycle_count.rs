@@ -3,8 +3,12 @@
 //!
 //! Usage: `cycle_count <success|success-no-ring|retry> <N>`
 
-use retrywise::{CallSpec, Engine, Outcome, Policy};
+use retrywise::{CallSpec, Engine, Outcome};
 use std::hint::black_box;
+
+#[path = "../benches/common/work.rs"]
+#[allow(dead_code)] // the other benchmarks' helpers
+mod work;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -13,17 +17,13 @@ fn main() {
     let yaml = match kind.as_str() {
         "success" => "",
         "success-no-ring" => "telemetry: {ring_size: 0}",
-        "retry" => "budget: {ratio: 1.0, min_per_sec: 0}\nbreaker: {failure_rate: null}",
+        "retry" => work::RETRY_POLICY,
         other => {
             eprintln!("unknown kind {other:?}: expected success, success-no-ring or retry");
             std::process::exit(2);
         }
     };
-    let engine = Engine::builder(Policy::from_str_any(yaml).expect("policy"))
-        .seed(1)
-        .read_env(false)
-        .build()
-        .expect("engine");
+    let engine = work::engine(yaml);
     let outcome = if kind == "retry" {
         Outcome::status(503)
     } else {

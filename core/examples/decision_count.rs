@@ -6,18 +6,17 @@
 //! Usage: `decision_count <N>`. A separate binary from `cycle_count`, so the
 //! inlining of the cycles counted there is unchanged.
 
-use retrywise::{Action, Call, CallSpec, Decision, Engine, Outcome, Policy};
+use retrywise::{Action, Call, CallSpec, Decision, Engine, Outcome};
 use std::hint::black_box;
+
+#[path = "../benches/common/work.rs"]
+#[allow(dead_code)] // the other benchmarks' helpers
+mod work;
 
 fn main() {
     let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
-    // As criterion's retry benchmark: retries always granted, a breaker that records but never trips.
-    let yaml = "budget: {ratio: 1.0, min_per_sec: 0}\nbreaker: {failure_rate: null}";
-    let engine = Engine::builder(Policy::from_str_any(yaml).expect("policy"))
-        .seed(1)
-        .read_env(false)
-        .build()
-        .expect("engine");
+    // As criterion's retry benchmark.
+    let engine = work::engine(work::RETRY_POLICY);
     let fail = Outcome::status(503);
     cycles(&engine, &fail, 1);
     cycles(&engine, &fail, n);

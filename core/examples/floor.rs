@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 #[path = "../benches/common/work.rs"]
-#[allow(dead_code)] // the reference work is the scaling example's
+#[allow(dead_code)] // the other benchmarks' helpers
 mod work;
-use work::{default_engine, median, round_args, success_cycle};
+use work::{engine, median, round_args, success_cycle};
 
 /// One shared atomic on its own cache line, as the engine's shared cells are.
 #[repr(align(64))]
@@ -87,7 +87,7 @@ fn cycles(e: &Engine, n: u64) -> f64 {
 
 fn main() {
     let (n, rounds) = round_args();
-    let e = default_engine();
+    let e = engine("");
     let clock = quanta::Clock::new();
     let sh = Shared {
         breaker: Line::default(),

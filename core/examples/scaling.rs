@@ -15,8 +15,9 @@ use retrywise::Engine;
 use std::time::Instant;
 
 #[path = "../benches/common/work.rs"]
+#[allow(dead_code)] // the other benchmarks' helpers
 mod work;
-use work::{default_engine, median, reference_work, round_args, success_cycle};
+use work::{engine, median, reference_work, round_args, success_cycle};
 
 /// `n` successful cycles (the criterion benchmark's `cycle/success/*`).
 fn cycles(e: &Engine, route: &str, n: u64) {
@@ -54,7 +55,7 @@ fn timed(e: &Engine, routes: &[&'static str], n: u64, work: fn(&Engine, &str, u6
 
 fn main() {
     let (n, rounds) = round_args();
-    let engine = default_engine();
+    let engine = engine("");
     let ns = |secs: f64| secs / n as f64 * 1e9;
     let (mut cycle_ratios, mut ref_ratios) = (Vec::new(), Vec::new());
     println!("round  cycle 1t ns  2t ns/thread  ratio   reference 1t ns  2t ns/thread  ratio");

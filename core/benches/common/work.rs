@@ -1,7 +1,8 @@
-//! The work the core benchmarks time, shared by the criterion benchmark
-//! and the `scaling` example.
+//! The work the core benchmarks time and the engines they time it on,
+//! shared by the criterion benchmark and the `scaling`, `floor`,
+//! `cycle_count` and `decision_count` examples (each uses part of it).
 
-use retrywise::{Action, CallSpec, Engine, Outcome};
+use retrywise::{Action, CallSpec, Engine, Outcome, Policy};
 use std::hint::black_box;
 
 /// One successful begin → next_attempt → report cycle on `route`.
@@ -39,9 +40,14 @@ pub fn round_args() -> (u64, usize) {
     (n, rounds)
 }
 
-/// A default-policy engine with a fixed seed and no environment overrides.
-pub fn default_engine() -> Engine {
-    Engine::builder(retrywise::Policy::default())
+/// Retries always granted (ratio 1, one request per call) and a breaker that
+/// records every outcome but never trips, so every failed report is a Retry decision.
+pub const RETRY_POLICY: &str = "budget: {ratio: 1.0, min_per_sec: 0}\nbreaker: {failure_rate: null}";
+
+/// An engine on policy `yaml` (empty: the default policy) with a fixed seed
+/// and no environment overrides.
+pub fn engine(yaml: &str) -> Engine {
+    Engine::builder(Policy::from_str_any(yaml).expect("policy"))
         .seed(1)
         .read_env(false)
         .build()
