@@ -276,6 +276,32 @@ impl Entry {
         self.attempts.push(a);
     }
 
+    /// What `next_attempt` returned, into scratch: `ATTEMPT` (stamped in
+    /// [9] with `stamp`, see [`attempt_stamp`]) or `STOPPED`.
+    #[inline]
+    fn put_next(
+        &mut self,
+        s: &Scratch,
+        names: &mut Names,
+        r: std::result::Result<Attempt, Stopped>,
+        stamp: bool,
+        rt_offset_ms: Option<f64>,
+    ) -> i32 {
+        match r {
+            Ok(a) => {
+                if stamp {
+                    s.set(9, attempt_stamp(rt_offset_ms, a.started_at));
+                }
+                self.put_attempt(s, names, a);
+                ATTEMPT
+            }
+            Err(st) => {
+                self.put_stopped(s, st);
+                STOPPED
+            }
+        }
+    }
+
     fn put_stopped(&mut self, s: &Scratch, st: Stopped) {
         s.set(1, st.reason.code() as f64);
         s.set(2, class_code(st.class));
@@ -496,36 +522,17 @@ impl Inner {
         }
         // `begin` then `next_attempt` (two clock readings) costs fewer
         // instructions than `begin_attempt`, whose returned pair is copied.
-        let r = match e.call.insert(self.engine.begin(spec)).next_attempt() {
-            Ok(a) => {
-                self.scratch.set(9, attempt_stamp(self.rt_offset_ms, a.started_at));
-                e.put_attempt(&self.scratch, &mut self.names, a);
-                ATTEMPT
-            }
-            Err(st) => {
-                e.put_stopped(&self.scratch, st);
-                STOPPED
-            }
-        };
-        Ok((h, r))
+        let r = e.call.insert(self.engine.begin(spec)).next_attempt();
+        Ok((
+            h,
+            e.put_next(&self.scratch, &mut self.names, r, true, self.rt_offset_ms),
+        ))
     }
 
     fn next_attempt(&mut self, h: f64, stamp: bool) -> std::result::Result<i32, Fail> {
         let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
-        let call = e.call.as_mut().ok_or_else(Fail::released)?;
-        Ok(match call.next_attempt() {
-            Ok(a) => {
-                if stamp {
-                    self.scratch.set(9, attempt_stamp(self.rt_offset_ms, a.started_at));
-                }
-                e.put_attempt(&self.scratch, &mut self.names, a);
-                ATTEMPT
-            }
-            Err(st) => {
-                e.put_stopped(&self.scratch, st);
-                STOPPED
-            }
-        })
+        let r = e.call.as_mut().ok_or_else(Fail::released)?.next_attempt();
+        Ok(e.put_next(&self.scratch, &mut self.names, r, stamp, self.rt_offset_ms))
     }
 
     /// Reports `o` for attempt `attempt` (0: the latest) of call `h`; with
