@@ -379,6 +379,24 @@ export declare function paramsDigest(params: unknown): string
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string
 export declare function vendorCodeFromBody(body: string | Uint8Array | ArrayBuffer | object): string | null
 export declare function policySchema(): object
+/**
+ * Holds a streamed body's preamble (a role-only delta, `message_start`, pings)
+ * until its first meaningful event, so a cut before it is `stream_open` and may
+ * be retried; wrapFetch runs every attempt's body through one. Only
+ * `text/event-stream` bodies are held back; others pass through.
+ */
+export declare class StreamGate {
+  constructor(contentType?: string | null)
+  /** Bytes received in; what the consumer may see now out (empty while holding). */
+  feed(chunk: Uint8Array): Uint8Array
+  /** The body ended: everything still held. */
+  finish(): Uint8Array
+  /** Whether bytes were released: a failure from now on is `stream_visible`. */
+  readonly visible: boolean
+  readonly phase: 'stream_open' | 'stream_visible'
+  /** Bytes held back so far. */
+  readonly held: number
+}
 export declare const version: string
 export declare const vocabulary: {
   errorClass: ErrorClass[]

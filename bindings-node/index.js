@@ -1545,7 +1545,8 @@ class FetchCall {
         const out = rebuildResponse(res, null, d)
         return { response: out, handedOver: false }
       }
-      const parts = { res, attempt, ctl, reader: res.body.getReader() }
+      const gate = new native.StreamGate(res.headers.get('content-type'))
+      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate: gate.visible ? null : gate }
       if (splice) return { parts, handedOver: true }
       return { response: this._wrapBody(parts), handedOver: true }
     }
@@ -1566,7 +1567,10 @@ class FetchCall {
    * chunks, the end of the body reports success, and a failure reports phase
    * `stream_open` (nothing delivered yet: the core may retry, and the next
    * attempt's body is spliced in) or `stream_visible` (bytes were delivered:
-   * never replayed).
+   * never replayed). Each attempt's event stream passes through the core's
+   * StreamGate, which holds its preamble (a role-only delta, `message_start`)
+   * back until the first meaningful event, so a cut after the preamble still
+   * delivered nothing.
    */
   _wrapBody(first) {
     const self = this
@@ -1696,12 +1700,25 @@ class FetchCall {
         }
         if (chunk.done) {
           stopTimers()
+          if (cur.gate !== null) {
+            // A stream of preamble only, or a last event without its blank line.
+            const rest = cur.gate.finish()
+            cur.gate = null
+            if (rest.byteLength > 0) {
+              delivered += rest.byteLength
+              controller.enqueue(rest)
+            }
+          }
           self._report({ status: cur.res.status })
           finish()
           controller.close()
           return
         }
-        const v = chunk.value
+        let v = chunk.value
+        if (v && v.byteLength > 0 && cur.gate !== null) {
+          v = cur.gate.feed(v)
+          if (cur.gate.visible) cur.gate = null
+        }
         if (v && v.byteLength > 0) {
           delivered += v.byteLength
           controller.enqueue(v)
@@ -1718,6 +1735,41 @@ class FetchCall {
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
+
+/**
+ * Holds a streamed body's preamble (a role-only delta, `message_start`, pings)
+ * until its first meaningful event, so a cut before it is `stream_open` and may
+ * be retried (the core's StreamGate; wrapFetch runs every attempt's body through one).
+ */
+class StreamGate {
+  constructor(contentType) {
+    if (contentType !== undefined && contentType !== null && typeof contentType !== 'string') throw new TypeError(`contentType must be a string; got ${describe(contentType)}`)
+    this._g = new native.StreamGate(contentType)
+  }
+
+  /** Bytes received in; what the consumer may see now out (empty while holding). */
+  feed(chunk) {
+    if (!(chunk instanceof Uint8Array)) throw new TypeError(`chunk must be a Uint8Array; got ${describe(chunk)}`)
+    return this._g.feed(chunk)
+  }
+
+  /** The body ended: everything still held. */
+  finish() {
+    return this._g.finish()
+  }
+
+  get visible() {
+    return this._g.visible
+  }
+
+  get phase() {
+    return this._g.phase
+  }
+
+  get held() {
+    return this._g.held
+  }
+}
 
 /** SHA-256 (hex) of the canonical JSON of `params` (object keys sorted). */
 function paramsDigest(params) {
@@ -1769,6 +1821,7 @@ module.exports = {
   deriveIdempotencyKey,
   vendorCodeFromBody,
   policySchema,
+  StreamGate,
   version: VOCAB.version,
   vocabulary: {
     errorClass: VOCAB.errorClass.slice(),

@@ -133,6 +133,29 @@ export declare class NativeEngine {
   advanceClock(ms: number): void
 }
 
+/**
+ * Holds a streamed body's preamble (a role-only delta, `message_start`,
+ * pings) until its first meaningful event, so a cut before it is
+ * `stream_open` and may be retried. Only `text/event-stream` is held back.
+ */
+export declare class StreamGate {
+  /** A gate for a body of `contentType` (the response's `content-type`). */
+  constructor(contentType?: string | undefined | null)
+  /**
+   * Bytes received from upstream in; what the consumer may see now out
+   * (empty while only preamble arrived; `chunk` itself once visible).
+   */
+  feed(chunk: Uint8Array): Uint8Array
+  /** The body ended: everything still held, to deliver before the end. */
+  finish(): Uint8Array
+  /** Whether bytes were released: a failure from now on is `stream_visible`. */
+  get visible(): boolean
+  /** `'stream_open'` or `'stream_visible'`: the phase a failure of the body would have now. */
+  get phase(): string
+  /** Bytes held back so far. */
+  get held(): number
+}
+
 /** Validates a policy without building an engine; throws like the constructor. */
 export declare function checkPolicy(kind: number, policy?: string | undefined | null): string
 

@@ -373,6 +373,36 @@ typedef enum rw_hedge_action {
 } rw_hedge_action;
 
 /**
+ * How far an attempt got before it failed (core `Phase`).
+ */
+typedef enum rw_phase {
+  /**
+   * Not given: the core infers it from the status and error kind.
+   */
+  RW_PHASE_NONE = -1,
+  /**
+   * Provably not received by the upstream.
+   */
+  RW_PHASE_BEFORE_SEND = 0,
+  /**
+   * Request written, no response yet.
+   */
+  RW_PHASE_SENT = 1,
+  /**
+   * Status and headers received.
+   */
+  RW_PHASE_HEADERS = 2,
+  /**
+   * Stream open, no meaningful event delivered yet.
+   */
+  RW_PHASE_STREAM_OPEN = 3,
+  /**
+   * Output or a tool call was already delivered to the consumer.
+   */
+  RW_PHASE_STREAM_VISIBLE = 4,
+} rw_phase;
+
+/**
  * Machine-level error of an attempt (core `ErrorKind`).
  */
 typedef enum rw_error_kind {
@@ -429,36 +459,6 @@ typedef enum rw_error_kind {
    */
   RW_ERROR_KIND_OTHER = 11,
 } rw_error_kind;
-
-/**
- * How far an attempt got before it failed (core `Phase`).
- */
-typedef enum rw_phase {
-  /**
-   * Not given: the core infers it from the status and error kind.
-   */
-  RW_PHASE_NONE = -1,
-  /**
-   * Provably not received by the upstream.
-   */
-  RW_PHASE_BEFORE_SEND = 0,
-  /**
-   * Request written, no response yet.
-   */
-  RW_PHASE_SENT = 1,
-  /**
-   * Status and headers received.
-   */
-  RW_PHASE_HEADERS = 2,
-  /**
-   * Stream open, no meaningful event delivered yet.
-   */
-  RW_PHASE_STREAM_OPEN = 3,
-  /**
-   * Output or a tool call was already delivered to the consumer.
-   */
-  RW_PHASE_STREAM_VISIBLE = 4,
-} rw_phase;
 
 /**
  * Whether repeating the request is safe (core `Idempotency`).
@@ -533,6 +533,11 @@ typedef struct rw_engine rw_engine;
  * `rw_error_free`. Immutable, so it may be read from any thread.
  */
 typedef struct rw_error rw_error;
+
+/**
+ * One attempt's response body. Opaque.
+ */
+typedef struct rw_stream_gate rw_stream_gate;
 
 /**
  * A string: pointer + length in bytes, UTF-8, not NUL-terminated.
@@ -1239,6 +1244,69 @@ const char *rw_result_name(int32_t code);
  * Thread safety: may be called from any thread.
  */
 const char *rw_version(void);
+
+/**
+ * A gate for a response body of `content_type` (the `content-type` header;
+ * absent = not an event stream). Only `text/event-stream` bodies are held
+ * back; any other body passes through from its first byte. NULL when
+ * `content_type` is NULL with a non-zero length or not UTF-8. Free with
+ * `rw_stream_gate_free`.
+ *
+ * Thread safety: a gate moves between threads; one thread at a time.
+ *
+ * # Safety
+ * `content_type` is absent or valid for its length.
+ */
+struct rw_stream_gate *rw_stream_gate_new(struct rw_str content_type);
+
+/**
+ * Takes `len` bytes received from upstream and sets `*out` / `*out_len` to
+ * what the consumer may see now: nothing (`NULL`, 0) while only preamble
+ * arrived; everything held when the first meaningful event completes; then
+ * `data` itself. The view is valid until the next call on the gate (or
+ * until `data` is freed, when it is `data`).
+ *
+ * Thread safety: not concurrently with any other function on the same gate.
+ *
+ * # Safety
+ * `gate` is NULL or live; `data` is NULL with `len == 0` or points to `len`
+ * readable bytes; `out` and `out_len` are NULL or writable.
+ */
+enum rw_result rw_stream_gate_feed(struct rw_stream_gate *gate,
+                                   const uint8_t *data,
+                                   size_t len,
+                                   const uint8_t **out,
+                                   size_t *out_len);
+
+/**
+ * The body ended: sets `*out` / `*out_len` to everything still held (a
+ * stream of preamble only, or a last event without its blank line), to
+ * deliver before the end. The view is valid until the next call on the gate.
+ *
+ * # Safety
+ * As for `rw_stream_gate_feed`.
+ */
+enum rw_result rw_stream_gate_finish(struct rw_stream_gate *gate,
+                                     const uint8_t **out,
+                                     size_t *out_len);
+
+/**
+ * The phase a failure of the body would have now, to report with it:
+ * `RW_PHASE_STREAM_OPEN` until bytes were released, then
+ * `RW_PHASE_STREAM_VISIBLE`. `RW_PHASE_NONE` for NULL.
+ *
+ * # Safety
+ * `gate` is NULL or live.
+ */
+enum rw_phase rw_stream_gate_phase(const struct rw_stream_gate *gate);
+
+/**
+ * Frees a gate (and the bytes it held). NULL is a no-op.
+ *
+ * # Safety
+ * `gate` is NULL or a gate from `rw_stream_gate_new` not yet freed.
+ */
+void rw_stream_gate_free(struct rw_stream_gate *gate);
 
 #ifdef __cplusplus
 }  // extern "C"

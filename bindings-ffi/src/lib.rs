@@ -27,6 +27,11 @@
 //! primary are each reported with `rw_call_report_attempt(call, number, ...)`,
 //! and the first answer decides. `rw_call_cancel` reports every attempt in
 //! flight as cancelled.
+//!
+//! Streamed bodies: run each attempt's body through an `rw_stream_gate`
+//! (`rw_stream_gate_feed` per chunk); it holds an event stream's preamble
+//! back until the first meaningful event, and `rw_stream_gate_phase` is the
+//! phase to report if the body fails.
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -39,12 +44,14 @@ pub mod engine;
 pub mod error;
 pub mod names;
 mod panic;
+pub mod stream;
 pub mod types;
 
 pub use call::*;
 pub use engine::*;
 pub use error::*;
 pub use names::*;
+pub use stream::*;
 pub use types::*;
 
 // The thread-safety contract in the header, checked: an engine is shared
@@ -56,4 +63,5 @@ const _: () = {
     shared::<rw_error>();
     movable::<retrywise_core::Call>();
     movable::<rw_call>();
+    movable::<rw_stream_gate>();
 };

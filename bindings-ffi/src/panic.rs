@@ -4,7 +4,7 @@
 //! Functions returning `rw_result` give `RW_ERR_PANIC`; functions returning
 //! pointers give NULL; sizes give 0.
 
-use crate::types::rw_result;
+use crate::types::{rw_phase, rw_result};
 use std::os::raw::c_char;
 
 /// The value a function returns after catching a panic.
@@ -15,6 +15,12 @@ pub(crate) trait OnPanic {
 impl OnPanic for rw_result {
     fn on_panic() -> Self {
         rw_result::RwErrPanic
+    }
+}
+
+impl OnPanic for rw_phase {
+    fn on_panic() -> Self {
+        rw_phase::None
     }
 }
 

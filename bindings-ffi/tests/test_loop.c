@@ -679,6 +679,61 @@ static void test_threads(void) {
   rw_engine_free(e);
 }
 
+/* An event stream's preamble is held until its first meaningful event; the
+   phase to report follows what was released; other bodies pass through. */
+static void test_stream_gate(void) {
+  const char *role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+  const char *text = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+  const uint8_t *out = NULL;
+  size_t out_len = 99;
+  rw_stream_gate *g = rw_stream_gate_new(str_of("text/event-stream; charset=utf-8"));
+  CHECK(g != NULL);
+  CHECK(rw_stream_gate_phase(g) == RW_PHASE_STREAM_OPEN);
+  CHECK_RC(rw_stream_gate_feed(g, (const uint8_t *)role, strlen(role), &out, &out_len), RW_OK);
+  CHECK(out == NULL && out_len == 0);
+  CHECK(rw_stream_gate_phase(g) == RW_PHASE_STREAM_OPEN);
+  /* Split mid-event: nothing until the event's blank line arrives. */
+  CHECK_RC(rw_stream_gate_feed(g, (const uint8_t *)text, 10, &out, &out_len), RW_OK);
+  CHECK(out_len == 0);
+  CHECK_RC(rw_stream_gate_feed(g, (const uint8_t *)text + 10, strlen(text) - 10, &out, &out_len), RW_OK);
+  CHECK(out_len == strlen(role) + strlen(text));
+  CHECK(out != NULL && memcmp(out, role, strlen(role)) == 0 && memcmp(out + strlen(role), text, strlen(text)) == 0);
+  CHECK(rw_stream_gate_phase(g) == RW_PHASE_STREAM_VISIBLE);
+  /* Once visible, the caller's own bytes come back. */
+  const char *done = "data: [DONE]\n\n";
+  CHECK_RC(rw_stream_gate_feed(g, (const uint8_t *)done, strlen(done), &out, &out_len), RW_OK);
+  CHECK(out == (const uint8_t *)done && out_len == strlen(done));
+  CHECK_RC(rw_stream_gate_finish(g, &out, &out_len), RW_OK);
+  CHECK(out == NULL && out_len == 0);
+  rw_stream_gate_free(g);
+
+  /* A body that ends holding delivers what it held. */
+  g = rw_stream_gate_new(str_of("text/event-stream"));
+  CHECK_RC(rw_stream_gate_feed(g, (const uint8_t *)role, strlen(role), &out, &out_len), RW_OK);
+  CHECK_RC(rw_stream_gate_finish(g, &out, &out_len), RW_OK);
+  CHECK(out_len == strlen(role) && memcmp(out, role, out_len) == 0);
+  /* NULL arguments. */
+  CHECK_RC(rw_stream_gate_feed(g, NULL, 3, &out, &out_len), RW_ERR_NULL);
+  CHECK_RC(rw_stream_gate_feed(g, NULL, 0, NULL, &out_len), RW_ERR_NULL);
+  CHECK_RC(rw_stream_gate_feed(NULL, NULL, 0, &out, &out_len), RW_ERR_NULL);
+  CHECK_RC(rw_stream_gate_finish(NULL, &out, &out_len), RW_ERR_NULL);
+  CHECK(rw_stream_gate_phase(NULL) == RW_PHASE_NONE);
+  rw_stream_gate_free(g);
+  rw_stream_gate_free(NULL);
+
+  /* Not an event stream (or no content type): passes through. */
+  rw_str none = {NULL, 0};
+  g = rw_stream_gate_new(none);
+  CHECK(rw_stream_gate_phase(g) == RW_PHASE_STREAM_VISIBLE);
+  CHECK_RC(rw_stream_gate_feed(g, (const uint8_t *)role, strlen(role), &out, &out_len), RW_OK);
+  CHECK(out == (const uint8_t *)role && out_len == strlen(role));
+  rw_stream_gate_free(g);
+  rw_str bad = {NULL, 4};
+  CHECK(rw_stream_gate_new(bad) == NULL);
+  rw_str not_utf8 = {"\xff\xfe", 2};
+  CHECK(rw_stream_gate_new(not_utf8) == NULL);
+}
+
 int main(void) {
   printf("libretrywise %s\n", rw_version());
   test_success();
@@ -691,6 +746,7 @@ int main(void) {
   test_panic_boundary();
   test_hedging();
   test_threads();
+  test_stream_gate();
   if (failures) {
     fprintf(stderr, "FAIL: %d of %d checks failed\n", failures, checks);
     return 1;

@@ -340,3 +340,34 @@ test('an onEvent listener that calls into the engine does not disturb the step b
   assert.equal(d.reason, 'retryable_status')
   c.release()
 })
+
+test('StreamGate: a preamble is held until the first meaningful event; other bodies pass through', () => {
+  const enc = (t) => new TextEncoder().encode(t)
+  const dec = (b) => new TextDecoder().decode(b)
+  const role = 'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+  const text = 'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+  const g = new rw.StreamGate('text/event-stream; charset=utf-8')
+  assert.equal(g.visible, false)
+  assert.equal(g.feed(enc(role)).byteLength, 0)
+  assert.equal(g.phase, 'stream_open')
+  assert.equal(g.held, role.length)
+  // Split mid-event: nothing until the event's blank line arrives.
+  assert.equal(g.feed(enc(text.slice(0, 10))).byteLength, 0)
+  assert.equal(dec(g.feed(Buffer.from(text.slice(10)))), role + text)
+  assert.equal(g.phase, 'stream_visible')
+  assert.equal(dec(g.feed(enc('data: [DONE]\n\n'))), 'data: [DONE]\n\n')
+  assert.equal(g.finish().byteLength, 0)
+
+  const pre = new rw.StreamGate('text/event-stream')
+  const start = 'event: message_start\ndata: {"type":"message_start","message":{"content":[]}}\n\n'
+  assert.equal(pre.feed(enc(start)).byteLength, 0)
+  assert.equal(dec(pre.finish()), start, 'a body that ends holding delivers what it held')
+
+  for (const ct of [undefined, null, 'application/json']) {
+    const p = new rw.StreamGate(ct)
+    assert.equal(p.visible, true)
+    assert.equal(dec(p.feed(enc(role))), role)
+  }
+  assert.throws(() => new rw.StreamGate('text/event-stream').feed('text'), { name: 'TypeError', message: 'chunk must be a Uint8Array; got "text"' })
+  assert.throws(() => new rw.StreamGate(42), { name: 'TypeError', message: 'contentType must be a string; got number 42' })
+})

@@ -160,13 +160,49 @@ test('stream cut before any byte: the stream is retried and spliced, exactly max
   checkInvariants(r)
 })
 
-test('slow stream: the idle timeout fires between chunks; bytes were delivered, so no replay', async () => {
-  const r = await run('slow-sse:1000', { stream: true })
+test('stream cut after its preamble: nothing meaningful was delivered, so retried, exactly max_attempts', async () => {
+  const r = await run('sse-cut:1', { stream: true })
+  assert.ok(r.error, 'the last attempt fails too')
+  assert.equal(r.text, '')
+  assert.equal(r.attempts, MAX_ATTEMPTS)
+  assert.deepEqual(r.stats.stops, { max_attempts: 1 })
+  const ends = r.engine.events().filter((e) => e.kind === 'attempt_end')
+  assert.deepEqual(
+    ends.map((e) => e.phase),
+    ends.map(() => 'stream_open'),
+  )
+  assert.equal(ends.length, MAX_ATTEMPTS)
+  checkInvariants(r)
+})
+
+test('stream cut after its preamble, then whole: the caller reads the retry stream once', async () => {
+  const r = await run('seq:sse-cut:1', { stream: true })
+  assert.equal(r.error, null)
+  assert.equal(r.text, 'c1 c2 c3 ')
+  assert.equal(r.attempts, 2)
+  assert.deepEqual(r.stats.stops, {})
+  assert.equal(r.stats.successes, 1)
+  checkInvariants(r)
+})
+
+test('slow stream: the idle timeout fires between chunks after output; no replay', async () => {
+  const r = await run('slow-sse:1000:2', { stream: true })
   assert.equal(stopOf(r.error)?.reason, 'stream_visible_output')
+  assert.equal(r.text, 'c1 ')
   assert.equal(r.attempts, 1)
   assert.deepEqual(r.stats.stops, { stream_visible_output: 1 })
   checkInvariants(r)
   assert.ok(r.elapsedMs >= 300 && r.elapsedMs < 1000, `${r.elapsedMs} ms`)
+})
+
+test('slow stream: the idle timeout fires before any output; every attempt retried', async () => {
+  const r = await run('slow-sse:1000', { stream: true })
+  assert.ok(r.error, 'the last attempt times out too')
+  assert.equal(r.text, '')
+  assert.equal(r.attempts, MAX_ATTEMPTS)
+  assert.deepEqual(r.stats.stops, { max_attempts: 1 })
+  checkInvariants(r)
+  assert.ok(r.elapsedMs >= 900 && r.elapsedMs < 2000, `${r.elapsedMs} ms`)
 })
 
 // ------------------------------------------------------------ Retry-After --

@@ -8,6 +8,7 @@ import {
   decisionOf,
   paramsDigest,
   deriveIdempotencyKey,
+  StreamGate,
   type Attempt,
   type Decision,
   type Outcome,
@@ -83,4 +84,20 @@ const text: string = engine.prometheus()
 const state = engine.breakerState('openai/gpt-4o-mini')
 const items = engine.reconcileList().map((i) => i.logical_request_id)
 const maybe: Decision | null = decisionOf(new Response(null))
-void [withRun, explicitLoop, chat, amplification, text, state, items, maybe]
+
+// A caller reading an event stream itself: hold its preamble back so a cut
+// before any output can be retried (wrapFetch does this for every attempt).
+async function readStream(res: Response, onBytes: (b: Uint8Array) => void): Promise<'stream_open' | 'stream_visible'> {
+  const gate = new StreamGate(res.headers.get('content-type'))
+  try {
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      const out = gate.feed(chunk)
+      if (out.byteLength > 0) onBytes(out)
+    }
+    onBytes(gate.finish())
+  } catch {
+    // report the failure with this phase
+  }
+  return gate.phase
+}
+void [withRun, explicitLoop, chat, amplification, text, state, items, maybe, readStream]

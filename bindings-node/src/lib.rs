@@ -39,6 +39,7 @@
 #![deny(clippy::all)]
 
 mod fast;
+mod stream;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;

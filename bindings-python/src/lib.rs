@@ -1191,6 +1191,74 @@ impl PyHedgePlan {
     }
 }
 
+// ---------------------------------------------------------------- stream --
+
+/// Holds a streamed body's preamble (role-only deltas, `message_start`, pings)
+/// until its first meaningful event, so a cut before it is `stream_open` and
+/// may be retried (`retrywise.stream`).
+#[pyclass(module = "retrywise._retrywise", name = "StreamGate")]
+pub struct PyStreamGate {
+    gate: retrywise::StreamGate,
+}
+
+#[pymethods]
+impl PyStreamGate {
+    /// A gate for a body of `content_type`; only `text/event-stream` is held back.
+    #[new]
+    #[pyo3(signature = (content_type=None))]
+    fn new(content_type: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let ct = match content_type.filter(|c| !c.is_none()) {
+            None => None,
+            Some(c) => Some(req_str("content_type", c)?),
+        };
+        Ok(PyStreamGate {
+            gate: retrywise::StreamGate::new(ct.as_deref()),
+        })
+    }
+    /// Bytes received from upstream in; what the consumer may see now out
+    /// (empty while only preamble arrived).
+    fn feed<'py>(&mut self, py: Python<'py>, chunk: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        let gate = &mut self.gate;
+        if let Ok(b) = chunk.cast::<PyBytes>() {
+            if gate.is_visible() {
+                return Ok(b.clone());
+            }
+            let out = held(py, || gate.feed(b.as_bytes()).into_owned())?;
+            return Ok(PyBytes::new(py, &out));
+        }
+        let data = body_bytes(chunk)
+            .map_err(|_| PyTypeError::new_err(format!("argument 'chunk': expected bytes, got {}", type_name(chunk))))?;
+        let out = held(py, || gate.feed(&data).into_owned())?;
+        Ok(PyBytes::new(py, &out))
+    }
+    /// The body ended: everything still held, to deliver before the end.
+    fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.gate.finish())
+    }
+    /// Whether bytes were released: a failure from now on is `stream_visible`.
+    #[getter]
+    fn visible(&self) -> bool {
+        self.gate.is_visible()
+    }
+    /// The phase a failure of the body would have now.
+    #[getter]
+    fn phase(&self) -> &'static str {
+        self.gate.phase().as_str()
+    }
+    /// Bytes held back so far.
+    #[getter]
+    fn held(&self) -> usize {
+        self.gate.held()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "<retrywise.StreamGate phase={} held={}>",
+            self.gate.phase().as_str(),
+            self.gate.held()
+        )
+    }
+}
+
 // ---------------------------------------------------------------- module --
 
 /// SHA-256 (hex) of the canonical JSON form of `params` (key order does not matter).
@@ -1239,6 +1307,7 @@ fn _retrywise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTimeouts>()?;
     m.add_class::<PyDecision>()?;
     m.add_class::<PyHedgePlan>()?;
+    m.add_class::<PyStreamGate>()?;
     m.add_function(wrap_pyfunction!(params_digest, m)?)?;
     m.add_function(wrap_pyfunction!(derive_idempotency_key, m)?)?;
     m.add_function(wrap_pyfunction!(vendor_code_from_body, m)?)?;

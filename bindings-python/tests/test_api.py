@@ -358,3 +358,31 @@ def test_repr_and_version(engine: Engine) -> None:
     assert call.id in repr(call) and "Engine" in repr(engine)
     call.next_attempt()
     assert "retry" in repr(call.report(status=503))
+
+
+def test_stream_gate_holds_a_preamble_until_the_first_meaningful_event() -> None:
+    role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    text = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    g = retrywise.StreamGate("text/event-stream; charset=utf-8")
+    assert not g.visible and g.phase == "stream_open"
+    assert g.feed(role) == b"" and g.held == len(role)
+    # Split mid-event: nothing until the event's blank line arrives.
+    assert g.feed(text[:10]) == b""
+    assert g.feed(bytearray(text[10:])) == role + text
+    assert g.visible and g.phase == "stream_visible"
+    assert g.feed(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"
+    assert g.finish() == b""
+    assert "stream_visible" in repr(g)
+
+    start = b'event: message_start\ndata: {"type":"message_start","message":{"content":[]}}\n\n'
+    pre = retrywise.StreamGate("text/event-stream")
+    assert pre.feed(start) == b""
+    assert pre.finish() == start  # a body that ends holding delivers what it held
+
+    for ct in (None, "application/json"):
+        p = retrywise.StreamGate(ct)
+        assert p.visible and p.feed(role) == role
+    with pytest.raises(TypeError, match="argument 'chunk': expected bytes, got int"):
+        retrywise.StreamGate("text/event-stream").feed(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="content_type"):
+        retrywise.StreamGate(3)  # type: ignore[arg-type]

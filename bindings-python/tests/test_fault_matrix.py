@@ -206,14 +206,48 @@ def test_stream_cut_before_any_byte_is_retried(fault: FaultServer) -> None:
     check_invariants(r, deadline_ms=3_000)
 
 
+def test_stream_cut_after_its_preamble_is_retried(fault: FaultServer) -> None:
+    """Cut after the role-only first chunk: nothing meaningful reached the
+    caller (the gate held it), so phase stream_open, retried, max_attempts."""
+    r = run(fault, "sse-cut:1", stream=True)
+    assert isinstance(r.error, openai.APIConnectionError)
+    assert r.value == ""
+    assert r.attempts == MAX_ATTEMPTS and r.stops() == {"max_attempts": 1}
+    ends = [e for e in r.engine.events() if e["kind"] == "attempt_end"]
+    assert [e["phase"] for e in ends] == ["stream_open"] * MAX_ATTEMPTS
+    check_invariants(r, deadline_ms=3_000)
+
+
+def test_stream_cut_after_its_preamble_then_whole(fault: FaultServer) -> None:
+    """The retry's stream is the only one the caller sees: its text, once."""
+    r = run(fault, "seq:sse-cut:1", stream=True)
+    assert r.error is None
+    assert r.value == "c1 c2 c3 "
+    assert r.attempts == 2 and r.stops() == {} and r.engine.stats()["successes"] == 1
+    check_invariants(r, deadline_ms=3_000)
+
+
 def test_slow_stream_hits_the_idle_timeout_and_is_not_replayed(fault: FaultServer) -> None:
-    """Chunks 1 s apart with idle_ms 300: the stream times out between chunks
-    (not at the deadline) and, bytes having been delivered, is not replayed."""
-    r = run(fault, "slow-sse:1000", stream=True)
+    """The first text delta, then 1 s pauses with idle_ms 300: the stream times
+    out between chunks (not at the deadline) and, output having been
+    delivered, is not replayed."""
+    r = run(fault, "slow-sse:1000:2", stream=True)
     assert isinstance(r.error, openai.APITimeoutError)
+    assert r.value == "c1 "
     assert r.attempts == 1 and r.stops() == {"stream_visible_output": 1}
     check_invariants(r, deadline_ms=3_000)
     assert 0.3 <= r.elapsed_s < 1.0
+
+
+def test_stream_idle_before_any_output_is_retried(fault: FaultServer) -> None:
+    """A 1 s pause right after the preamble: the idle timeout fires before any
+    output, so every attempt is stream_open and retried, each ending at idle_ms."""
+    r = run(fault, "slow-sse:1000", stream=True)
+    assert isinstance(r.error, openai.APITimeoutError)
+    assert r.value == ""
+    assert r.attempts == MAX_ATTEMPTS and r.stops() == {"max_attempts": 1}
+    check_invariants(r, deadline_ms=3_000)
+    assert 0.9 <= r.elapsed_s < 2.0
 
 
 # ------------------------------------------------------------ Retry-After --

@@ -217,18 +217,24 @@ def anthropic_flavour() -> str:
     return "httpx2" if hasattr(base, "httpx2") else "httpx"
 
 
-def test_anthropic_persistent_overload_costs_exactly_max_attempts(fault: FaultServer, engine: Engine) -> None:
-    anthropic = pytest.importorskip("anthropic")
+def anthropic_client(fault: FaultServer, engine: Engine, spec: str) -> Any:
+    """An Anthropic client (own retries off) whose transport is retrywise's, against `spec`."""
+    anthropic = importlib.import_module("anthropic")
     flavour = anthropic_flavour()
     hx = importlib.import_module(flavour)
     rw = importlib.import_module(f"retrywise.{flavour}")
-    spec = "status:529:overloaded_error"
-    client = anthropic.Anthropic(
+    return anthropic.Anthropic(
         base_url=f"{fault.base}/s/{spec}",
         api_key="test",
         max_retries=0,
         http_client=hx.Client(transport=rw.RetryTransport(engine, route="anthropic")),
     )
+
+
+def test_anthropic_persistent_overload_costs_exactly_max_attempts(fault: FaultServer, engine: Engine) -> None:
+    anthropic = pytest.importorskip("anthropic")
+    spec = "status:529:overloaded_error"
+    client = anthropic_client(fault, engine, spec)
     with pytest.raises(anthropic.APIStatusError) as e:
         client.messages.create(model="claude-x", max_tokens=16, messages=MESSAGES)
     assert e.value.status_code == 529
@@ -238,17 +244,23 @@ def test_anthropic_persistent_overload_costs_exactly_max_attempts(fault: FaultSe
     assert engine.stats()["stops"] == {"max_attempts": 1}
 
 
+def test_anthropic_stream_cut_after_message_start_is_retried(fault: FaultServer, engine: Engine) -> None:
+    """Anthropic opens a stream with message_start and an empty text block: a
+    cut right after them delivered no output, so the transport retries and the
+    SDK sees only the retry's stream."""
+    pytest.importorskip("anthropic")
+    spec = "seq:sse-cut:1"
+    client = anthropic_client(fault, engine, spec)
+    with client.messages.stream(model="claude-x", max_tokens=16, messages=MESSAGES) as stream:
+        text = "".join(stream.text_stream)
+    assert text == "c1 c2 c3 "
+    assert [r["attempt"] for r in fault.requests(spec)] == [1, 2]
+    assert engine.stats()["successes"] == 1 and engine.stats()["stops"] == {}
+
+
 def test_anthropic_auth_error_costs_one(fault: FaultServer, engine: Engine) -> None:
     anthropic = pytest.importorskip("anthropic")
-    flavour = anthropic_flavour()
-    hx = importlib.import_module(flavour)
-    rw = importlib.import_module(f"retrywise.{flavour}")
-    client = anthropic.Anthropic(
-        base_url=f"{fault.base}/s/status:401",
-        api_key="test",
-        max_retries=0,
-        http_client=hx.Client(transport=rw.RetryTransport(engine, route="anthropic")),
-    )
+    client = anthropic_client(fault, engine, "status:401")
     with pytest.raises(anthropic.AuthenticationError):
         client.messages.create(model="claude-x", max_tokens=16, messages=MESSAGES)
     assert fault.count("status:401") == 1

@@ -32,6 +32,7 @@
 //! Modules, one concept each: [`classify`] (outcome → class), [`deadline`]
 //! (timeouts, propagation), [`backoff`] (jitter, Retry-After), [`budget`],
 //! [`breaker`], [`throttle`], [`gate`], [`fallback`] (capability matcher),
+//! [`stream`] (a streamed answer's phase from its bytes),
 //! [`policy`], [`engine`] (Engine and Call), [`telemetry`] and [`stats`].
 
 #![deny(missing_docs)]
@@ -54,6 +55,7 @@ pub mod policy;
 pub mod registry;
 mod ring;
 pub mod stats;
+pub mod stream;
 mod sync;
 pub mod telemetry;
 pub mod throttle;
@@ -71,6 +73,7 @@ pub use policy::{Format, OnFailure, Policy, PolicyError, PolicyErrors};
 /// Inline small strings, used for upstream names, tenants, tasks and ids (re-exported for bindings).
 pub use smol_str::SmolStr;
 pub use stats::{KeyStats, Stats};
+pub use stream::StreamGate;
 pub use telemetry::{AttemptId, Event, EventKind};
 pub use types::{Action, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
 

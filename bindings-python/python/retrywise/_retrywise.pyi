@@ -29,6 +29,7 @@ __all__ = [
     "Decision",
     "Engine",
     "HedgePlan",
+    "StreamGate",
     "Timeouts",
     "__version__",
     "current_attempt",
@@ -143,6 +144,25 @@ class HedgePlan:
     def after_ms(self) -> int | None: ...
     @property
     def reason(self) -> str | None: ...
+
+@final
+class StreamGate:
+    """Holds a streamed body's preamble (a role-only delta, ``message_start``,
+    pings) until its first meaningful event, so a cut before it is
+    ``stream_open`` and may be retried. Only ``text/event-stream`` bodies are
+    held back; others pass through."""
+
+    def __new__(cls, content_type: str | None = None) -> Self: ...
+    def feed(self, chunk: bytes | bytearray) -> bytes:
+        """Bytes received in; what the consumer may see now out (empty while holding)."""
+    def finish(self) -> bytes:
+        """The body ended: everything still held."""
+    @property
+    def visible(self) -> bool: ...
+    @property
+    def phase(self) -> Literal["stream_open", "stream_visible"]: ...
+    @property
+    def held(self) -> int: ...
 
 @final
 class Call:

@@ -7,8 +7,9 @@ Per attempt: propagation headers and timeouts from the core are put on the
 request (``extensions["timeout"]``, never longer than the caller's own);
 error bodies are read so the core sees vendor codes; JSON bodies are read
 inside the loop (a body that breaks is still retryable); other bodies
-(server-sent events) are read up to their first chunk inside the loop (a
-stream that breaks before any byte is still retried), then handed to the
+(server-sent events) are read inside the loop up to their first meaningful
+event, the preamble before it held back by the core's ``StreamGate`` (a
+stream that breaks before any output is still retried), then handed to the
 caller wrapped, and the outcome is reported when the stream ends, so output
 already delivered is never replayed.
 """
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import Stopped
 from ._outcomes import error_kind, is_cancellation
-from ._retrywise import Attempt, Call, Decision
+from ._retrywise import Attempt, Call, Decision, StreamGate
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -210,19 +211,25 @@ class _AsyncPrefixed:
         await self._inner.aclose()
 
 
-def _first_chunk(it: Iterator[bytes]) -> bytes | None:
-    """The first non-empty chunk, or None when the body ended without one."""
+def _first_release(it: Iterator[bytes], gate: StreamGate) -> bytes | None:
+    """The first bytes the caller may see: the gate holds a stream's preamble (a
+    role-only delta, ``message_start``, pings) until its first meaningful event,
+    so a cut before it is ``stream_open``. None when the body ended empty."""
     for chunk in it:
         if chunk:
-            return chunk
-    return None
+            out = gate.feed(chunk)
+            if out:
+                return out
+    return gate.finish() or None
 
 
-async def _afirst_chunk(it: AsyncIterator[bytes]) -> bytes | None:
+async def _afirst_release(it: AsyncIterator[bytes], gate: StreamGate) -> bytes | None:
     async for chunk in it:
         if chunk:
-            return chunk
-    return None
+            out = gate.feed(chunk)
+            if out:
+                return out
+    return gate.finish() or None
 
 
 @functools.cache
@@ -315,9 +322,9 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                     body = response.stream
                     rest = iter(body)
                     try:
-                        first = _first_chunk(rest)
+                        first = _first_release(rest, StreamGate(response.headers.get("content-type")))
                     except BaseException as exc:
-                        # Broken before a single byte reached the caller: phase stream_open, retryable.
+                        # Broken before anything meaningful reached the caller: phase stream_open, retryable.
                         body.close()
                         if is_cancellation(exc):
                             call.cancel()
@@ -390,9 +397,9 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                     abody = response.stream
                     arest = abody.__aiter__()
                     try:
-                        afirst = await _afirst_chunk(arest)
+                        afirst = await _afirst_release(arest, StreamGate(response.headers.get("content-type")))
                     except BaseException as exc:
-                        # Broken before a single byte reached the caller: phase stream_open, retryable.
+                        # Broken before anything meaningful reached the caller: phase stream_open, retryable.
                         await abody.aclose()
                         if is_cancellation(exc):
                             call.cancel()

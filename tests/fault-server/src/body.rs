@@ -52,12 +52,16 @@ pub enum End {
 /// hyper drop them unsent, and `sse-cut:<n>` must deliver exactly `n` chunks.
 const CUT_FLUSH_GRACE: Duration = Duration::from_millis(20);
 
-/// A body that sends `frames` with `gap` between them, then ends as `end` says.
+/// A body that sends `frames` with `gap` between them (the first `fast` of them
+/// back to back), then ends as `end` says.
 /// Timers live inside the body, so when the client goes away and hyper drops the
 /// body, nothing keeps running.
 pub struct ScriptBody {
     frames: VecDeque<Bytes>,
     gap: Duration,
+    /// Frames sent before the first gap.
+    fast: u32,
+    sent: u32,
     end: End,
     sleep: Option<Pin<Box<Sleep>>>,
     /// True once the cut's grace sleep has been scheduled.
@@ -65,10 +69,12 @@ pub struct ScriptBody {
 }
 
 impl ScriptBody {
-    pub fn new(frames: Vec<Bytes>, gap: Duration, end: End) -> Self {
+    pub fn new(frames: Vec<Bytes>, gap: Duration, fast: u32, end: End) -> Self {
         Self {
             frames: frames.into(),
             gap,
+            fast,
+            sent: 0,
             end,
             sleep: None,
             cutting: false,
@@ -93,7 +99,8 @@ impl Body for ScriptBody {
             this.sleep = None;
         }
         if let Some(frame) = this.frames.pop_front() {
-            if !this.frames.is_empty() && !this.gap.is_zero() {
+            this.sent += 1;
+            if !this.frames.is_empty() && !this.gap.is_zero() && this.sent >= this.fast {
                 this.sleep = Some(Box::pin(sleep(this.gap)));
             }
             return Poll::Ready(Some(Ok(Frame::data(frame))));

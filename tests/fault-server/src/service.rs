@@ -57,6 +57,8 @@ enum Plan {
     Stream {
         chunks: u32,
         gap: Duration,
+        /// Chunks sent before the first gap.
+        fast: u32,
         end: End,
     },
 }
@@ -115,11 +117,13 @@ impl Plan {
             Fault::SseCut { chunks } => Plan::Stream {
                 chunks: *chunks,
                 gap: Duration::ZERO,
+                fast: 0,
                 end: End::Cut,
             },
-            Fault::SlowSse { gap_ms } => Plan::Stream {
+            Fault::SlowSse { gap_ms, fast } => Plan::Stream {
                 chunks: STREAM_CHUNKS,
                 gap: Duration::from_millis(*gap_ms),
+                fast: *fast,
                 end: End::Clean,
             },
         }
@@ -362,7 +366,7 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
                 tokio::time::sleep(delay).await;
             }
             if stream {
-                sse_response(&ctx, STREAM_CHUNKS, Duration::ZERO, End::Clean)
+                sse_response(&ctx, STREAM_CHUNKS, Duration::ZERO, 0, End::Clean)
             } else {
                 json_response(200, &shapes::success_body(&ctx))
             }
@@ -395,7 +399,7 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             res
         }
-        Plan::Stream { chunks, gap, end } => sse_response(&ctx, chunks, gap, end),
+        Plan::Stream { chunks, gap, fast, end } => sse_response(&ctx, chunks, gap, fast, end),
     };
 
     let id_header = match shape {
@@ -411,12 +415,12 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
     Ok(res)
 }
 
-fn sse_response(ctx: &Ctx, chunks: u32, gap: Duration, end: End) -> Response<ResBody> {
+fn sse_response(ctx: &Ctx, chunks: u32, gap: Duration, fast: u32, end: End) -> Response<ResBody> {
     let frames: Vec<Bytes> = shapes::stream_plan(chunks, end == End::Clean)
         .into_iter()
         .map(|chunk: Chunk| shapes::chunk_bytes(ctx, chunk))
         .collect();
-    let mut res = Response::new(ScriptBody::new(frames, gap, end).boxed());
+    let mut res = Response::new(ScriptBody::new(frames, gap, fast, end).boxed());
     let headers = res.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));

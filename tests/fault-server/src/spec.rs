@@ -8,6 +8,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::shapes::STREAM_CHUNKS;
+
 /// Upper bound for every waiting parameter (`delay`, `slow-sse` gaps). It matches the
 /// `hang` cap: a test that needs a longer wait than this is waiting on the wrong thing.
 pub const MAX_WAIT_MS: u64 = 120_000;
@@ -48,8 +50,9 @@ pub enum Fault {
     Malformed,
     /// `sse-cut:<n>`: an SSE stream cut after `n` chunks, without a terminator.
     SseCut { chunks: u32 },
-    /// `slow-sse:<gap_ms>`: a complete SSE stream with pauses between chunks.
-    SlowSse { gap_ms: u64 },
+    /// `slow-sse:<gap_ms>[:<fast>]`: a complete SSE stream with pauses between
+    /// chunks, the first `fast` chunks (default 1) sent back to back.
+    SlowSse { gap_ms: u64, fast: u32 },
     /// `delay:<ms>`: wait, then behave like `ok`.
     Delay { ms: u64 },
     /// `seq:<spec>,<spec>,...`: the n-th request of each logical request gets the
@@ -214,9 +217,19 @@ impl FromStr for Fault {
                 Ok(Fault::SseCut { chunks })
             }
             "slow-sse" => {
-                arity(1, 1)?;
+                arity(1, 2)?;
+                let fast: u32 = match args.get(1) {
+                    Some(a) => parse_num(spec, "fast chunk count", a)?,
+                    None => 1,
+                };
+                if fast > STREAM_CHUNKS {
+                    return err(format!(
+                        "{spec}: fast chunk count must be <= {STREAM_CHUNKS}, got {fast}"
+                    ));
+                }
                 Ok(Fault::SlowSse {
                     gap_ms: parse_wait(spec, "gap_ms", args[0])?,
+                    fast,
                 })
             }
             "delay" => {
@@ -319,7 +332,8 @@ mod tests {
                 ]),
             ),
             ("sse-cut:2", Fault::SseCut { chunks: 2 }),
-            ("slow-sse:50", Fault::SlowSse { gap_ms: 50 }),
+            ("slow-sse:50", Fault::SlowSse { gap_ms: 50, fast: 1 }),
+            ("slow-sse:50:2", Fault::SlowSse { gap_ms: 50, fast: 2 }),
             ("delay:10", Fault::Delay { ms: 10 }),
         ];
         for (text, want) in cases {
@@ -348,6 +362,8 @@ mod tests {
             "seq:nope",
             "ra-date:soon",
             "delay:999999",
+            "slow-sse:10:6",
+            "slow-sse:10:1:1",
             "sse-cut:99999999",
         ] {
             assert!(bad.parse::<Fault>().is_err(), "{bad:?} should be rejected");

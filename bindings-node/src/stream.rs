@@ -1,0 +1,60 @@
+//! `StreamGate`: the core's [`retrywise::StreamGate`] for a response body in
+//! JS. `wrapFetch` runs each attempt's body through one; it is exported for
+//! callers that read streams themselves.
+
+use crate::guard;
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+/// Holds a streamed body's preamble (a role-only delta, `message_start`,
+/// pings) until its first meaningful event, so a cut before it is
+/// `stream_open` and may be retried. Only `text/event-stream` is held back.
+#[napi]
+pub struct StreamGate {
+    gate: retrywise::StreamGate,
+}
+
+#[napi]
+impl StreamGate {
+    /// A gate for a body of `contentType` (the response's `content-type`).
+    #[napi(constructor)]
+    pub fn new(content_type: Option<String>) -> Self {
+        StreamGate {
+            gate: retrywise::StreamGate::new(content_type.as_deref()),
+        }
+    }
+
+    /// Bytes received from upstream in; what the consumer may see now out
+    /// (empty while only preamble arrived; `chunk` itself once visible).
+    #[napi]
+    pub fn feed(&mut self, env: Env, chunk: Uint8Array) -> Result<Uint8Array> {
+        if self.gate.is_visible() {
+            return Ok(chunk);
+        }
+        guard(&env, || Ok(Uint8Array::new(self.gate.feed(&chunk).into_owned())))
+    }
+
+    /// The body ended: everything still held, to deliver before the end.
+    #[napi]
+    pub fn finish(&mut self) -> Uint8Array {
+        Uint8Array::new(self.gate.finish())
+    }
+
+    /// Whether bytes were released: a failure from now on is `stream_visible`.
+    #[napi(getter)]
+    pub fn visible(&self) -> bool {
+        self.gate.is_visible()
+    }
+
+    /// `'stream_open'` or `'stream_visible'`: the phase a failure of the body would have now.
+    #[napi(getter)]
+    pub fn phase(&self) -> &'static str {
+        self.gate.phase().as_str()
+    }
+
+    /// Bytes held back so far.
+    #[napi(getter)]
+    pub fn held(&self) -> u32 {
+        self.gate.held() as u32
+    }
+}

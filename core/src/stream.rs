@@ -1,0 +1,456 @@
+//! A streamed answer's phase, read from its bytes: [`Phase::StreamOpen`]
+//! until its first meaningful event, [`Phase::StreamVisible`] after.
+//!
+//! Model APIs open a stream with events that carry nothing for the reader:
+//! OpenAI's first chunk is a role-only delta, Anthropic sends
+//! `message_start`, an empty `content_block_start` and `ping`s. Passing
+//! those on at once would make a cut right after them look like visible
+//! output, which is never replayed. A [`StreamGate`] holds such events back
+//! until the first event with output (text, a tool call, a finish reason,
+//! anything it does not know), then releases everything held and passes the
+//! rest through untouched. A stream cut while the gate still holds is
+//! `StreamOpen`: nothing reached the consumer, so the attempt may be retried
+//! and the next attempt's stream delivered in its place.
+//!
+//! The SSE framing (lines ending in LF, CRLF or CR; an event ends at a blank
+//! line; `event:` and `data:` fields; `:` comments) is scanned by hand: only
+//! the first few events are looked at, from bytes already buffered, which the
+//! SSE crates (built around async streams) do not offer.
+//!
+//! ```
+//! use retrywise::stream::StreamGate;
+//!
+//! let mut gate = StreamGate::new(Some("text/event-stream"));
+//! let role = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+//! assert!(gate.feed(role).is_empty()); // held: a cut now is stream_open
+//! let text = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+//! let out = gate.feed(text).into_owned();
+//! assert_eq!(out, [&role[..], &text[..]].concat()); // both released at once
+//! assert!(gate.is_visible());
+//! ```
+
+use crate::types::Phase;
+use serde_json::Value;
+use std::borrow::Cow;
+
+/// Bytes a gate holds at most; past that it releases them (and counts the
+/// stream as visible), so a long preamble is never buffered without bound.
+pub const HOLD_LIMIT: usize = 64 * 1024;
+
+/// Holds a stream's preamble back until its first meaningful event (see the
+/// module documentation). One per attempt's response body.
+#[derive(Debug, Clone)]
+pub struct StreamGate {
+    /// Bytes received and not yet released.
+    held: Vec<u8>,
+    /// Offset in `held` of the next line to scan.
+    line: usize,
+    /// Offset in `held` up to which no line end was found.
+    searched: usize,
+    /// The event being read: its `event:` name and its `data:` lines.
+    name: Vec<u8>,
+    data: Vec<u8>,
+    has_data: bool,
+    visible: bool,
+}
+
+impl StreamGate {
+    /// A gate for a response body of `content_type`. Only `text/event-stream`
+    /// bodies are gated; any other body passes through from its first byte.
+    pub fn new(content_type: Option<&str>) -> StreamGate {
+        let sse = content_type.is_some_and(|ct| {
+            ct.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+        });
+        StreamGate {
+            held: Vec::new(),
+            line: 0,
+            searched: 0,
+            name: Vec::new(),
+            data: Vec::new(),
+            has_data: false,
+            visible: !sse,
+        }
+    }
+
+    /// Whether bytes were released: a cut from now on is `StreamVisible`.
+    pub fn is_visible(&self) -> bool {
+        self.visible
+    }
+
+    /// The phase a failure of the body would have now.
+    pub fn phase(&self) -> Phase {
+        if self.visible {
+            Phase::StreamVisible
+        } else {
+            Phase::StreamOpen
+        }
+    }
+
+    /// Bytes held back so far.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Takes `chunk`, received from upstream, and returns what the consumer
+    /// may see now: nothing while only preamble arrived; everything held when
+    /// the first meaningful event completes (or the hold limit is passed);
+    /// `chunk` itself once visible.
+    pub fn feed<'a>(&mut self, chunk: &'a [u8]) -> Cow<'a, [u8]> {
+        if self.visible {
+            return Cow::Borrowed(chunk);
+        }
+        self.held.extend_from_slice(chunk);
+        if self.scan() || self.held.len() > HOLD_LIMIT {
+            return Cow::Owned(self.release());
+        }
+        Cow::Borrowed(&[])
+    }
+
+    /// The body ended: everything still held (a stream of preamble only, or
+    /// a last event without its blank line), to deliver before the end.
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Vec<u8> {
+        self.visible = true;
+        (self.line, self.searched) = (0, 0);
+        self.name = Vec::new();
+        self.data = Vec::new();
+        std::mem::take(&mut self.held)
+    }
+
+    /// Reads the complete lines not read yet; true when an event with output completed.
+    fn scan(&mut self) -> bool {
+        loop {
+            let rest = &self.held[self.line..];
+            // Bytes already searched hold no line end: a long line fed in
+            // small pieces is searched once, not once per piece.
+            let from = self.searched.saturating_sub(self.line);
+            let Some(end) = rest[from..]
+                .iter()
+                .position(|&b| b == b'\n' || b == b'\r')
+                .map(|i| from + i)
+            else {
+                self.searched = self.held.len();
+                return false;
+            };
+            // A CR at the end may be the first half of a CRLF: wait for the next byte.
+            let next = match rest[end] {
+                b'\r' if end + 1 == rest.len() => {
+                    self.searched = self.line + end;
+                    return false;
+                }
+                b'\r' if rest[end + 1] == b'\n' => end + 2,
+                _ => end + 1,
+            };
+            let (start, len) = (self.line, end);
+            self.line += next;
+            if len == 0 {
+                if self.dispatch() {
+                    return true;
+                }
+                continue;
+            }
+            let line = &self.held[start..start + len];
+            let (field, value) = match line.iter().position(|&b| b == b':') {
+                Some(0) => continue, // a comment
+                Some(i) => {
+                    let v = &line[i + 1..];
+                    (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+                }
+                None => (line, &[][..]),
+            };
+            match field {
+                b"event" => self.name = value.to_vec(),
+                b"data" => {
+                    if self.has_data {
+                        self.data.push(b'\n');
+                    }
+                    self.data.extend_from_slice(value);
+                    self.has_data = true;
+                }
+                _ => {} // id, retry, unknown fields: nothing for a reader
+            }
+        }
+    }
+
+    /// The event just ended: whether it carries output. Resets the event.
+    fn dispatch(&mut self) -> bool {
+        let name = std::mem::take(&mut self.name);
+        let data = std::mem::take(&mut self.data);
+        // SSE drops an event without data; a reader sees nothing.
+        std::mem::replace(&mut self.has_data, false) && meaningful(&name, &data)
+    }
+}
+
+/// Whether an SSE event (its `event:` name and `data:`) carries output.
+/// Only known preamble shapes are not: anything else counts as output.
+pub fn meaningful(name: &[u8], data: &[u8]) -> bool {
+    if matches!(
+        name,
+        b"ping" | b"message_start" | b"response.created" | b"response.in_progress"
+    ) {
+        return false;
+    }
+    match serde_json::from_slice::<Value>(data) {
+        Ok(v) => !preamble(&v),
+        Err(_) => true,
+    }
+}
+
+/// A JSON event payload that only opens the answer: no text, tool call,
+/// refusal, log-probabilities or finish reason in it.
+fn preamble(v: &Value) -> bool {
+    match v.get("type").and_then(Value::as_str) {
+        // Anthropic and the OpenAI Responses API.
+        Some("ping" | "message_start" | "response.created" | "response.in_progress") => true,
+        Some("content_block_start") => v.get("content_block").is_some_and(|b| {
+            matches!(b.get("type").and_then(Value::as_str), Some("text" | "thinking")) && empty_except(b, &["type"])
+        }),
+        Some("response.output_item.added") => v.get("item").is_some_and(|i| {
+            i.get("type").and_then(Value::as_str) == Some("message")
+                && empty_except(i, &["type", "id", "role", "status"])
+        }),
+        Some("response.content_part.added") => v.get("part").is_some_and(|p| empty_except(p, &["type"])),
+        Some(_) => false,
+        // OpenAI chat completion chunks (`choices: []` opens Azure streams).
+        None => v.get("choices").and_then(Value::as_array).is_some_and(|choices| {
+            empty_except(v, CHUNK_META)
+                && choices.iter().all(|c| {
+                    c.get("delta").is_none_or(|d| empty_except(d, &["role"]))
+                        && c.get("finish_reason").is_none_or(Value::is_null)
+                        && c.get("logprobs").is_none_or(empty)
+                })
+        }),
+    }
+}
+
+/// Members of an OpenAI chat completion chunk that describe it rather than carry output.
+const CHUNK_META: &[&str] = &[
+    "id",
+    "object",
+    "created",
+    "model",
+    "system_fingerprint",
+    "service_tier",
+    "choices",
+    "prompt_filter_results",
+    "obfuscation",
+];
+
+/// `v` is an object whose members other than `keep` are all empty.
+fn empty_except(v: &Value, keep: &[&str]) -> bool {
+    v.as_object()
+        .is_some_and(|o| o.iter().all(|(k, x)| keep.contains(&k.as_str()) || empty(x)))
+}
+
+/// Null, `""`, `[]`, `{}`, or an object of empty members.
+fn empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.values().all(empty),
+        Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const ROLE: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+    const TEXT: &str =
+        "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+    const DONE: &str = "data: [DONE]\n\n";
+
+    fn sse() -> StreamGate {
+        StreamGate::new(Some("text/event-stream; charset=utf-8"))
+    }
+
+    #[test]
+    fn openai_role_chunk_is_held_until_the_first_text() {
+        let mut g = sse();
+        assert_eq!(g.feed(ROLE.as_bytes()).len(), 0);
+        assert_eq!(g.phase(), Phase::StreamOpen);
+        assert_eq!(g.held(), ROLE.len());
+        assert_eq!(
+            g.feed(TEXT.as_bytes()).into_owned(),
+            format!("{ROLE}{TEXT}").into_bytes()
+        );
+        assert_eq!(g.phase(), Phase::StreamVisible);
+        // Once visible, chunks pass through as they are (borrowed, not copied).
+        assert!(matches!(g.feed(DONE.as_bytes()), Cow::Borrowed(b) if b == DONE.as_bytes()));
+        assert_eq!(g.finish(), b"");
+    }
+
+    #[test]
+    fn every_kind_of_output_releases() {
+        for data in [
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"refusal":"no"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant"},"logprobs":{"content":[{"token":"a"}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}],"error":{"message":"x"}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error"}}"#,
+            r#"{"type":"response.output_item.added","item":{"type":"function_call","name":"f","arguments":""}}"#,
+            r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
+            r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}]}"#,
+            "[DONE]",
+            "not json",
+        ] {
+            let mut g = sse();
+            let ev = format!("data: {data}\n\n");
+            assert_eq!(g.feed(ev.as_bytes()).into_owned(), ev.as_bytes(), "{data}");
+            assert!(g.is_visible(), "{data}");
+        }
+    }
+
+    #[test]
+    fn preamble_shapes_are_held() {
+        let anthropic = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"content\":[]}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: ping\ndata: {\"type\": \"ping\"}\n\n",
+            ": keep-alive comment\n\n",
+            "id: 7\nretry: 1000\n\n",
+        );
+        let responses = concat!(
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"output\":[\"x\"]}}\n\n",
+            "event: response.in_progress\ndata: {\"type\":\"response.in_progress\"}\n\n",
+            "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"message\",\"id\":\"i\",\"role\":\"assistant\",\"status\":\"in_progress\",\"content\":[]}}\n\n",
+            "event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n",
+        );
+        let azure = "data: {\"choices\":[],\"prompt_filter_results\":[{\"prompt_index\":0}]}\n\n";
+        for pre in [anthropic, responses, azure, ROLE] {
+            let mut g = sse();
+            assert_eq!(g.feed(pre.as_bytes()).len(), 0, "{pre}");
+            assert_eq!(g.held(), pre.len());
+            assert!(!g.is_visible());
+            // The body ends with only preamble: all of it is delivered at the end.
+            assert_eq!(g.finish(), pre.as_bytes());
+        }
+    }
+
+    #[test]
+    fn line_endings_and_split_lines() {
+        for sep in ["\n", "\r\n", "\r"] {
+            let role = ROLE.replace('\n', sep);
+            let text = TEXT.replace('\n', sep);
+            let whole = format!("{role}{text}");
+            let mut g = sse();
+            // Byte by byte: nothing is released before the text event's blank line completes.
+            let bytes = whole.as_bytes();
+            let last = bytes.len() - if sep == "\r" { 0 } else { 1 };
+            let mut out = Vec::new();
+            for (i, b) in bytes.iter().enumerate() {
+                let r = g.feed(std::slice::from_ref(b)).into_owned();
+                if i + 1 < last {
+                    assert!(r.is_empty(), "{sep:?}: released at byte {i}");
+                }
+                out.extend(r);
+            }
+            if sep == "\r" {
+                // A final CR may be half a CRLF: the event completes with the next byte or the end.
+                assert!(!g.is_visible());
+                out.extend(g.finish());
+            }
+            assert_eq!(out, bytes, "{sep:?}");
+        }
+    }
+
+    #[test]
+    fn multi_line_data_is_joined() {
+        let mut g = sse();
+        let ev = "data: {\"choices\":\ndata: [{\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+        assert_eq!(g.feed(ev.as_bytes()).len(), 0);
+        let ev2 = "data: {\"choices\":\ndata: [{\"delta\":{\"content\":\"x\"}}]}\n\n";
+        assert_eq!(g.feed(ev2.as_bytes()).len(), ev.len() + ev2.len());
+    }
+
+    #[test]
+    fn other_bodies_pass_through() {
+        for ct in [
+            None,
+            Some("application/json"),
+            Some("text/plain"),
+            Some("text/event-streamx"),
+        ] {
+            let mut g = StreamGate::new(ct);
+            assert!(g.is_visible(), "{ct:?}");
+            assert_eq!(g.feed(ROLE.as_bytes()).into_owned(), ROLE.as_bytes());
+        }
+        assert!(!StreamGate::new(Some(" Text/Event-Stream ")).is_visible());
+    }
+
+    #[test]
+    fn a_long_preamble_is_released_at_the_hold_limit() {
+        let mut g = sse();
+        let mut fed = 0;
+        let comment = ": padding padding padding padding padding padding padding padding\n";
+        loop {
+            let r = g.feed(comment.as_bytes());
+            fed += comment.len();
+            if !r.is_empty() {
+                assert_eq!(r.len(), fed);
+                assert!(fed > HOLD_LIMIT && fed <= HOLD_LIMIT + comment.len());
+                break;
+            }
+            assert!(g.held() <= HOLD_LIMIT);
+        }
+        assert!(g.is_visible());
+    }
+
+    #[test]
+    fn a_long_line_in_small_pieces_is_searched_once() {
+        let mut g = sse();
+        let line = format!("data: {{\"choices\":[],\"id\":\"{}\"}}", "x".repeat(HOLD_LIMIT / 2));
+        for b in line.as_bytes() {
+            assert!(g.feed(std::slice::from_ref(b)).is_empty());
+        }
+        assert_eq!(g.searched, line.len());
+        assert!(g.feed(b"\r").is_empty(), "a CR may be half a CRLF");
+        assert_eq!(g.feed(b"\n\n").len(), 0, "a preamble event: still held");
+        assert_eq!(g.held(), line.len() + 3);
+        assert_eq!(g.feed(TEXT.as_bytes()).len(), line.len() + 3 + TEXT.len());
+    }
+
+    proptest! {
+        /// However the bytes are split, nothing is lost or reordered, and the
+        /// first release comes with the same byte: the end of the first event with output.
+        #[test]
+        fn chunking_never_changes_what_is_released_or_when(
+            pre in prop::collection::vec(0usize..4, 0..6),
+            cuts in prop::collection::vec(1usize..40, 1..60),
+            tail in 0usize..3,
+        ) {
+            let pieces = [ROLE, ": c\n\n", "event: ping\ndata: {\"type\":\"ping\"}\n\n", "id: 1\n\n"];
+            let mut body: String = pre.iter().map(|&i| pieces[i]).collect();
+            let release_at = body.len() + TEXT.len();
+            body.push_str(TEXT);
+            for _ in 0..tail { body.push_str(TEXT); }
+            body.push_str(DONE);
+            let bytes = body.as_bytes();
+            let mut g = sse();
+            let (mut out, mut at, mut i, mut k) = (Vec::new(), None, 0, 0);
+            while i < bytes.len() {
+                let n = cuts[k % cuts.len()].min(bytes.len() - i);
+                k += 1;
+                let r = g.feed(&bytes[i..i + n]).into_owned();
+                i += n;
+                if at.is_none() && !r.is_empty() { at = Some(i); }
+                out.extend(r);
+            }
+            out.extend(g.finish());
+            prop_assert_eq!(&out[..], bytes);
+            let at = at.unwrap();
+            prop_assert!(at >= release_at && at < release_at + 40, "released at {} for {}", at, release_at);
+        }
+    }
+}
