@@ -153,7 +153,11 @@ export interface Outcome {
   vendorCode?: string
   effect?: EffectState
   inputTokens?: number
-  /** Error body; the vendor code is read from it when `vendorCode` is absent. */
+  /**
+   * The response body: an error's vendor code is read from it when
+   * `vendorCode` is absent; a 2xx whose `content-type` header is JSON and whose
+   * body does not parse is reported as `malformed_response`.
+   */
   body?: string | Uint8Array | ArrayBuffer | object
   /** Which attempt (hedging); default the latest. */
   attempt?: number
@@ -379,6 +383,8 @@ export declare function paramsDigest(params: unknown): string
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string
 export declare function vendorCodeFromBody(body: string | Uint8Array | ArrayBuffer | object): string | null
 export declare function policySchema(): object
+/** Whether a `content-type` names JSON (`application/json`, `+json`): the 2xx bodies a report checks. */
+export declare function jsonMediaType(contentType: string): boolean
 /**
  * Holds a streamed body's preamble (a role-only delta, `message_start`, pings)
  * until its first meaningful event, so a cut before it is `stream_open` and may

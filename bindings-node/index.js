@@ -1316,7 +1316,8 @@ function decisionOf(response) {
 
 const MAX_ERROR_BODY = 1 << 20
 
-async function readErrorBody(res) {
+/** The body's bytes, at most `limit` of them (the rest is cancelled). */
+async function readBody(res, limit) {
   if (!res.body) return ''
   const reader = res.body.getReader()
   const chunks = []
@@ -1325,7 +1326,7 @@ async function readErrorBody(res) {
     const { done, value } = await reader.read()
     if (done) break
     size += value.byteLength
-    if (size > MAX_ERROR_BODY) {
+    if (size > limit) {
       reader.cancel().catch(() => {})
       break
     }
@@ -1513,10 +1514,13 @@ class FetchCall {
         throw stoppedFromDecision(call, d, err)
       }
       if (hdrTimer) clearTimeout(hdrTimer)
-      if (res.status >= 400 || res.status < 200) {
+      const failed = res.status >= 400 || res.status < 200
+      // Error bodies (vendor codes) and JSON successes (a body that does not
+      // parse is malformed_response) are read inside the loop, so either may be retried.
+      if (failed || (res.body && native.jsonMediaType(res.headers.get('content-type') || ''))) {
         let body
         try {
-          body = await raceAbort(readErrorBody(res), ctl.ac.signal)
+          body = await raceAbort(readBody(res, failed ? MAX_ERROR_BODY : Infinity), ctl.ac.signal)
         } catch (err) {
           ctl.done()
           this._abortIfUser()
@@ -1800,6 +1804,12 @@ function vendorCodeFromBody(body) {
   return native.vendorCodeFromBody(bodyText(body, 'body') || '')
 }
 
+/** Whether a `content-type` names JSON (`application/json`, `+json`): the 2xx bodies a report checks. */
+function jsonMediaType(contentType) {
+  if (typeof contentType !== 'string') throw new TypeError(`contentType must be a string; got ${describe(contentType)}`)
+  return native.jsonMediaType(contentType)
+}
+
 /** JSON Schema of the policy document. */
 function policySchema() {
   return JSON.parse(native.policySchema())
@@ -1821,6 +1831,7 @@ module.exports = {
   deriveIdempotencyKey,
   vendorCodeFromBody,
   policySchema,
+  jsonMediaType,
   StreamGate,
   version: VOCAB.version,
   vocabulary: {

@@ -70,8 +70,9 @@ export declare class NativeEngine {
   reportOk(h: number): number
   /**
    * Reports a full outcome. Numbers < 0 mean absent; enum fields are codes.
-   * `headers` is a flat `[name, value, ...]` list. `body` feeds
-   * `vendor_code_from_body` when `vendorCode` is absent. `attempt` 0 = the latest.
+   * `headers` is a flat `[name, value, ...]` list. `body` is read by
+   * `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
+   * a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
    */
   report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: string | undefined | null, attempt: number, ok: boolean): number
   /** Cancels call `h`; the decision goes to scratch; returns the action code. */
@@ -161,6 +162,12 @@ export declare function checkPolicy(kind: number, policy?: string | undefined | 
 
 /** `rw1_` + 32 hex digits of SHA-256(tenant ␀ operation ␀ digest). */
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string
+
+/**
+ * Whether a `content-type` names JSON (`application/json`, `+json`): the
+ * success bodies a report's `body` is checked against.
+ */
+export declare function jsonMediaType(contentType: string): boolean
 
 /**
  * Milliseconds on the process-wide monotonic clock that stamps attempts

@@ -371,3 +371,32 @@ test('StreamGate: a preamble is held until the first meaningful event; other bod
   assert.throws(() => new rw.StreamGate('text/event-stream').feed('text'), { name: 'TypeError', message: 'chunk must be a Uint8Array; got "text"' })
   assert.throws(() => new rw.StreamGate(42), { name: 'TypeError', message: 'contentType must be a string; got number 42' })
 })
+
+test('report body: a JSON 2xx that does not parse is malformed_response; an error body gives its vendor code', () => {
+  const e = new rw.Engine({ max_attempts: 3 }, { seed: 1 })
+  const json = { 'content-type': 'application/json; charset=utf-8' }
+  let c = e.begin({ route: 'u' })
+  c.nextAttempt()
+  let d = c.report({ status: 200, headers: json, body: '{"id":"x","choices":[' })
+  assert.equal(d.action, 'retry')
+  assert.equal(d.reason, 'retryable_error')
+  c.nextAttempt()
+  d = c.report({ status: 200, headers: json, body: Buffer.from('{"id":"x"}') })
+  assert.equal(d.action, 'succeeded')
+  c.release()
+  // Not JSON by its content-type (or none given): not judged.
+  for (const headers of [{ 'content-type': 'text/plain' }, undefined]) {
+    c = e.begin({ route: 'u' })
+    c.nextAttempt()
+    assert.equal(c.report({ status: 200, headers, body: '{garbled' }).action, 'succeeded')
+    c.release()
+  }
+  c = e.begin({ route: 'u' })
+  c.nextAttempt()
+  d = c.report({ status: 429, body: '{"error":{"code":"insufficient_quota"}}' })
+  assert.equal(d.reason, 'quota_exhausted')
+  c.release()
+  assert.equal(rw.jsonMediaType('application/problem+json'), true)
+  assert.equal(rw.jsonMediaType('text/event-stream'), false)
+  assert.throws(() => rw.jsonMediaType(1), { name: 'TypeError', message: 'contentType must be a string; got number 1' })
+})

@@ -262,12 +262,37 @@ test('persistent 500: exactly max_attempts', async () => {
   checkInvariants(r, { key: 'k-500' })
 })
 
-test('malformed JSON: one attempt (a complete answer for the transport); the parse error reaches the caller', async () => {
+test('malformed JSON: no success; malformed_response, retried to max_attempts; the parse error reaches the caller', async () => {
   const r = await run('malformed')
   assert.ok(r.error instanceof SyntaxError, String(r.error))
-  assert.equal(r.attempts, 1)
+  assert.equal(r.attempts, MAX_ATTEMPTS)
+  assert.equal(r.stats.successes, 0)
+  assert.deepEqual(r.stats.stops, { max_attempts: 1 })
+  const ends = r.engine.events().filter((e) => e.kind === 'attempt_end')
+  assert.deepEqual(
+    ends.map((e) => e.error_kind),
+    ends.map(() => 'malformed_response'),
+  )
+  assert.equal(ends.length, MAX_ATTEMPTS)
+  checkInvariants(r)
+})
+
+test('malformed JSON, then whole: two requests, one success', async () => {
+  const r = await run('seq:malformed')
+  assert.equal(r.error, null)
+  assert.ok(r.value.choices[0].message.content)
+  assert.equal(r.attempts, 2)
   assert.equal(r.stats.successes, 1)
   assert.deepEqual(r.stats.stops, {})
+  checkInvariants(r)
+})
+
+test('malformed JSON on an unsafe call: executed, result unread: sent once, then reconcile', async () => {
+  const r = await run('malformed', { idempotency: 'unsafe', tenant: 'acme' })
+  assert.ok(r.error instanceof SyntaxError, String(r.error))
+  assert.equal(r.attempts, 1)
+  assert.deepEqual(r.stats.stops, { effect_unknown: 1 })
+  assert.equal(r.engine.reconcileList().length, 1)
   checkInvariants(r)
 })
 

@@ -856,8 +856,9 @@ impl NativeEngine {
     }
 
     /// Reports a full outcome. Numbers < 0 mean absent; enum fields are codes.
-    /// `headers` is a flat `[name, value, ...]` list. `body` feeds
-    /// `vendor_code_from_body` when `vendorCode` is absent. `attempt` 0 = the latest.
+    /// `headers` is a flat `[name, value, ...]` list. `body` is read by
+    /// `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
+    /// a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn report(
@@ -1235,10 +1236,10 @@ fn outcome(
             o.headers.insert(k, v);
         }
     }
-    o.vendor_code = match vendor_code {
-        Some(v) => Some(v),
-        None => body.and_then(|b| retrywise::vendor_code_from_body(b.as_bytes())),
-    };
+    o.vendor_code = vendor_code;
+    if let Some(b) = body {
+        o.read_body(b.as_bytes());
+    }
     if input_tokens >= 0.0 {
         o.input_tokens = Some(input_tokens as u64);
     }
@@ -1286,6 +1287,13 @@ pub fn params_digest(env: Env, params_json: String) -> Result<String> {
             serde_json::from_str(&params_json).map_err(|e| throw_type(&env, &format!("params: {e}")))?;
         Ok(core_params_digest(&v))
     })
+}
+
+/// Whether a `content-type` names JSON (`application/json`, `+json`): the
+/// success bodies a report's `body` is checked against.
+#[napi]
+pub fn json_media_type(content_type: String) -> bool {
+    retrywise::json_media_type(&content_type)
 }
 
 /// `rw1_` + 32 hex digits of SHA-256(tenant ␀ operation ␀ digest).

@@ -706,14 +706,15 @@ impl PyCall {
         if let Some(h) = headers.filter(|h| !h.is_none()) {
             o.headers = to_headers(h, "headers")?;
         }
-        // Read in place: the core only scans the body for a vendor code.
-        let body = match body.filter(|b| !b.is_none() && o.vendor_code.is_none()) {
+        // Read in place: the core scans an error body for a vendor code and
+        // checks that a JSON success body parses.
+        let body = match body.filter(|b| !b.is_none()) {
             Some(b) => Some(body_view(b)?),
             None => None,
         };
         self.with(py, |c| {
             if let Some(b) = &body {
-                o.vendor_code = retrywise::vendor_code_from_body(b);
+                o.read_body(b);
             }
             let d = match attempt {
                 Some(n) => c.report_attempt(n, &o),
@@ -1291,6 +1292,13 @@ fn vendor_code_from_body(py: Python<'_>, body: &Bound<'_, PyAny>) -> PyResult<Op
     guarded(py, move || retrywise::vendor_code_from_body(&b))
 }
 
+/// Whether a `content-type` names JSON (`application/json`, `+json`): the
+/// success bodies `Call.report(body=...)` checks for being malformed.
+#[pyfunction]
+fn json_media_type(content_type: &str) -> bool {
+    retrywise::json_media_type(content_type)
+}
+
 /// The JSON Schema of the policy document.
 #[pyfunction]
 fn policy_schema(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
@@ -1312,6 +1320,7 @@ fn _retrywise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(derive_idempotency_key, m)?)?;
     m.add_function(wrap_pyfunction!(vendor_code_from_body, m)?)?;
     m.add_function(wrap_pyfunction!(policy_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(json_media_type, m)?)?;
     m.add("__version__", retrywise::version())?;
     m.add("current_attempt", current_attempt(py)?)?;
     Ok(())

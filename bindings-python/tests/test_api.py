@@ -386,3 +386,24 @@ def test_stream_gate_holds_a_preamble_until_the_first_meaningful_event() -> None
         retrywise.StreamGate("text/event-stream").feed(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="content_type"):
         retrywise.StreamGate(3)  # type: ignore[arg-type]
+
+
+def test_report_body_malformed_json_success_and_vendor_code() -> None:
+    engine = Engine({"max_attempts": 3}, seed=1)
+    json_ct = {"content-type": "application/json; charset=utf-8"}
+    call = engine.begin("u")
+    call.next_attempt()
+    d = call.report(status=200, headers=json_ct, body=b'{"id":"x","choices":[')
+    assert (d.action, d.reason) == ("retry", "retryable_error")
+    call.next_attempt()
+    assert call.report(status=200, headers=json_ct, body=b'{"id":"x"}').action == "succeeded"
+    # Not JSON by its content-type (or none given): not judged.
+    for headers in ({"content-type": "text/plain"}, None):
+        c = engine.begin("u")
+        c.next_attempt()
+        assert c.report(status=200, headers=headers, body=b"{garbled").action == "succeeded"
+    c = engine.begin("u")
+    c.next_attempt()
+    assert c.report(status=429, body=b'{"error":{"code":"insufficient_quota"}}').reason == "quota_exhausted"
+    assert retrywise.json_media_type("application/problem+json")
+    assert not retrywise.json_media_type("text/event-stream")

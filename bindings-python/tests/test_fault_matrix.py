@@ -150,13 +150,10 @@ def test_read_then_drop_keyed_is_retried_with_one_key(fault: FaultServer) -> Non
 @pytest.mark.parametrize("spec", ["drop", "hang", "status:500", "malformed"])
 def test_unsafe_call_is_never_sent_twice(fault: FaultServer, spec: str) -> None:
     """Unsafe (side effects, no key): once the upstream may have executed it, one
-    attempt and a reconcile item (a malformed 200 is an answer: no replay at all)."""
+    attempt and a reconcile item (a malformed 200 was executed, its result unread)."""
     r = run(fault, spec, idempotency="unsafe", tenant="acme")
     assert r.attempts == 1
     check_invariants(r, deadline_ms=3_000)
-    if spec == "malformed":
-        assert isinstance(r.error, ValueError) and r.engine.stats()["successes"] == 1
-        return
     assert isinstance(r.error, retrywise.ReconcileRequired) and r.error.reason == "effect_unknown"
     assert r.stops() == {"effect_unknown": 1}
     (item,) = r.engine.reconcile_list()
@@ -310,12 +307,23 @@ def test_persistent_500_costs_exactly_max_attempts(fault: FaultServer) -> None:
     check_invariants(r, deadline_ms=3_000, key="k-500")
 
 
-def test_malformed_json_is_not_replayed_by_the_transport(fault: FaultServer) -> None:
-    """A 200 whose body is not JSON: the transport saw a complete answer (one
-    attempt, a success for the engine); the SDK's parse error reaches the caller."""
+def test_malformed_json_is_retried_by_the_transport(fault: FaultServer) -> None:
+    """A 200 whose JSON body does not parse is no success: malformed_response,
+    retried up to max_attempts; the last response reaches the SDK, whose parse
+    error reaches the caller."""
     r = run(fault, "malformed")
     assert isinstance(r.error, ValueError)
-    assert r.attempts == 1 and r.engine.stats()["successes"] == 1 and r.stops() == {}
+    assert r.attempts == MAX_ATTEMPTS and r.stops() == {"max_attempts": 1}
+    assert r.engine.stats()["successes"] == 0
+    ends = [e for e in r.engine.events() if e["kind"] == "attempt_end"]
+    assert [e["error_kind"] for e in ends] == ["malformed_response"] * MAX_ATTEMPTS
+    check_invariants(r, deadline_ms=3_000)
+
+
+def test_malformed_json_then_whole(fault: FaultServer) -> None:
+    r = run(fault, "seq:malformed")
+    assert r.error is None and r.value.choices[0].message.content
+    assert r.attempts == 2 and r.engine.stats()["successes"] == 1 and r.stops() == {}
     check_invariants(r, deadline_ms=3_000)
 
 

@@ -68,7 +68,7 @@ pub use deadline::{AttemptTimeouts, Inbound, InboundError};
 pub use engine::{Attempt, Call, CallSpec, Decision, Engine, EngineBuilder, HedgePlan, Mode, ReconcileItem, Stopped};
 pub use fallback::Needs;
 pub use id::RequestId;
-pub use outcome::{vendor_code_from_body, Headers, Outcome};
+pub use outcome::{json_media_type, vendor_code_from_body, Headers, Outcome};
 pub use policy::{Format, OnFailure, Policy, PolicyError, PolicyErrors};
 /// Inline small strings, used for upstream names, tenants, tasks and ids (re-exported for bindings).
 pub use smol_str::SmolStr;

@@ -128,6 +128,43 @@ impl Outcome {
         self
     }
 
+    /// Reads what a response body, read whole and decoded, says: the vendor
+    /// code of an error body (unless one was given), and whether a non-empty
+    /// 2xx body whose `content-type` is JSON parses. One that does not is a
+    /// [`ErrorKind::MalformedResponse`]: the upstream answered but nothing
+    /// usable came back, which is not a success (for the stats, the breaker,
+    /// or an unsafe call's effect). Set the headers first. Bindings call this
+    /// with every body they read inside the retry loop.
+    ///
+    /// ```
+    /// use retrywise::{ErrorKind, Outcome};
+    /// let o = Outcome::status(200).header("Content-Type", "application/json").body(b"{\"id\":");
+    /// assert_eq!(o.error, Some(ErrorKind::MalformedResponse));
+    /// let o = Outcome::status(429).body(br#"{"error":{"code":"insufficient_quota"}}"#);
+    /// assert_eq!(o.vendor_code.as_deref(), Some("insufficient_quota"));
+    /// ```
+    pub fn body(mut self, body: &[u8]) -> Self {
+        self.read_body(body);
+        self
+    }
+
+    /// [`Outcome::body`] in place.
+    pub fn read_body(&mut self, body: &[u8]) {
+        let Some(status) = self.status else { return };
+        if status >= 400 {
+            if self.vendor_code.is_none() {
+                self.vendor_code = vendor_code_from_body(body);
+            }
+        } else if (200..300).contains(&status)
+            && !body.is_empty()
+            && self.error.is_none()
+            && self.headers.get("content-type").is_some_and(json_media_type)
+            && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
+        {
+            self.error = Some(ErrorKind::MalformedResponse);
+        }
+    }
+
     /// Sets the effect state.
     pub fn effect(mut self, effect: EffectState) -> Self {
         self.effect = Some(effect);
@@ -222,6 +259,16 @@ mod tests {
     }
 }
 
+/// Whether `content_type` names JSON: `application/json` or any `+json`
+/// subtype, parameters ignored. [`Outcome::read_body`] judges only such
+/// bodies; bindings ask this before reading a success body whole.
+pub fn json_media_type(content_type: &str) -> bool {
+    let m = content_type.split(';').next().unwrap_or("").trim();
+    m.eq_ignore_ascii_case("application/json")
+        || m.split_once('/')
+            .is_some_and(|(_, sub)| sub.len() > 5 && sub.as_bytes()[sub.len() - 5..].eq_ignore_ascii_case(b"+json"))
+}
+
 /// Extracts the vendor error code from an OpenAI- or Anthropic-style error
 /// body: `error.code`, then `error.type` (`{"error":{"code":"insufficient_quota"}}`,
 /// `{"type":"error","error":{"type":"overloaded_error"}}`). Bindings call this
@@ -244,6 +291,63 @@ pub fn vendor_code_from_body(body: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod body_tests {
     use super::vendor_code_from_body as v;
+    use super::{json_media_type as is_json, Outcome};
+    use crate::types::ErrorKind;
+
+    #[test]
+    fn a_json_success_that_does_not_parse_is_malformed() {
+        let json = |status: u16, ct: &str, body: &[u8]| Outcome::status(status).header("content-type", ct).body(body);
+        for ct in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            "application/problem+json",
+        ] {
+            assert_eq!(
+                json(200, ct, br#"{"id":"x","choices":[{"#).error,
+                Some(ErrorKind::MalformedResponse),
+                "{ct}"
+            );
+            // No body (HEAD, 204) is nothing to judge.
+            assert_eq!(json(200, ct, b"").error, None, "{ct}: empty");
+            assert_eq!(json(201, ct, br#"{"id":"x"}"#).error, None, "{ct}");
+            assert!(json(200, ct, b" [1, 2] ").is_success());
+        }
+        // Not JSON by its type, a redirect, an error already reported: left alone.
+        for (status, ct) in [
+            (200, "text/plain"),
+            (200, "text/event-stream"),
+            (200, "json"),
+            (302, "application/json"),
+        ] {
+            assert_eq!(json(status, ct, b"{garbled").error, None, "{status} {ct}");
+        }
+        let o = Outcome::status(200).body(b"{garbled");
+        assert!(o.is_success(), "no content-type: not judged");
+        let mut o = Outcome::status(200).header("content-type", "application/json");
+        o.error = Some(ErrorKind::ConnectionReset);
+        assert_eq!(o.body(b"{").error, Some(ErrorKind::ConnectionReset));
+        assert!(!is_json("+json") && !is_json("a+json") && !is_json("a/+json") && is_json("a/b+json"));
+        assert!(
+            !is_json("application/é+jsonx") && is_json("application/é+json"),
+            "non-ASCII never splits a char"
+        );
+    }
+
+    #[test]
+    fn an_error_body_gives_its_vendor_code_unless_one_was_given() {
+        let quota = br#"{"error":{"code":"insufficient_quota"}}"#;
+        assert_eq!(
+            Outcome::status(429).body(quota).vendor_code.as_deref(),
+            Some("insufficient_quota")
+        );
+        assert_eq!(
+            Outcome::status(429).vendor_code("x").body(quota).vendor_code.as_deref(),
+            Some("x")
+        );
+        assert_eq!(Outcome::status(200).body(quota).vendor_code, None);
+        assert_eq!(Outcome::error(ErrorKind::Connect).body(quota).vendor_code, None);
+    }
 
     #[test]
     fn openai_and_anthropic_error_bodies() {

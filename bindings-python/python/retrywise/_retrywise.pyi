@@ -34,6 +34,7 @@ __all__ = [
     "__version__",
     "current_attempt",
     "derive_idempotency_key",
+    "json_media_type",
     "params_digest",
     "policy_schema",
     "vendor_code_from_body",
@@ -184,7 +185,11 @@ class Call:
         ok: bool | None = None,
         attempt: int | None = None,
     ) -> Decision:
-        """Reports the attempt in flight (``attempt=n`` for a hedge) and returns the decision."""
+        """Reports the attempt in flight (``attempt=n`` for a hedge) and returns the decision.
+
+        ``body`` (decoded): an error body gives its vendor code; a success body
+        whose ``content-type`` header is JSON and does not parse is reported as
+        ``malformed_response``."""
     def cancel(self) -> Decision: ...
     def next_hedge(self) -> HedgePlan: ...
     @property
@@ -255,3 +260,4 @@ def params_digest(params: Mapping[str, Any]) -> str: ...
 def derive_idempotency_key(tenant: str, operation: str, digest: str) -> str: ...
 def vendor_code_from_body(body: bytes | bytearray | str) -> str | None: ...
 def policy_schema() -> dict[str, Any]: ...
+def json_media_type(content_type: str) -> bool: ...

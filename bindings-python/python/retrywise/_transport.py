@@ -6,7 +6,8 @@ the flavour's module is passed in.
 Per attempt: propagation headers and timeouts from the core are put on the
 request (``extensions["timeout"]``, never longer than the caller's own);
 error bodies are read so the core sees vendor codes; JSON bodies are read
-inside the loop (a body that breaks is still retryable); other bodies
+inside the loop (a body that breaks, or a 2xx that does not parse, is still
+retryable); other bodies
 (server-sent events) are read inside the loop up to their first meaningful
 event, the preamble before it held back by the core's ``StreamGate`` (a
 stream that breaks before any output is still retried), then handed to the
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import Stopped
 from ._outcomes import error_kind, is_cancellation
-from ._retrywise import Attempt, Call, Decision, StreamGate
+from ._retrywise import Attempt, Call, Decision, StreamGate, json_media_type
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -85,16 +86,18 @@ class _Driver:
             request=request,
         )
 
-    def error_body(self, response: Any, raw: bytes) -> bytes | None:
-        """The decoded body of an error response, for the vendor code."""
-        if response.status_code < 400:
+    def body_of(self, response: Any, raw: bytes) -> bytes | None:
+        """The decoded body the core reads: an error's (for its vendor code) or a
+        JSON success's (a body that does not parse is ``malformed_response``).
+        Bytes that do not decode are passed as they came."""
+        if response.status_code < 400 and not json_media_type(response.headers.get("content-type", "")):
             return None
         try:
             body: bytes = self.hx.Response(
                 response.status_code, headers=response.headers, stream=self.hx.ByteStream(raw)
             ).read()
         except Exception:
-            return None
+            return raw
         return body
 
     def wait(self, decision: Decision) -> None:
@@ -356,7 +359,7 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                     response.stream.close()
                     last, last_exc = d.rebuild(response, raw, request), None
                     decision = call.report(
-                        status=response.status_code, headers=response.headers, body=d.error_body(response, raw)
+                        status=response.status_code, headers=response.headers, body=d.body_of(response, raw)
                     )
         finally:
             current_attempt.reset(token)
@@ -435,7 +438,7 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                     await response.stream.aclose()
                     last, last_exc = d.rebuild(response, raw, request), None
                     decision = call.report(
-                        status=response.status_code, headers=response.headers, body=d.error_body(response, raw)
+                        status=response.status_code, headers=response.headers, body=d.body_of(response, raw)
                     )
         finally:
             current_attempt.reset(token)
