@@ -904,6 +904,8 @@ function netKind(err) {
   for (let e = err, i = 0; e && i < 6; e = e.cause, i++) {
     const c = e.code
     if (typeof c === 'string') {
+      // The connection broke while the request was still being written.
+      if ((c === 'ECONNRESET' || c === 'EPIPE') && e.syscall === 'write') return 'write'
       if (NET_CODES[c]) return NET_CODES[c]
       if (c.startsWith('ERR_SSL') || c.startsWith('ERR_TLS') || c.includes('CERT')) return 'tls'
     }

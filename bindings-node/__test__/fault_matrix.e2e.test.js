@@ -36,7 +36,7 @@ function client(engine, baseURL, spec) {
 }
 
 /** One chat completion (streamed and consumed when `stream`) against `spec`. */
-async function run(spec, { deadlineMs = 3000, stream = false, policy = POLICY, baseURL, signal, ...callSpec } = {}) {
+async function run(spec, { deadlineMs = 3000, stream = false, policy = POLICY, baseURL, signal, messages = MESSAGES, ...callSpec } = {}) {
   await fs.reset()
   const engine = new Engine(policy, { seed: 11 })
   const c = client(engine, baseURL ?? fs.url(spec), { deadlineMs, ...callSpec })
@@ -45,7 +45,7 @@ async function run(spec, { deadlineMs = 3000, stream = false, policy = POLICY, b
   let value = null
   let text = ''
   try {
-    const r = await c.chat.completions.create({ model: 'm', messages: MESSAGES, stream }, { signal })
+    const r = await c.chat.completions.create({ model: 'm', messages, stream }, { signal })
     if (stream) for await (const ch of r) text += ch.choices[0]?.delta?.content ?? ''
     value = r
   } catch (err) {
@@ -105,6 +105,32 @@ for (const idempotency of ['safe', 'unsafe']) {
 }
 
 // ------------------------------------------------------- sent, no answer --
+
+// Larger than the loopback socket buffers: the client is still writing when a
+// write-cut closes the connection.
+const BIG = [{ role: 'user', content: 'x'.repeat(8 << 20) }]
+
+test('request write cut, keyed: the upload broke, retried with the same key, exactly max_attempts', async () => {
+  const r = await run('write-cut:64', { idempotency: 'keyed', idempotencyKey: 'k-up', messages: BIG })
+  assert.ok(r.error instanceof OpenAI.APIConnectionError, String(r.error))
+  assert.equal(r.attempts, MAX_ATTEMPTS)
+  assert.deepEqual(r.stats.stops, { max_attempts: 1 })
+  const ends = r.engine.events().filter((e) => e.kind === 'attempt_end')
+  assert.deepEqual(
+    ends.map((e) => [e.error_kind, e.phase]),
+    ends.map(() => ['write', 'sent']),
+  )
+  checkInvariants(r, { key: 'k-up' })
+})
+
+test('request write cut, unsafe: the upstream may have started on it: sent once, then reconcile', async () => {
+  const r = await run('write-cut:64', { idempotency: 'unsafe', messages: BIG })
+  assert.equal(r.attempts, 1)
+  assert.deepEqual(r.stats.stops, { effect_unknown: 1 })
+  assert.equal(stopOf(r.error)?.action, 'reconcile')
+  assert.equal(r.engine.reconcileList().length, 1)
+  checkInvariants(r)
+})
 
 test('read-then-drop, keyed: retried with the same key on every attempt', async () => {
   const r = await run('drop', { idempotency: 'keyed', idempotencyKey: 'order-7' })

@@ -75,6 +75,7 @@ def run(
     stream: bool = False,
     policy: dict[str, Any] | None = None,
     base_url: str | None = None,
+    messages: list[dict[str, str]] = MESSAGES,
     **call_kwargs: Any,
 ) -> Result:
     """One chat completion (streamed and consumed when ``stream``) against ``spec``."""
@@ -87,13 +88,13 @@ def run(
         if stream:
             parts = []
             try:
-                for chunk in client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+                for chunk in client.chat.completions.create(model="m", messages=messages, stream=True):
                     if chunk.choices and chunk.choices[0].delta.content:
                         parts.append(chunk.choices[0].delta.content)
             finally:
                 value = "".join(parts)
         else:
-            value = client.chat.completions.create(model="m", messages=MESSAGES)
+            value = client.chat.completions.create(model="m", messages=messages)
     except Exception as e:
         error = e
     elapsed = time.monotonic() - t0
@@ -147,11 +148,29 @@ def test_read_then_drop_keyed_is_retried_with_one_key(fault: FaultServer) -> Non
     assert all(row["status"] is None for row in r.rows)
 
 
-@pytest.mark.parametrize("spec", ["drop", "hang", "status:500", "malformed"])
+#: Larger than the loopback socket buffers: the client is still writing when a
+#: write-cut closes the connection.
+BIG = [{"role": "user", "content": "x" * (8 << 20)}]
+
+
+def test_request_write_cut_keyed_is_retried_with_the_same_key(fault: FaultServer) -> None:
+    """The connection breaks while the request is uploaded: phase sent (the
+    upstream may have started on it), so a keyed call retries with its key."""
+    r = run(fault, "write-cut:64", idempotency="keyed", idempotency_key="k-up", messages=BIG)
+    assert isinstance(r.error, openai.APIConnectionError)
+    assert r.attempts == MAX_ATTEMPTS and r.stops() == {"max_attempts": 1}
+    ends = [e for e in r.engine.events() if e["kind"] == "attempt_end"]
+    assert [e["phase"] for e in ends] == ["sent"] * MAX_ATTEMPTS
+    check_invariants(r, deadline_ms=3_000, key="k-up")
+
+
+@pytest.mark.parametrize("spec", ["drop", "hang", "status:500", "malformed", "write-cut:64"])
 def test_unsafe_call_is_never_sent_twice(fault: FaultServer, spec: str) -> None:
     """Unsafe (side effects, no key): once the upstream may have executed it, one
     attempt and a reconcile item (a malformed 200 was executed, its result unread)."""
-    r = run(fault, spec, idempotency="unsafe", tenant="acme")
+    r = run(
+        fault, spec, idempotency="unsafe", tenant="acme", messages=BIG if spec.startswith("write-cut") else MESSAGES
+    )
     assert r.attempts == 1
     check_invariants(r, deadline_ms=3_000)
     assert isinstance(r.error, retrywise.ReconcileRequired) and r.error.reason == "effect_unknown"

@@ -53,6 +53,8 @@ enum Plan {
     },
     Hang,
     Drop,
+    /// Close the connection once this many request-body bytes arrived.
+    WriteCut(usize),
     Malformed,
     Stream {
         chunks: u32,
@@ -113,6 +115,7 @@ impl Plan {
             },
             Fault::Hang => Plan::Hang,
             Fault::Drop => Plan::Drop,
+            Fault::WriteCut { kib } => Plan::WriteCut(*kib as usize * 1024),
             Fault::Malformed => Plan::Malformed,
             Fault::SseCut { chunks } => Plan::Stream {
                 chunks: *chunks,
@@ -133,7 +136,7 @@ impl Plan {
     fn status(&self) -> Option<u16> {
         match self {
             Plan::Error { status, .. } => Some(*status),
-            Plan::Hang | Plan::Drop => None,
+            Plan::Hang | Plan::Drop | Plan::WriteCut(_) => None,
             Plan::Success { .. } | Plan::Malformed | Plan::Stream { .. } => Some(200),
         }
     }
@@ -299,8 +302,53 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
     let (spec, api_path) = split_fault_path(&path);
     let shape = Shape::for_api_path(&api_path);
 
-    // Every fault acts after the full request was received, so "the upstream got
-    // the request" holds for all of them (`drop` in particular).
+    let logical_id = header_text(&parts, "retrywise-request-id");
+    let fault = spec.parse::<Fault>();
+    // Counted as soon as its headers arrived, so a `seq` step can be a write cut.
+    let plan = fault
+        .as_ref()
+        .ok()
+        .map(|f| Plan::decide(f, state.admit(&spec, logical_id.as_deref())));
+    let arrival = |stream: bool| Arrival {
+        method: parts.method.to_string(),
+        path: path.clone(),
+        api_path: api_path.clone(),
+        spec: spec.clone(),
+        logical_id: logical_id.clone(),
+        attempt: header_int(&parts, "retrywise-attempt"),
+        deadline_ms: header_int(&parts, "retrywise-deadline-ms"),
+        idempotency_key: header_text(&parts, "idempotency-key"),
+        x_stainless_retry_count: header_text(&parts, "x-stainless-retry-count"),
+        retrywise_headers: parts
+            .headers
+            .iter()
+            .filter(|(name, _)| name.as_str().starts_with("retrywise-"))
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        stream,
+    };
+
+    // A write cut closes the connection while the request body is still arriving.
+    if let Some(Plan::WriteCut(after)) = plan {
+        let mut body = body;
+        let mut got = 0;
+        while got < after {
+            match body.frame().await {
+                Some(Ok(frame)) => got += frame.data_ref().map_or(0, |d| d.len()),
+                _ => break,
+            }
+        }
+        state.record(arrival(false), None);
+        return Err(Abort("write-cut: closing while the request body arrives"));
+    }
+
+    // Every other fault acts after the full request was received, so "the upstream
+    // got the request" holds for all of them (`drop` in particular).
     let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => {
@@ -322,42 +370,14 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
         .unwrap_or(DEFAULT_MODEL)
         .to_owned();
 
-    let arrival = Arrival {
-        method: parts.method.to_string(),
-        path,
-        api_path,
-        spec: spec.clone(),
-        logical_id: header_text(&parts, "retrywise-request-id"),
-        attempt: header_int(&parts, "retrywise-attempt"),
-        deadline_ms: header_int(&parts, "retrywise-deadline-ms"),
-        idempotency_key: header_text(&parts, "idempotency-key"),
-        x_stainless_retry_count: header_text(&parts, "x-stainless-retry-count"),
-        retrywise_headers: parts
-            .headers
-            .iter()
-            .filter(|(name, _)| name.as_str().starts_with("retrywise-"))
-            .map(|(name, value)| {
-                (
-                    name.as_str().to_owned(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        stream,
+    let (Ok(_), Some(plan)) = (&fault, plan) else {
+        // A typo in a test's spec must fail loudly and must not look retryable.
+        state.record(arrival(stream), Some(400));
+        let msg = fault.err().map_or_else(String::new, |e| e.0);
+        let body = shapes::error_body(shape, 400, Some("invalid_fault_spec"), &msg);
+        return Ok(json_response(400, &body));
     };
-
-    let fault = match spec.parse::<Fault>() {
-        Ok(fault) => fault,
-        Err(e) => {
-            // A typo in a test's spec must fail loudly and must not look retryable.
-            state.record(arrival, Some(400));
-            let body = shapes::error_body(shape, 400, Some("invalid_fault_spec"), &e.0);
-            return Ok(json_response(400, &body));
-        }
-    };
-    let prior = state.admit(&spec, arrival.logical_id.as_deref());
-    let plan = Plan::decide(&fault, prior);
-    let seq = state.record(arrival, plan.status());
+    let seq = state.record(arrival(stream), plan.status());
     let ctx = Ctx { shape, model, seq };
 
     let mut res = match plan {
@@ -393,6 +413,7 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
             return Err(Abort("hang reached its cap"));
         }
         Plan::Drop => return Err(Abort("drop: closing without a response")),
+        Plan::WriteCut(_) => return Err(Abort("write-cut: closing while the request body arrives")),
         Plan::Malformed => {
             let mut res = Response::new(full(shapes::malformed_body(&ctx)));
             res.headers_mut()

@@ -14,6 +14,9 @@ use crate::shapes::STREAM_CHUNKS;
 /// `hang` cap: a test that needs a longer wait than this is waiting on the wrong thing.
 pub const MAX_WAIT_MS: u64 = 120_000;
 
+/// Upper bound for `write-cut:<kib>`: below the largest request body read.
+pub const MAX_WRITE_CUT_KIB: u32 = 16 * 1024;
+
 /// Upper bound for `sse-cut:<n>`, so a typo cannot make one response unbounded.
 pub const MAX_CUT_CHUNKS: u32 = 10_000;
 
@@ -46,6 +49,9 @@ pub enum Fault {
     Hang,
     /// `drop`: read the request, close the connection without a response.
     Drop,
+    /// `write-cut:<kib>`: close the connection once `kib` KiB of the request
+    /// body arrived, while the client is still writing it.
+    WriteCut { kib: u32 },
     /// `malformed`: 200 `application/json` whose body is not valid JSON.
     Malformed,
     /// `sse-cut:<n>`: an SSE stream cut after `n` chunks, without a terminator.
@@ -166,6 +172,14 @@ impl FromStr for Fault {
             "ok" => arity(0, 0).map(|()| Fault::Ok),
             "hang" => arity(0, 0).map(|()| Fault::Hang),
             "drop" => arity(0, 0).map(|()| Fault::Drop),
+            "write-cut" => {
+                arity(1, 1)?;
+                let kib: u32 = parse_num(spec, "KiB", args[0])?;
+                if kib == 0 || kib > MAX_WRITE_CUT_KIB {
+                    return err(format!("{spec}: KiB must be 1..={MAX_WRITE_CUT_KIB}, got {kib}"));
+                }
+                Ok(Fault::WriteCut { kib })
+            }
             "malformed" => arity(0, 0).map(|()| Fault::Malformed),
             "status" => {
                 arity(1, 2)?;
@@ -240,7 +254,7 @@ impl FromStr for Fault {
             }
             _ => err(format!(
                 "unknown fault spec {spec:?}; expected one of ok, status, flaky, ra-secs, \
-                 ra-date, ra-ms, hang, drop, malformed, sse-cut, slow-sse, delay, seq"
+                 ra-date, ra-ms, hang, drop, write-cut, malformed, sse-cut, slow-sse, delay, seq"
             )),
         }
     }
@@ -334,6 +348,7 @@ mod tests {
             ("sse-cut:2", Fault::SseCut { chunks: 2 }),
             ("slow-sse:50", Fault::SlowSse { gap_ms: 50, fast: 1 }),
             ("slow-sse:50:2", Fault::SlowSse { gap_ms: 50, fast: 2 }),
+            ("write-cut:64", Fault::WriteCut { kib: 64 }),
             ("delay:10", Fault::Delay { ms: 10 }),
         ];
         for (text, want) in cases {
@@ -363,6 +378,9 @@ mod tests {
             "ra-date:soon",
             "delay:999999",
             "slow-sse:10:6",
+            "write-cut:0",
+            "write-cut:99999",
+            "write-cut",
             "slow-sse:10:1:1",
             "sse-cut:99999999",
         ] {

@@ -358,6 +358,38 @@ fn drop_closes_without_any_response() {
 }
 
 #[test]
+fn write_cut_closes_while_the_body_is_still_being_sent() {
+    let (addr, _server) = server();
+    let path = "/s/write-cut:64/v1/chat/completions";
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let len = 16 << 20;
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+    )
+    .unwrap();
+    // The server closes after 64 KiB: writing the rest of 16 MiB fails long
+    // before it is all sent (it fits no socket buffer).
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut sent = 0;
+    let err = loop {
+        match s.write_all(&chunk) {
+            Ok(()) => sent += chunk.len(),
+            Err(e) => break e,
+        }
+        assert!(sent < len, "the whole body was accepted");
+    };
+    assert!(
+        matches!(err.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+        "{err:?}"
+    );
+    let records = get_json(addr, "/control/requests?spec=write-cut%3A64");
+    assert_eq!(records.as_array().map(Vec::len), Some(1));
+    assert_eq!(records[0]["status"], Value::Null);
+}
+
+#[test]
 fn sse_cut_delivers_exactly_n_chunks_then_breaks() {
     let (addr, _server) = server();
     let reply = post(addr, "/s/sse-cut:2/v1/chat/completions", r#"{"stream":true}"#);
