@@ -340,6 +340,18 @@ test('malformed JSON under an app-level engine.run: malformed_response, 3 owner 
   assert.ok(performance.now() - t0 <= 3300)
 })
 
+// --------------------------------------------------------- queue timeout --
+
+test('work that waited out its deadline in a queue is dropped at the door: no upstream request', async () => {
+  // Taken off a queue with 50 ms of its deadline left (below min_attempt, 300 ms).
+  const r = await run('ok', { inboundHeaders: { 'retrywise-deadline-ms': '50' } })
+  assert.ok(r.error instanceof OpenAI.APIConnectionError, String(r.error))
+  assert.equal(stopOf(r.error)?.reason, 'deadline_exceeded')
+  assert.equal(r.attempts, 0)
+  assert.ok(r.elapsedMs < 200, `${r.elapsedMs} ms`)
+  assert.deepEqual(r.stats.stops, { deadline_exceeded: 1 })
+})
+
 // ---------------------------------------------------------- cancellation --
 
 test('caller cancellation: the attempt is reported cancelled, nothing is retried', async () => {

@@ -365,6 +365,19 @@ def test_malformed_json_under_an_app_level_owner(fault: FaultServer) -> None:
     assert time.monotonic() - t0 <= 3.3
 
 
+# --------------------------------------------------------- queue timeout --
+
+
+def test_work_that_waited_out_its_deadline_in_a_queue_is_dropped_at_the_door(fault: FaultServer) -> None:
+    """A request taken off a queue with 50 ms of its deadline left (below
+    min_attempt, 300 ms): no upstream request at all, a stop at once."""
+    r = run(fault, "ok", inbound_headers={"retrywise-deadline-ms": "50"})
+    # The transport's Stopped reaches the caller through the SDK as it is.
+    assert isinstance(r.error, retrywise.Stopped) and r.error.reason == "deadline_exceeded"
+    assert r.attempts == 0 and r.elapsed_s < 0.2
+    assert r.stops() == {"deadline_exceeded": 1}
+
+
 # ---------------------------------------------------------- cancellation --
 
 
