@@ -45,7 +45,7 @@
  * inferred phase, no headers, no vendor code, effect unset. A zeroed
  * rw_outcome means RW_ERROR_KIND_DNS, so start from this:
  *   rw_outcome o = RW_OUTCOME_INIT; o.status = 503; */
-#define RW_OUTCOME_INIT { 0, RW_ERROR_KIND_NONE, RW_PHASE_NONE, NULL, 0, { NULL, 0 }, RW_EFFECT_UNSET, 0, false }
+#define RW_OUTCOME_INIT { 0, RW_ERROR_KIND_NONE, RW_PHASE_NONE, NULL, 0, { NULL, 0 }, RW_EFFECT_UNSET, 0, false, { NULL, 0 } }
 
 /* rw_str initializer for a string literal: rw_str s = RW_LIT("openai/gpt-4o"); */
 #define RW_LIT(s) { (s), sizeof(s) - 1 }
@@ -764,6 +764,13 @@ typedef struct rw_outcome {
    * Explicit success regardless of status (e.g. a transport with no status).
    */
   bool ok;
+  /**
+   * The response body read whole and decoded, when there is one (NULL =
+   * none): an error body gives its vendor code when `vendor_code` is NULL;
+   * a 2xx whose `content-type` header is JSON and whose body does not parse
+   * is reported as `RW_ERROR_KIND_MALFORMED_RESPONSE`.
+   */
+  struct rw_str body;
 } rw_outcome;
 
 /**

@@ -128,6 +128,10 @@ unsafe fn outcome_from(o: &rw_outcome) -> Result<Outcome, rw_result> {
     }
     // SAFETY: as above.
     out.vendor_code = unsafe { args::opt_str(o.vendor_code) }?.map(str::to_string);
+    // SAFETY: as above.
+    if let Some(body) = unsafe { args::bytes(o.body) }? {
+        out.read_body(body);
+    }
     Ok(out)
 }
 

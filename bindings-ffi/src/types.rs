@@ -633,6 +633,11 @@ pub struct rw_outcome {
     pub input_tokens: u64,
     /// Explicit success regardless of status (e.g. a transport with no status).
     pub ok: bool,
+    /// The response body read whole and decoded, when there is one (NULL =
+    /// none): an error body gives its vendor code when `vendor_code` is NULL;
+    /// a 2xx whose `content-type` header is JSON and whose body does not parse
+    /// is reported as `RW_ERROR_KIND_MALFORMED_RESPONSE`.
+    pub body: rw_str,
 }
 
 /// What the caller must do after reporting an attempt (from `rw_call_report`).
@@ -740,6 +745,7 @@ impl Default for rw_outcome {
             effect: rw_effect::Unset as i32,
             input_tokens: 0,
             ok: false,
+            body: rw_str::NONE,
         }
     }
 }

@@ -234,6 +234,46 @@ static void test_401_stops(void) {
   rw_engine_free(e);
 }
 
+/* A body read whole: an error's vendor code, a JSON success that does not parse. */
+static void test_outcome_body(void) {
+  rw_engine *e = engine_with(NULL, 1);
+  rw_attempt a;
+  rw_decision d;
+  rw_header json[1] = {{str_of("content-type"), str_of("application/json; charset=utf-8")}};
+  rw_call *c = begin(e, "openai/gpt-4o", 10000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  rw_outcome o = RW_OUTCOME_INIT;
+  o.status = 200;
+  o.headers = json;
+  o.headers_len = 1;
+  o.body = str_of("{\"id\":\"x\",\"choices\":[");
+  CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_RETRY && d.reason == RW_REASON_RETRYABLE_ERROR);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  o.body = str_of("{\"id\":\"x\"}");
+  CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_SUCCEEDED);
+  rw_call_free(c);
+
+  c = begin(e, "openai/gpt-4o", 10000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  rw_outcome q = RW_OUTCOME_INIT;
+  q.status = 429;
+  q.body = str_of("{\"error\":{\"code\":\"insufficient_quota\"}}");
+  CHECK_RC(rw_call_report(c, &q, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_QUOTA_EXHAUSTED);
+  rw_call_free(c);
+
+  c = begin(e, "openai/gpt-4o", 10000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  rw_outcome bad = RW_OUTCOME_INIT;
+  bad.status = 200;
+  bad.body.len = 3; /* NULL with a length */
+  CHECK_RC(rw_call_report(c, &bad, &d), RW_ERR_NULL);
+  rw_call_free(c);
+  rw_engine_free(e);
+}
+
 static void test_retry_after(void) {
   rw_engine *e = engine_with(NULL, 1);
   rw_attempt a;
@@ -741,6 +781,7 @@ int main(void) {
   test_503_then_success();
   test_401_stops();
   test_retry_after();
+  test_outcome_body();
   test_policies();
   test_null_and_invalid_args();
   test_panic_boundary();
