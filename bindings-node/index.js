@@ -1543,6 +1543,9 @@ class FetchCall {
           await this._sleep(d)
           continue
         }
+        // The upstream may have executed an unsafe call: never let it pass for a
+        // plain error response (which a caller might simply send again).
+        if (d.action === 'reconcile') throw stoppedFromDecision(call, d, undefined, this.lastResponse)
         return { response: this.lastResponse, handedOver: false }
       }
       if (!res.body) {
