@@ -7,12 +7,11 @@ Per attempt: propagation headers and timeouts from the core are put on the
 request (``extensions["timeout"]``, never longer than the caller's own);
 error bodies are read so the core sees vendor codes; JSON bodies are read
 inside the loop (a body that breaks, or a 2xx that does not parse, is still
-retryable); other bodies
-(server-sent events) are read inside the loop up to their first meaningful
-event, the preamble before it held back by the core's ``StreamGate`` (a
-stream that breaks before any output is still retried), then handed to the
-caller wrapped, and the outcome is reported when the stream ends, so output
-already delivered is never replayed.
+retryable); other bodies (server-sent events) are read inside the loop up to
+their first meaningful event, the preamble before it held back by the core's
+``StreamGate`` (a stream that breaks before any output is still retried), then
+handed to the caller wrapped, and the outcome is reported when the stream
+ends, so output already delivered is never replayed.
 """
 
 from __future__ import annotations
