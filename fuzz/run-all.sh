@@ -22,7 +22,7 @@ shift || true
 if [ "$#" -gt 0 ]; then
     TARGETS=("$@")
 else
-    TARGETS=(retry_after inbound policy decisions ffi)
+    TARGETS=(retry_after inbound policy decisions ffi bodies)
 fi
 case "$SECONDS_PER_TARGET" in
     '' | *[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2 ;;

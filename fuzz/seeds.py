@@ -134,6 +134,30 @@ def main() -> None:
         for j, n in enumerate([256, 1024]):
             write("ffi", f"policy{i}_ops{j}", p + b"\0" + bytes(rng.getrandbits(8) for _ in range(n)))
 
+    # bodies: content-type byte, status byte, two chunk-seed bytes, then the body.
+    role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    text = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    anthropic = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"content":[]}}\n\n'
+        b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+        b'"content_block":{"type":"text","text":""}}\n\n'
+        b'event: ping\ndata: {"type": "ping"}\n\n'
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"Hi"}}\n\n'
+    )
+    bodies = {
+        "openai_sse": (0, 0, role + text + b"data: [DONE]\n\n"),
+        "openai_sse_crlf": (1, 0, (role + text).replace(b"\n", b"\r\n")),
+        "openai_preamble_only": (0, 0, role + b": keep-alive\n\n"),
+        "anthropic_sse": (0, 0, anthropic),
+        "json_ok": (2, 0, b'{"id":"x","choices":[{"message":{"content":"Hi"}}]}'),
+        "json_truncated": (2, 0, b'{"id":"x","choices":[{"mess'),
+        "problem_json_429": (3, 3, b'{"error":{"code":"insufficient_quota"}}'),
+        "text_500": (4, 4, b"upstream went away"),
+    }
+    for name, (ct, status, body) in bodies.items():
+        write("bodies", name, bytes([ct, status, rng.getrandbits(8), rng.getrandbits(8)]) + body)
+
 
 if __name__ == "__main__":
     main()

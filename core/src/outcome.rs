@@ -159,7 +159,8 @@ impl Outcome {
             && !body.is_empty()
             && self.error.is_none()
             && self.headers.get("content-type").is_some_and(json_media_type)
-            && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
+            // JSON text is UTF-8 (RFC 8259); skipping a value does not check that.
+            && (std::str::from_utf8(body).is_err() || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err())
         {
             self.error = Some(ErrorKind::MalformedResponse);
         }
@@ -312,6 +313,8 @@ mod body_tests {
             assert_eq!(json(200, ct, b"").error, None, "{ct}: empty");
             assert_eq!(json(201, ct, br#"{"id":"x"}"#).error, None, "{ct}");
             assert!(json(200, ct, b" [1, 2] ").is_success());
+            let bad_utf8 = json(200, ct, b"{\"id\":\"\xff\xfe\"}").error;
+            assert_eq!(bad_utf8, Some(ErrorKind::MalformedResponse), "{ct}: not UTF-8");
         }
         // Not JSON by its type, a redirect, an error already reported: left alone.
         for (status, ct) in [

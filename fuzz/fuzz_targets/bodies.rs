@@ -1,0 +1,109 @@
+//! Response bodies from an untrusted upstream: `StreamGate` (a stream's
+//! preamble held until its first meaningful event) and `Outcome::read_body`
+//! (vendor codes, malformed JSON successes).
+//!
+//! Input: byte 0 picks the content type, byte 1 the status class, bytes 2..4
+//! seed the chunk sizes; the rest is the body.
+//!
+//! Checks: never a panic; the bytes released plus `finish()` are exactly the
+//! body, in order, however it is chunked; nothing is released before the
+//! event that releases a byte-by-byte feed, and the first release comes with
+//! the chunk holding that byte; once visible every chunk comes back as it is;
+//! while holding, at most `HOLD_LIMIT` bytes are held; a non-SSE body passes
+//! from its first byte. `read_body` marks `malformed_response` exactly for a
+//! non-empty 2xx JSON-typed body that does not parse (a full parse is the
+//! oracle), sets no other error, and reads vendor codes only from error statuses.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use retrywise_core::stream::{StreamGate, HOLD_LIMIT};
+use retrywise_core::{json_media_type, ErrorKind, Outcome};
+
+const TYPES: [Option<&str>; 6] = [
+    Some("text/event-stream"),
+    Some("text/event-stream; charset=utf-8"),
+    Some("application/json"),
+    Some("application/problem+json"),
+    Some("text/plain"),
+    None,
+];
+
+/// Byte count after which a byte-by-byte feed first releases (None: never).
+fn release_point(ct: Option<&str>, body: &[u8]) -> Option<usize> {
+    let mut g = StreamGate::new(ct);
+    for (i, b) in body.iter().enumerate() {
+        if !g.feed(std::slice::from_ref(b)).is_empty() {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 4 {
+        return;
+    }
+    let ct = TYPES[data[0] as usize % TYPES.len()];
+    let status = [200u16, 204, 302, 429, 500][data[1] as usize % 5];
+    let (seed, body) = (u16::from_le_bytes([data[2], data[3]]), &data[4..]);
+
+    // StreamGate, fed in pseudo-random chunks of 1..=64 bytes.
+    let sse = !StreamGate::new(ct).is_visible();
+    let point = release_point(ct, body);
+    let mut g = StreamGate::new(ct);
+    assert_eq!(g.is_visible(), !sse);
+    let (mut out, mut first, mut i, mut k) = (Vec::new(), None, 0usize, seed as usize);
+    while i < body.len() {
+        k = k.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let n = (1 + (k >> 8) % 64).min(body.len() - i);
+        let chunk = &body[i..i + n];
+        let was_visible = g.is_visible();
+        let r = g.feed(chunk).into_owned();
+        if was_visible {
+            assert_eq!(r, chunk, "a visible gate passes chunks as they are");
+        }
+        if !r.is_empty() && first.is_none() {
+            first = Some(i + n);
+        }
+        if !g.is_visible() {
+            assert!(r.is_empty() && g.held() <= HOLD_LIMIT && g.held() == i + n);
+        }
+        out.extend_from_slice(&r);
+        i += n;
+    }
+    out.extend(g.finish());
+    assert_eq!(out, body, "nothing lost, nothing reordered");
+    if !sse && !body.is_empty() {
+        assert_eq!(point, Some(1), "a non-SSE body passes from its first byte");
+    }
+    match (point, first) {
+        (Some(p), Some(f)) => assert!(f >= p && f < p + 64, "released at {f}, byte-by-byte at {p}"),
+        (None, None) => {}
+        (p, f) => panic!("byte-by-byte release {p:?}, chunked {f:?}"),
+    }
+
+    // Outcome::read_body.
+    let mut o = Outcome::status(status);
+    if let Some(ct) = ct {
+        o = o.header("content-type", ct);
+    }
+    let o = o.body(body);
+    // Oracle: a full parse. It cannot judge a number too large for f64 (valid
+    // JSON: the grammar has no range), so such bodies are only run.
+    let json_ok = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(_) => Some(true),
+        Err(e) if e.to_string().starts_with("number out of range") => None,
+        Err(_) => Some(false),
+    };
+    let judged = (200..300).contains(&status) && !body.is_empty() && ct.is_some_and(json_media_type);
+    let is_malformed = o.error == Some(ErrorKind::MalformedResponse);
+    assert!(judged || !is_malformed, "only a non-empty 2xx JSON body is judged");
+    assert!(o.error.is_none() || is_malformed);
+    if let (true, Some(ok)) = (judged, json_ok) {
+        assert_eq!(is_malformed, !ok);
+    }
+    if status < 400 {
+        assert_eq!(o.vendor_code, None);
+    }
+});
