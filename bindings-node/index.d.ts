@@ -399,6 +399,8 @@ export declare class StreamGate {
   finish(): Uint8Array
   /** Whether bytes were released: a failure from now on is `stream_visible`. */
   readonly visible: boolean
+  /** Whether feeding may still hold bytes back (an event stream before its first meaningful event). */
+  readonly mayHold: boolean
   readonly phase: 'stream_open' | 'stream_visible'
   /** Bytes held back so far. */
   readonly held: number

@@ -1318,8 +1318,8 @@ function decisionOf(response) {
 
 const MAX_ERROR_BODY = 1 << 20
 
-/** The body's bytes, at most `limit` of them (the rest is cancelled). */
-async function readBody(res, limit) {
+/** The body's bytes, at most `limit` of them (the rest is cancelled); `onChunk` runs as each arrives. */
+async function readBody(res, limit, onChunk) {
   if (!res.body) return ''
   const reader = res.body.getReader()
   const chunks = []
@@ -1327,6 +1327,7 @@ async function readBody(res, limit) {
   for (;;) {
     const { done, value } = await reader.read()
     if (done) break
+    onChunk()
     size += value.byteLength
     if (size > limit) {
       reader.cancel().catch(() => {})
@@ -1518,11 +1519,20 @@ class FetchCall {
       if (hdrTimer) clearTimeout(hdrTimer)
       const failed = res.status >= 400 || res.status < 200
       // Error bodies (vendor codes) and JSON successes (a body that does not
-      // parse is malformed_response) are read inside the loop, so either may be retried.
-      if (failed || (res.body && native.jsonMediaType(res.headers.get('content-type') || ''))) {
+      // parse is malformed_response) are read inside the loop, so either may be
+      // retried; the idle timeout runs between their chunks. A retry spliced into
+      // a stream (`splice`) hands any success body to that stream as it comes.
+      if (failed || (!splice && res.body && native.jsonMediaType(res.headers.get('content-type') || ''))) {
         let body
+        const idleMs = attempt.timeouts.idleMs
+        let idle = null
+        const armIdle = () => {
+          if (idle) clearTimeout(idle)
+          idle = setTimeout(() => ctl.ac.abort(new AttemptTimeoutError('stream_idle_timeout', idleMs)), idleMs)
+        }
         try {
-          body = await raceAbort(readBody(res, failed ? MAX_ERROR_BODY : Infinity), ctl.ac.signal)
+          armIdle()
+          body = await raceAbort(readBody(res, failed ? MAX_ERROR_BODY : Infinity, armIdle), ctl.ac.signal)
         } catch (err) {
           ctl.done()
           this._abortIfUser()
@@ -1534,6 +1544,8 @@ class FetchCall {
             continue
           }
           throw stoppedFromDecision(call, d, err)
+        } finally {
+          clearTimeout(idle)
         }
         ctl.done()
         const d = this._report({ status: res.status, headers: res.headers, body })
@@ -1555,7 +1567,7 @@ class FetchCall {
         return { response: out, handedOver: false }
       }
       const gate = new native.StreamGate(res.headers.get('content-type'))
-      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate: gate.visible ? null : gate }
+      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate: gate.mayHold ? gate : null }
       if (splice) return { parts, handedOver: true }
       return { response: this._wrapBody(parts), handedOver: true }
     }
@@ -1726,7 +1738,7 @@ class FetchCall {
         let v = chunk.value
         if (v && v.byteLength > 0 && cur.gate !== null) {
           v = cur.gate.feed(v)
-          if (cur.gate.visible) cur.gate = null
+          if (!cur.gate.mayHold) cur.gate = null
         }
         if (v && v.byteLength > 0) {
           delivered += v.byteLength
@@ -1769,6 +1781,11 @@ class StreamGate {
 
   get visible() {
     return this._g.visible
+  }
+
+  /** Whether feeding may still hold bytes back (an event stream before its first meaningful event). */
+  get mayHold() {
+    return this._g.mayHold
   }
 
   get phase() {

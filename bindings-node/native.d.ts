@@ -151,6 +151,11 @@ export declare class StreamGate {
   finish(): Uint8Array
   /** Whether bytes were released: a failure from now on is `stream_visible`. */
   get visible(): boolean
+  /**
+   * Whether feeding may still hold bytes back (an event stream before its
+   * first meaningful event); once false, chunks come back as they are.
+   */
+  get mayHold(): boolean
   /** `'stream_open'` or `'stream_visible'`: the phase a failure of the body would have now. */
   get phase(): string
   /** Bytes held back so far. */

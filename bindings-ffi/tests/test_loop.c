@@ -764,9 +764,10 @@ static void test_stream_gate(void) {
   /* Not an event stream (or no content type): passes through. */
   rw_str none = {NULL, 0};
   g = rw_stream_gate_new(none);
-  CHECK(rw_stream_gate_phase(g) == RW_PHASE_STREAM_VISIBLE);
+  CHECK(rw_stream_gate_phase(g) == RW_PHASE_STREAM_OPEN); /* nothing delivered yet */
   CHECK_RC(rw_stream_gate_feed(g, (const uint8_t *)role, strlen(role), &out, &out_len), RW_OK);
   CHECK(out == (const uint8_t *)role && out_len == strlen(role));
+  CHECK(rw_stream_gate_phase(g) == RW_PHASE_STREAM_VISIBLE);
   rw_stream_gate_free(g);
   rw_str bad = {NULL, 4};
   CHECK(rw_stream_gate_new(bad) == NULL);

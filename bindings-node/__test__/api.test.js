@@ -365,9 +365,12 @@ test('StreamGate: a preamble is held until the first meaningful event; other bod
 
   for (const ct of [undefined, null, 'application/json']) {
     const p = new rw.StreamGate(ct)
-    assert.equal(p.visible, true)
+    assert.equal(p.mayHold, false)
+    assert.equal(p.phase, 'stream_open', 'nothing delivered yet')
     assert.equal(dec(p.feed(enc(role))), role)
+    assert.equal(p.phase, 'stream_visible')
   }
+  assert.equal(new rw.StreamGate('text/event-stream').mayHold, true)
   assert.throws(() => new rw.StreamGate('text/event-stream').feed('text'), { name: 'TypeError', message: 'chunk must be a Uint8Array; got "text"' })
   assert.throws(() => new rw.StreamGate(42), { name: 'TypeError', message: 'contentType must be a string; got number 42' })
 })

@@ -116,9 +116,11 @@ test('request write cut, keyed: the upload broke, retried with the same key, exa
   assert.equal(r.attempts, MAX_ATTEMPTS)
   assert.deepEqual(r.stats.stops, { max_attempts: 1 })
   const ends = r.engine.events().filter((e) => e.kind === 'attempt_end')
+  // undici reports the reset from the write (kind write) or, when the read
+  // sees it first, from the read (connection_reset): phase sent either way.
   assert.deepEqual(
-    ends.map((e) => [e.error_kind, e.phase]),
-    ends.map(() => ['write', 'sent']),
+    ends.map((e) => [['write', 'connection_reset'].includes(e.error_kind), e.phase]),
+    ends.map(() => [true, 'sent']),
   )
   checkInvariants(r, { key: 'k-up' })
 })

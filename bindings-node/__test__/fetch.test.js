@@ -139,6 +139,53 @@ test('a body that fails before any byte is retried and the next body spliced in'
   }
 })
 
+test('a JSON success body that stalls hits the idle timeout inside the loop and is retried', async () => {
+  const srv = await localServer((req, res, n) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    if (n === 1) return res.write('{"id":')
+    res.end('{"ok":true}')
+  })
+  try {
+    const e = new Engine({ ...fast, timeouts: { idle_ms: 200 } })
+    const f = wrapFetch(e, fetch, { route: 'local', deadlineMs: 5000 })
+    const t0 = Date.now()
+    const r = await f(srv.url, { method: 'POST', body: '{}' })
+    assert.deepEqual(await r.json(), { ok: true })
+    const dt = Date.now() - t0
+    assert.ok(dt >= 190 && dt < 1500, `${dt} ms: the idle timeout, not the deadline`)
+    assert.equal(srv.seen.length, 2)
+    const ends = e.events().filter((x) => x.kind === 'attempt_end')
+    assert.equal(ends[0].error_kind, 'stream_idle_timeout')
+    assert.equal(e.stats().successes, 1)
+  } finally {
+    await srv.close()
+  }
+})
+
+test('a stream cut after its preamble, retried with a JSON answer: that body is spliced in', async () => {
+  const role = 'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+  const srv = await localServer((req, res, n) => {
+    if (n === 1) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write(role)
+      setTimeout(() => res.socket.destroy(), 50)
+      return
+    }
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end('{"ok":true}')
+  })
+  try {
+    const e = new Engine(fast)
+    const f = wrapFetch(e, fetch, { route: 'local' })
+    const r = await f(srv.url, { method: 'POST', body: '{}' })
+    assert.equal(await r.text(), '{"ok":true}', 'the held preamble is dropped with its attempt')
+    assert.equal(srv.seen.length, 2)
+    assert.equal(e.stats().successes, 1)
+  } finally {
+    await srv.close()
+  }
+})
+
 test('idle timeout between chunks ends the attempt', async () => {
   const srv = await localServer((req, res) => {
     res.writeHead(200, { 'content-type': 'text/event-stream' })

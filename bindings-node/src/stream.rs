@@ -28,7 +28,8 @@ impl StreamGate {
     /// (empty while only preamble arrived; `chunk` itself once visible).
     #[napi]
     pub fn feed(&mut self, env: Env, chunk: Uint8Array) -> Result<Uint8Array> {
-        if self.gate.is_visible() {
+        if !self.gate.may_hold() {
+            self.gate.feed(&chunk); // passes it through; marks it delivered
             return Ok(chunk);
         }
         guard(&env, || Ok(Uint8Array::new(self.gate.feed(&chunk).into_owned())))
@@ -44,6 +45,13 @@ impl StreamGate {
     #[napi(getter)]
     pub fn visible(&self) -> bool {
         self.gate.is_visible()
+    }
+
+    /// Whether feeding may still hold bytes back (an event stream before its
+    /// first meaningful event); once false, chunks come back as they are.
+    #[napi(getter)]
+    pub fn may_hold(&self) -> bool {
+        self.gate.may_hold()
     }
 
     /// `'stream_open'` or `'stream_visible'`: the phase a failure of the body would have now.

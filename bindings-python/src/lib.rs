@@ -1221,7 +1221,8 @@ impl PyStreamGate {
     fn feed<'py>(&mut self, py: Python<'py>, chunk: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let gate = &mut self.gate;
         if let Ok(b) = chunk.cast::<PyBytes>() {
-            if gate.is_visible() {
+            if !gate.may_hold() {
+                gate.feed(b.as_bytes()); // passes it through; marks it delivered
                 return Ok(b.clone());
             }
             let out = held(py, || gate.feed(b.as_bytes()).into_owned())?;
@@ -1240,6 +1241,11 @@ impl PyStreamGate {
     #[getter]
     fn visible(&self) -> bool {
         self.gate.is_visible()
+    }
+    /// Whether feeding may still hold bytes back (an event stream before its first meaningful event).
+    #[getter]
+    fn may_hold(&self) -> bool {
+        self.gate.may_hold()
     }
     /// The phase a failure of the body would have now.
     #[getter]

@@ -381,7 +381,9 @@ def test_stream_gate_holds_a_preamble_until_the_first_meaningful_event() -> None
 
     for ct in (None, "application/json"):
         p = retrywise.StreamGate(ct)
-        assert p.visible and p.feed(role) == role
+        assert not p.may_hold and p.phase == "stream_open"  # nothing delivered yet
+        assert p.feed(role) == role and p.phase == "stream_visible"
+    assert retrywise.StreamGate("text/event-stream").may_hold
     with pytest.raises(TypeError, match="argument 'chunk': expected bytes, got int"):
         retrywise.StreamGate("text/event-stream").feed(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="content_type"):

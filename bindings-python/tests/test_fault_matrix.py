@@ -378,6 +378,37 @@ def test_work_that_waited_out_its_deadline_in_a_queue_is_dropped_at_the_door(fau
     assert r.stops() == {"deadline_exceeded": 1}
 
 
+# ------------------------------------------------------------------ async --
+
+
+def async_client(engine: Engine, spec: str, fault: FaultServer) -> Any:
+    transport = AsyncRetryTransport(engine, route="openai", deadline_ms=3_000)
+    return openai.AsyncOpenAI(
+        base_url=fault.url(spec), api_key="test", max_retries=0, http_client=httpx.AsyncClient(transport=transport)
+    )
+
+
+async def test_async_stream_cut_after_its_preamble_then_whole(fault: FaultServer) -> None:
+    """The async transport holds the preamble too: the retry's stream, once."""
+    engine = Engine(POLICY, seed=11)
+    client = async_client(engine, "seq:sse-cut:1", fault)
+    stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == "c1 c2 c3 "
+    assert [r["attempt"] for r in fault.requests("seq:sse-cut:1")] == [1, 2]
+    assert engine.stats()["successes"] == 1 and engine.stats()["stops"] == {}
+
+
+async def test_async_malformed_json_is_retried(fault: FaultServer) -> None:
+    engine = Engine(POLICY, seed=11)
+    client = async_client(engine, "seq:malformed", fault)
+    r = await client.chat.completions.create(model="m", messages=MESSAGES)
+    assert r.choices[0].message.content
+    ends = [e for e in engine.events() if e["kind"] == "attempt_end"]
+    assert [e.get("error_kind") for e in ends] == ["malformed_response", None]
+    assert len(fault.requests("seq:malformed")) == 2 and engine.stats()["successes"] == 1
+
+
 # ---------------------------------------------------------- cancellation --
 
 

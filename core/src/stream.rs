@@ -51,6 +51,11 @@ pub struct StreamGate {
     name: Vec<u8>,
     data: Vec<u8>,
     has_data: bool,
+    /// Whether a leading byte-order mark was looked for (SSE ignores one).
+    bom_checked: bool,
+    /// An event stream whose first meaningful event has not come yet.
+    holding: bool,
+    /// Bytes reached the consumer.
     visible: bool,
 }
 
@@ -70,13 +75,23 @@ impl StreamGate {
             name: Vec::new(),
             data: Vec::new(),
             has_data: false,
-            visible: !sse,
+            bom_checked: false,
+            holding: sse,
+            visible: false,
         }
     }
 
     /// Whether bytes were released: a cut from now on is `StreamVisible`.
     pub fn is_visible(&self) -> bool {
         self.visible
+    }
+
+    /// Whether feeding may still hold bytes back: an event stream before its
+    /// first meaningful event. Once false, [`StreamGate::feed`] returns every
+    /// chunk as it is (a binding may then stop copying chunks through it,
+    /// as long as it feeds one non-empty chunk for [`StreamGate::phase`]).
+    pub fn may_hold(&self) -> bool {
+        self.holding
     }
 
     /// The phase a failure of the body would have now.
@@ -96,9 +111,10 @@ impl StreamGate {
     /// Takes `chunk`, received from upstream, and returns what the consumer
     /// may see now: nothing while only preamble arrived; everything held when
     /// the first meaningful event completes (or the hold limit is passed);
-    /// `chunk` itself once visible.
+    /// `chunk` itself after that (and from the first byte for other bodies).
     pub fn feed<'a>(&mut self, chunk: &'a [u8]) -> Cow<'a, [u8]> {
-        if self.visible {
+        if !self.holding {
+            self.visible |= !chunk.is_empty();
             return Cow::Borrowed(chunk);
         }
         self.held.extend_from_slice(chunk);
@@ -115,15 +131,27 @@ impl StreamGate {
     }
 
     fn release(&mut self) -> Vec<u8> {
-        self.visible = true;
+        self.holding = false;
         (self.line, self.searched) = (0, 0);
         self.name = Vec::new();
         self.data = Vec::new();
-        std::mem::take(&mut self.held)
+        let out = std::mem::take(&mut self.held);
+        self.visible |= !out.is_empty();
+        out
     }
 
     /// Reads the complete lines not read yet; true when an event with output completed.
     fn scan(&mut self) -> bool {
+        if !self.bom_checked {
+            const BOM: &[u8] = b"\xef\xbb\xbf";
+            if self.held.len() < BOM.len() && BOM.starts_with(&self.held) {
+                return false;
+            }
+            self.bom_checked = true;
+            if self.held.starts_with(BOM) {
+                (self.line, self.searched) = (BOM.len(), BOM.len());
+            }
+        }
         loop {
             let rest = &self.held[self.line..];
             // Bytes already searched hold no line end: a long line fed in
@@ -191,7 +219,7 @@ impl StreamGate {
 pub fn meaningful(name: &[u8], data: &[u8]) -> bool {
     if matches!(
         name,
-        b"ping" | b"message_start" | b"response.created" | b"response.in_progress"
+        b"ping" | b"message_start" | b"response.created" | b"response.queued" | b"response.in_progress"
     ) {
         return false;
     }
@@ -206,23 +234,29 @@ pub fn meaningful(name: &[u8], data: &[u8]) -> bool {
 fn preamble(v: &Value) -> bool {
     match v.get("type").and_then(Value::as_str) {
         // Anthropic and the OpenAI Responses API.
-        Some("ping" | "message_start" | "response.created" | "response.in_progress") => true,
+        Some("ping" | "message_start" | "response.created" | "response.queued" | "response.in_progress") => true,
         Some("content_block_start") => v.get("content_block").is_some_and(|b| {
             matches!(b.get("type").and_then(Value::as_str), Some("text" | "thinking")) && empty_except(b, &["type"])
         }),
-        Some("response.output_item.added") => v.get("item").is_some_and(|i| {
-            i.get("type").and_then(Value::as_str) == Some("message")
-                && empty_except(i, &["type", "id", "role", "status"])
-        }),
+        Some("response.output_item.added") => {
+            v.get("item")
+                .is_some_and(|i| match i.get("type").and_then(Value::as_str) {
+                    Some("message") => empty_except(i, &["type", "id", "role", "status"]),
+                    // Reasoning starts; its summary, once it has one, is output.
+                    Some("reasoning") => empty_except(i, &["type", "id", "status", "encrypted_content"]),
+                    _ => false,
+                })
+        }
         Some("response.content_part.added") => v.get("part").is_some_and(|p| empty_except(p, &["type"])),
         Some(_) => false,
-        // OpenAI chat completion chunks (`choices: []` opens Azure streams).
+        // OpenAI chat completion chunks (`choices: []` opens Azure streams). A
+        // choice's other members (a legacy completion's `text`, a finish
+        // reason, log-probabilities) are output unless empty.
         None => v.get("choices").and_then(Value::as_array).is_some_and(|choices| {
             empty_except(v, CHUNK_META)
                 && choices.iter().all(|c| {
                     c.get("delta").is_none_or(|d| empty_except(d, &["role"]))
-                        && c.get("finish_reason").is_none_or(Value::is_null)
-                        && c.get("logprobs").is_none_or(empty)
+                        && empty_except(c, &["index", "delta", "content_filter_results"])
                 })
         }),
     }
@@ -239,6 +273,7 @@ const CHUNK_META: &[&str] = &[
     "choices",
     "prompt_filter_results",
     "obfuscation",
+    "x_groq",
 ];
 
 /// `v` is an object whose members other than `keep` are all empty.
@@ -293,6 +328,9 @@ mod tests {
         for data in [
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":""}}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"refusal":"no"}}]}"#,
+            r#"{"id":"c","object":"text_completion","choices":[{"text":"Hello","index":0,"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"Hi"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}],"usage":{"total_tokens":3}}"#,
             r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
             r#"{"choices":[{"index":0,"delta":{"role":"assistant"},"logprobs":{"content":[{"token":"a"}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}],"error":{"message":"x"}}"#,
@@ -327,8 +365,18 @@ mod tests {
             "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"message\",\"id\":\"i\",\"role\":\"assistant\",\"status\":\"in_progress\",\"content\":[]}}\n\n",
             "event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n",
         );
-        let azure = "data: {\"choices\":[],\"prompt_filter_results\":[{\"prompt_index\":0}]}\n\n";
-        for pre in [anthropic, responses, azure, ROLE] {
+        let azure = concat!(
+            "data: {\"choices\":[],\"prompt_filter_results\":[{\"prompt_index\":0}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},",
+            "\"content_filter_results\":{\"hate\":{\"filtered\":false}},\"finish_reason\":null}],\"usage\":null}\n\n",
+        );
+        let groq = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}],\"x_groq\":{\"id\":\"req_1\"}}\n\n";
+        let reasoning = concat!(
+            "event: response.queued\ndata: {\"type\":\"response.queued\"}\n\n",
+            "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"reasoning\",\"id\":\"rs\",\"summary\":[]}}\n\n",
+        );
+        let bom = format!("\u{feff}{ROLE}");
+        for pre in [anthropic, responses, azure, groq, reasoning, ROLE, &bom] {
             let mut g = sse();
             assert_eq!(g.feed(pre.as_bytes()).len(), 0, "{pre}");
             assert_eq!(g.held(), pre.len());
@@ -366,6 +414,19 @@ mod tests {
     }
 
     #[test]
+    fn a_leading_byte_order_mark_is_ignored() {
+        let whole = format!("\u{feff}{ROLE}{TEXT}");
+        let mut g = sse();
+        let mut out = Vec::new();
+        for (i, b) in whole.as_bytes().iter().enumerate() {
+            let r = g.feed(std::slice::from_ref(b)).into_owned();
+            assert!(r.is_empty() || i + 1 == whole.len(), "released at byte {i}");
+            out.extend(r);
+        }
+        assert_eq!(out, whole.as_bytes());
+    }
+
+    #[test]
     fn multi_line_data_is_joined() {
         let mut g = sse();
         let ev = "data: {\"choices\":\ndata: [{\"delta\":{\"role\":\"assistant\"}}]}\n\n";
@@ -383,10 +444,17 @@ mod tests {
             Some("text/event-streamx"),
         ] {
             let mut g = StreamGate::new(ct);
-            assert!(g.is_visible(), "{ct:?}");
+            assert!(!g.may_hold(), "{ct:?}");
+            // Nothing delivered yet: a cut now is still stream_open.
+            assert_eq!(g.phase(), Phase::StreamOpen, "{ct:?}");
+            assert!(g.feed(b"").is_empty());
+            assert_eq!(g.phase(), Phase::StreamOpen, "{ct:?}: an empty chunk delivers nothing");
             assert_eq!(g.feed(ROLE.as_bytes()).into_owned(), ROLE.as_bytes());
+            assert_eq!(g.phase(), Phase::StreamVisible, "{ct:?}");
+            assert!(g.finish().is_empty());
         }
-        assert!(!StreamGate::new(Some(" Text/Event-Stream ")).is_visible());
+        let g = StreamGate::new(Some(" Text/Event-Stream "));
+        assert!(g.may_hold() && !g.is_visible());
     }
 
     #[test]

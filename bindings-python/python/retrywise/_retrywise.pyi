@@ -161,6 +161,9 @@ class StreamGate:
     @property
     def visible(self) -> bool: ...
     @property
+    def may_hold(self) -> bool:
+        """Whether feeding may still hold bytes back (an event stream before its first meaningful event)."""
+    @property
     def phase(self) -> Literal["stream_open", "stream_visible"]: ...
     @property
     def held(self) -> int: ...

@@ -304,11 +304,6 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
 
     let logical_id = header_text(&parts, "retrywise-request-id");
     let fault = spec.parse::<Fault>();
-    // Counted as soon as its headers arrived, so a `seq` step can be a write cut.
-    let plan = fault
-        .as_ref()
-        .ok()
-        .map(|f| Plan::decide(f, state.admit(&spec, logical_id.as_deref())));
     let arrival = |stream: bool| Arrival {
         method: parts.method.to_string(),
         path: path.clone(),
@@ -333,8 +328,19 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
         stream,
     };
 
-    // A write cut closes the connection while the request body is still arriving.
-    if let Some(Plan::WriteCut(after)) = plan {
+    // A write cut closes the connection while the request body is still arriving
+    // (a `seq` step may be one: peek at the count, then count it).
+    let cut = fault
+        .as_ref()
+        .ok()
+        .and_then(|f| match Plan::decide(f, state.prior(&spec, logical_id.as_deref())) {
+            Plan::WriteCut(after) => {
+                state.admit(&spec, logical_id.as_deref());
+                Some(after)
+            }
+            _ => None,
+        });
+    if let Some(after) = cut {
         let mut body = body;
         let mut got = 0;
         while got < after {
@@ -370,13 +376,18 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
         .unwrap_or(DEFAULT_MODEL)
         .to_owned();
 
-    let (Ok(_), Some(plan)) = (&fault, plan) else {
-        // A typo in a test's spec must fail loudly and must not look retryable.
-        state.record(arrival(stream), Some(400));
-        let msg = fault.err().map_or_else(String::new, |e| e.0);
-        let body = shapes::error_body(shape, 400, Some("invalid_fault_spec"), &msg);
-        return Ok(json_response(400, &body));
+    let fault = match fault {
+        Ok(fault) => fault,
+        Err(e) => {
+            // A typo in a test's spec must fail loudly and must not look retryable.
+            state.record(arrival(stream), Some(400));
+            let body = shapes::error_body(shape, 400, Some("invalid_fault_spec"), &e.0);
+            return Ok(json_response(400, &body));
+        }
     };
+    // Counted once fully received: a request whose body never arrived takes no step.
+    let prior = state.admit(&spec, logical_id.as_deref());
+    let plan = Plan::decide(&fault, prior);
     let seq = state.record(arrival(stream), plan.status());
     let ctx = Ctx { shape, model, seq };
 

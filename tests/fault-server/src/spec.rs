@@ -57,7 +57,7 @@ pub enum Fault {
     /// `sse-cut:<n>`: an SSE stream cut after `n` chunks, without a terminator.
     SseCut { chunks: u32 },
     /// `slow-sse:<gap_ms>[:<fast>]`: a complete SSE stream with pauses between
-    /// chunks, the first `fast` chunks (default 1) sent back to back.
+    /// chunks, the first `fast` chunks (1..=5, default 1) sent back to back.
     SlowSse { gap_ms: u64, fast: u32 },
     /// `delay:<ms>`: wait, then behave like `ok`.
     Delay { ms: u64 },
@@ -236,9 +236,9 @@ impl FromStr for Fault {
                     Some(a) => parse_num(spec, "fast chunk count", a)?,
                     None => 1,
                 };
-                if fast > STREAM_CHUNKS {
+                if fast == 0 || fast > STREAM_CHUNKS {
                     return err(format!(
-                        "{spec}: fast chunk count must be <= {STREAM_CHUNKS}, got {fast}"
+                        "{spec}: fast chunk count must be 1..={STREAM_CHUNKS}, got {fast}"
                     ));
                 }
                 Ok(Fault::SlowSse {
@@ -378,6 +378,7 @@ mod tests {
             "ra-date:soon",
             "delay:999999",
             "slow-sse:10:6",
+            "slow-sse:10:0",
             "write-cut:0",
             "write-cut:99999",
             "write-cut",

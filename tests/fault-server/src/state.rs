@@ -126,6 +126,17 @@ impl State {
         self.started.elapsed().as_secs_f64() * 1000.0
     }
 
+    /// How many requests with this (spec, logical id) key were counted so far,
+    /// without counting one (to see whether the next is a write cut).
+    pub fn prior(&self, spec: &str, logical_id: Option<&str>) -> u32 {
+        let inner = self.lock();
+        inner
+            .seen
+            .get(&(spec.to_owned(), logical_id.map(str::to_owned)))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Counts this arrival against its (spec, logical id) key and returns how many
     /// requests with that key came *before* it. `flaky` and `then-ok` decide from
     /// this number, under the same lock, so concurrent attempts cannot both be

@@ -358,6 +358,24 @@ fn drop_closes_without_any_response() {
 }
 
 #[test]
+fn a_request_whose_body_never_arrives_takes_no_step() {
+    let (addr, _server) = server();
+    let path = "/s/seq:status:503,ok/v1/chat/completions";
+    {
+        // Promises 100 bytes, sends 2, goes away.
+        let mut s = TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nhost: x\r\nretrywise-request-id: r9\r\ncontent-length: 100\r\n\r\n{{}}"
+        )
+        .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(post_as(addr, path, "r9").status, 503, "the first step is still unused");
+    assert_eq!(post_as(addr, path, "r9").status, 200);
+}
+
+#[test]
 fn write_cut_closes_while_the_body_is_still_being_sent() {
     let (addr, _server) = server();
     let path = "/s/write-cut:64/v1/chat/completions";
