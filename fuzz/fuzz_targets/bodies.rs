@@ -49,30 +49,37 @@ fuzz_target!(|data: &[u8]| {
     let (seed, body) = (u16::from_le_bytes([data[2], data[3]]), &data[4..]);
 
     // StreamGate, fed in pseudo-random chunks of 1..=64 bytes.
-    let sse = !StreamGate::new(ct).is_visible();
+    let sse = StreamGate::new(ct).may_hold();
     let point = release_point(ct, body);
     let mut g = StreamGate::new(ct);
-    assert_eq!(g.is_visible(), !sse);
+    assert!(!g.is_visible(), "nothing delivered before the first byte");
     let (mut out, mut first, mut i, mut k) = (Vec::new(), None, 0usize, seed as usize);
     while i < body.len() {
         k = k.wrapping_mul(1_103_515_245).wrapping_add(12_345);
         let n = (1 + (k >> 8) % 64).min(body.len() - i);
         let chunk = &body[i..i + n];
-        let was_visible = g.is_visible();
+        let could_hold = g.may_hold();
         let r = g.feed(chunk).into_owned();
-        if was_visible {
-            assert_eq!(r, chunk, "a visible gate passes chunks as they are");
+        if !could_hold {
+            assert_eq!(r, chunk, "a gate that no longer holds passes chunks as they are");
         }
         if !r.is_empty() && first.is_none() {
             first = Some(i + n);
         }
-        if !g.is_visible() {
+        assert_eq!(
+            g.is_visible(),
+            first.is_some(),
+            "visible exactly once bytes were released"
+        );
+        if g.may_hold() {
             assert!(r.is_empty() && g.held() <= HOLD_LIMIT && g.held() == i + n);
         }
         out.extend_from_slice(&r);
         i += n;
     }
     out.extend(g.finish());
+    assert!(!g.may_hold());
+    assert_eq!(g.is_visible(), !body.is_empty());
     assert_eq!(out, body, "nothing lost, nothing reordered");
     if !sse && !body.is_empty() {
         assert_eq!(point, Some(1), "a non-SSE body passes from its first byte");
