@@ -260,11 +260,16 @@ mod tests {
     }
 }
 
+/// The media type of a `content-type` value: before any parameter, trimmed.
+pub(crate) fn media_type(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or("").trim()
+}
+
 /// Whether `content_type` names JSON: `application/json` or any `+json`
 /// subtype, parameters ignored. [`Outcome::read_body`] judges only such
 /// bodies; bindings ask this before reading a success body whole.
 pub fn json_media_type(content_type: &str) -> bool {
-    let m = content_type.split(';').next().unwrap_or("").trim();
+    let m = media_type(content_type);
     m.eq_ignore_ascii_case("application/json")
         || m.split_once('/')
             .is_some_and(|(_, sub)| sub.len() > 5 && sub.as_bytes()[sub.len() - 5..].eq_ignore_ascii_case(b"+json"))

@@ -29,6 +29,7 @@
 //! assert!(gate.is_visible());
 //! ```
 
+use crate::outcome::media_type;
 use crate::types::Phase;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -63,11 +64,7 @@ impl StreamGate {
     /// A gate for a response body of `content_type`. Only `text/event-stream`
     /// bodies are gated; any other body passes through from its first byte.
     pub fn new(content_type: Option<&str>) -> StreamGate {
-        let sse = content_type.is_some_and(|ct| {
-            ct.split(';')
-                .next()
-                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
-        });
+        let sse = content_type.is_some_and(|ct| media_type(ct).eq_ignore_ascii_case("text/event-stream"));
         StreamGate {
             held: Vec::new(),
             line: 0,
@@ -217,10 +214,7 @@ impl StreamGate {
 /// Whether an SSE event (its `event:` name and `data:`) carries output.
 /// Only known preamble shapes are not: anything else counts as output.
 pub fn meaningful(name: &[u8], data: &[u8]) -> bool {
-    if matches!(
-        name,
-        b"ping" | b"message_start" | b"response.created" | b"response.queued" | b"response.in_progress"
-    ) {
+    if OPENING_EVENTS.iter().any(|e| e.as_bytes() == name) {
         return false;
     }
     match serde_json::from_slice::<Value>(data) {
@@ -229,12 +223,22 @@ pub fn meaningful(name: &[u8], data: &[u8]) -> bool {
     }
 }
 
+/// Events (by `event:` name or JSON `type`) that only open or keep alive an
+/// answer: Anthropic's and the OpenAI Responses API's.
+const OPENING_EVENTS: &[&str] = &[
+    "ping",
+    "message_start",
+    "response.created",
+    "response.queued",
+    "response.in_progress",
+];
+
 /// A JSON event payload that only opens the answer: no text, tool call,
 /// refusal, log-probabilities or finish reason in it.
 fn preamble(v: &Value) -> bool {
     match v.get("type").and_then(Value::as_str) {
         // Anthropic and the OpenAI Responses API.
-        Some("ping" | "message_start" | "response.created" | "response.queued" | "response.in_progress") => true,
+        Some(t) if OPENING_EVENTS.contains(&t) => true,
         Some("content_block_start") => v.get("content_block").is_some_and(|b| {
             matches!(b.get("type").and_then(Value::as_str), Some("text" | "thinking")) && empty_except(b, &["type"])
         }),
