@@ -92,12 +92,13 @@ pub unsafe extern "C" fn rw_stream_gate_feed(
         let (g, lend) = try_arg!(unsafe { parts(gate, out, out_len) });
         // SAFETY: `data` points to `len` readable bytes per the contract.
         let chunk = try_arg!(unsafe { slice(data, len) });
-        if !g.gate.may_hold() {
-            g.gate.feed(chunk); // passes it through; marks it delivered
-            return lend.write(chunk);
+        match g.gate.feed_pass(chunk) {
+            None => lend.write(chunk),
+            Some(v) => {
+                g.out = v;
+                lend.write(&g.out)
+            }
         }
-        g.out = g.gate.feed(chunk).into_owned();
-        lend.write(&g.out)
     }
 }
 

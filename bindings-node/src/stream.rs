@@ -28,11 +28,8 @@ impl StreamGate {
     /// (empty while only preamble arrived; `chunk` itself once visible).
     #[napi]
     pub fn feed(&mut self, env: Env, chunk: Uint8Array) -> Result<Uint8Array> {
-        if !self.gate.may_hold() {
-            self.gate.feed(&chunk); // passes it through; marks it delivered
-            return Ok(chunk);
-        }
-        guard(&env, || Ok(Uint8Array::new(self.gate.feed(&chunk).into_owned())))
+        let out = guard(&env, || Ok(self.gate.feed_pass(&chunk)))?;
+        Ok(out.map_or(chunk, Uint8Array::new))
     }
 
     /// The body ended: everything still held, to deliver before the end.

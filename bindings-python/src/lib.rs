@@ -1221,12 +1221,8 @@ impl PyStreamGate {
     fn feed<'py>(&mut self, py: Python<'py>, chunk: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let gate = &mut self.gate;
         if let Ok(b) = chunk.cast::<PyBytes>() {
-            if !gate.may_hold() {
-                gate.feed(b.as_bytes()); // passes it through; marks it delivered
-                return Ok(b.clone());
-            }
-            let out = held(py, || gate.feed(b.as_bytes()).into_owned())?;
-            return Ok(PyBytes::new(py, &out));
+            let out = held(py, || gate.feed_pass(b.as_bytes()))?;
+            return Ok(out.map_or_else(|| b.clone(), |v| PyBytes::new(py, &v)));
         }
         let data = body_bytes(chunk)
             .map_err(|_| PyTypeError::new_err(format!("argument 'chunk': expected bytes, got {}", type_name(chunk))))?;

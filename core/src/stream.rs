@@ -121,6 +121,17 @@ impl StreamGate {
         Cow::Borrowed(&[])
     }
 
+    /// [`StreamGate::feed`] for a binding that can hand the caller's own chunk
+    /// back: `None` when the consumer gets `chunk` as it is, else the bytes
+    /// it gets instead (empty while holding).
+    pub fn feed_pass(&mut self, chunk: &[u8]) -> Option<Vec<u8>> {
+        match self.feed(chunk) {
+            Cow::Owned(v) => Some(v),
+            Cow::Borrowed(b) if b.len() == chunk.len() => None,
+            Cow::Borrowed(_) => Some(Vec::new()),
+        }
+    }
+
     /// The body ended: everything still held (a stream of preamble only, or
     /// a last event without its blank line), to deliver before the end.
     pub fn finish(&mut self) -> Vec<u8> {
@@ -314,6 +325,11 @@ mod tests {
     #[test]
     fn openai_role_chunk_is_held_until_the_first_text() {
         let mut g = sse();
+        assert_eq!(
+            g.clone().feed_pass(ROLE.as_bytes()),
+            Some(Vec::new()),
+            "held: nothing yet"
+        );
         assert_eq!(g.feed(ROLE.as_bytes()).len(), 0);
         assert_eq!(g.phase(), Phase::StreamOpen);
         assert_eq!(g.held(), ROLE.len());
@@ -324,6 +340,7 @@ mod tests {
         assert_eq!(g.phase(), Phase::StreamVisible);
         // Once visible, chunks pass through as they are (borrowed, not copied).
         assert!(matches!(g.feed(DONE.as_bytes()), Cow::Borrowed(b) if b == DONE.as_bytes()));
+        assert_eq!(g.feed_pass(DONE.as_bytes()), None, "the caller's own chunk");
         assert_eq!(g.finish(), b"");
     }
 
