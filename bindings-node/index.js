@@ -1318,6 +1318,13 @@ function decisionOf(response) {
 
 const MAX_ERROR_BODY = 1 << 20
 
+/** (Re)starts an attempt's idle timer: `ctl` aborts with stream_idle_timeout unless the next chunk comes within idle_ms. */
+function restartIdle(prev, attempt, ctl) {
+  if (prev) clearTimeout(prev)
+  const ms = attempt.timeouts.idleMs
+  return setTimeout(() => ctl.ac.abort(new AttemptTimeoutError('stream_idle_timeout', ms)), ms)
+}
+
 /** The body's bytes, at most `limit` of them (the rest is cancelled); `onChunk` runs as each arrives. */
 async function readBody(res, limit, onChunk) {
   if (!res.body) return ''
@@ -1524,11 +1531,9 @@ class FetchCall {
       // a stream (`splice`) hands any success body to that stream as it comes.
       if (failed || (!splice && res.body && native.jsonMediaType(res.headers.get('content-type') || ''))) {
         let body
-        const idleMs = attempt.timeouts.idleMs
         let idle = null
         const armIdle = () => {
-          if (idle) clearTimeout(idle)
-          idle = setTimeout(() => ctl.ac.abort(new AttemptTimeoutError('stream_idle_timeout', idleMs)), idleMs)
+          idle = restartIdle(idle, attempt, ctl)
         }
         try {
           armIdle()
@@ -1602,10 +1607,7 @@ class FetchCall {
     let finished = false
     let idle = null
     const armIdle = () => {
-      if (idle) clearTimeout(idle)
-      const ms = cur.attempt.timeouts.idleMs
-      const c = cur.ctl
-      idle = setTimeout(() => c.ac.abort(new AttemptTimeoutError('stream_idle_timeout', ms)), ms)
+      idle = restartIdle(idle, cur.attempt, cur.ctl)
     }
     const stopTimers = () => {
       if (idle) clearTimeout(idle)
