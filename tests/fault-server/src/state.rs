@@ -130,11 +130,7 @@ impl State {
     /// without counting one (to see whether the next is a write cut).
     pub fn prior(&self, spec: &str, logical_id: Option<&str>) -> u32 {
         let inner = self.lock();
-        inner
-            .seen
-            .get(&(spec.to_owned(), logical_id.map(str::to_owned)))
-            .copied()
-            .unwrap_or(0)
+        inner.seen.get(&counter_key(spec, logical_id)).copied().unwrap_or(0)
     }
 
     /// Counts this arrival against its (spec, logical id) key and returns how many
@@ -146,10 +142,7 @@ impl State {
         if inner.seen.len() >= MAX_COUNTERS {
             inner.seen.clear();
         }
-        let n = inner
-            .seen
-            .entry((spec.to_owned(), logical_id.map(str::to_owned)))
-            .or_insert(0);
+        let n = inner.seen.entry(counter_key(spec, logical_id)).or_insert(0);
         let before = *n;
         *n = n.saturating_add(1);
         before
@@ -246,4 +239,9 @@ impl Drop for Gauge<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// The key `prior` and `admit` count a request under: its spec and logical id.
+fn counter_key(spec: &str, logical_id: Option<&str>) -> (String, Option<String>) {
+    (spec.to_owned(), logical_id.map(str::to_owned))
 }
