@@ -6,11 +6,13 @@
 use crate::args;
 use crate::engine::rw_engine;
 use crate::panic::{ffi_boundary, try_arg};
+use crate::spare::Spares;
 use crate::types::*;
 use retrywise_core::deadline::H_REQUEST_ID;
 use retrywise_core::{
     Attempt, Call, CallSpec, Decision, Engine, Headers, HedgePlan, Inbound, Outcome, SmolStr, Stopped,
 };
+use std::mem::MaybeUninit;
 use std::ptr::addr_of_mut;
 use std::time::Duration;
 
@@ -51,6 +53,11 @@ struct Excluded {
 // bytes owned by this same `rw_call` (`att`, `hed`, `dec_excluded`): inline
 // arrays of the boxed call or heap strings, which move with it.
 unsafe impl Send for rw_call {}
+
+thread_local! {
+    /// Freed calls' memory, reused by the next `rw_call_begin` on this thread.
+    static SPARES: Spares<rw_call> = const { Spares::new() };
+}
 
 const DETAIL_NULL: &str = "a required argument is NULL";
 const DETAIL_INVALID: &str = "invalid argument: enum value out of range or string not UTF-8";
@@ -99,6 +106,37 @@ unsafe fn fill_spec(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), rw_resu
     needs.data_boundary = owned(unsafe { args::opt_str(s.data_boundary) }?);
     needs.max_cost = (s.max_cost > 0.0).then_some(s.max_cost);
     Ok(())
+}
+
+/// True when `s` sets nothing but the route, deadline, idempotency and
+/// tenant: the usual spec, which [`simple_parts`] reads.
+fn is_simple(s: &rw_call_spec) -> bool {
+    let unset = |x: rw_str| x.ptr.is_null() && x.len == 0;
+    unset(s.task)
+        && unset(s.priority)
+        && unset(s.idempotency_key)
+        && unset(s.params_digest)
+        && unset(s.data_boundary)
+        && s.inbound_headers_len == 0
+        && s.capabilities_len == 0
+        && s.input_tokens == 0
+        && s.max_output_tokens == 0
+        && (s.max_cost <= 0.0 || s.max_cost.is_nan())
+}
+
+/// The route and tenant of a spec for which [`is_simple`] holds.
+///
+/// # Safety
+/// As for [`fill_spec`].
+#[inline(always)]
+unsafe fn simple_parts(s: &rw_call_spec) -> Result<(SmolStr, Option<SmolStr>), rw_result> {
+    // SAFETY: the spec's pointers are valid per the caller's contract.
+    unsafe {
+        Ok((
+            SmolStr::new(args::req_str(s.route)?),
+            args::opt_str(s.tenant)?.map(SmolStr::new),
+        ))
+    }
 }
 
 /// Converts a C outcome into the core's.
@@ -160,30 +198,47 @@ const INLINE: usize = 4;
 /// move when the vector grows.
 struct AttemptStrings {
     upstream: Option<SmolStr>,
-    text: [u8; TEXT],
+    /// Written before it is viewed; never read otherwise, so never zeroed.
+    text: [MaybeUninit<u8>; TEXT],
     spill: Vec<String>,
     inline: [rw_header; INLINE],
     /// All views when there are more than `INLINE` headers.
     more: Vec<rw_header>,
 }
 
+const NO_HEADER: rw_header = rw_header {
+    name: rw_str::NONE,
+    value: rw_str::NONE,
+};
+
 impl Default for AttemptStrings {
     fn default() -> Self {
-        let empty = rw_header {
-            name: rw_str::NONE,
-            value: rw_str::NONE,
-        };
         AttemptStrings {
             upstream: None,
-            text: [0; TEXT],
+            text: [MaybeUninit::uninit(); TEXT],
             spill: Vec::new(),
-            inline: [empty; INLINE],
+            inline: [NO_HEADER; INLINE],
             more: Vec::new(),
         }
     }
 }
 
 impl AttemptStrings {
+    /// Writes empty strings at `p` in place (`text` left as it is).
+    ///
+    /// # Safety
+    /// `p` is valid for writes and holds no value that needs dropping.
+    #[inline(always)]
+    unsafe fn init(p: *mut AttemptStrings) {
+        // SAFETY: valid for writes (the caller's contract); `text` needs no initialisation.
+        unsafe {
+            addr_of_mut!((*p).upstream).write(None);
+            addr_of_mut!((*p).spill).write(Vec::new());
+            addr_of_mut!((*p).inline).write([NO_HEADER; INLINE]);
+            addr_of_mut!((*p).more).write(Vec::new());
+        }
+    }
+
     /// Keeps the attempt's strings and returns the C view of them. The
     /// request id is printed once: the `retrywise-request-id` header and
     /// `request_id` point at the same bytes.
@@ -192,7 +247,7 @@ impl AttemptStrings {
         self.more.clear();
         // Every view into `text` derives from this one pointer, so a later
         // copy (through the same pointer) leaves the earlier views valid.
-        let base = self.text.as_mut_ptr();
+        let base = self.text.as_mut_ptr().cast::<u8>();
         let (spill, inline, more) = (&mut self.spill, &mut self.inline, &mut self.more);
         let mut used = 0;
         let mut keep = |value: &str| {
@@ -265,10 +320,16 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl rw_call {
-    /// Begins the core's call straight into a new box: a `Call` is large, and
-    /// writing it in place spares copying it (and the rest of `rw_call`) to the heap.
+    /// Begins the core's call straight into a box (a spare one when this
+    /// thread has one): a `Call` is large, and writing it in place spares
+    /// copying it (and the rest of `rw_call`) to the heap.
+    #[inline(always)]
     fn boxed(engine: &Engine, spec: CallSpec) -> Box<rw_call> {
-        let mut b = Box::<rw_call>::new_uninit();
+        let mut b = SPARES
+            .try_with(Spares::take)
+            .ok()
+            .flatten()
+            .unwrap_or_else(Box::new_uninit);
         let p = b.as_mut_ptr();
         // SAFETY: `p` is the box's memory, valid for writes; every field is
         // written exactly once before `assume_init`. If `begin` panics, the
@@ -276,7 +337,7 @@ impl rw_call {
         unsafe {
             addr_of_mut!((*p).call).write(engine.begin(spec));
             addr_of_mut!((*p).poisoned).write(false);
-            addr_of_mut!((*p).att).write(AttemptStrings::default());
+            AttemptStrings::init(addr_of_mut!((*p).att));
             addr_of_mut!((*p).att_detail).write(None);
             addr_of_mut!((*p).hed).write(None);
             addr_of_mut!((*p).dec_upstream).write(None);
@@ -284,6 +345,23 @@ impl rw_call {
             addr_of_mut!((*p).dec_excluded).write(None);
             b.assume_init()
         }
+    }
+
+    /// Drops the call and keeps its memory as one of this thread's spares.
+    ///
+    /// # Safety
+    /// `call` came from `Box::into_raw` of a box made by [`rw_call::boxed`]
+    /// and is not used again.
+    unsafe fn free(call: *mut rw_call) {
+        // SAFETY: a live, uniquely owned call (the caller's contract); after
+        // the drop its memory is uninitialised and still allocated.
+        let spare = unsafe {
+            std::ptr::drop_in_place(call);
+            Box::from_raw(call.cast::<MaybeUninit<rw_call>>())
+        };
+        // During thread teardown the spares are gone: the closure, and the
+        // box with it, is dropped uncalled, which deallocates it.
+        let _ = SPARES.try_with(|s| s.give(spare));
     }
 
     /// Keeps the attempt's strings in the call and returns the C view of them.
@@ -384,10 +462,27 @@ pub unsafe extern "C" fn rw_call_begin(
         let (Some(h), Some(spec)) = (unsafe { engine.as_ref() }, unsafe { spec.as_ref() }) else {
             return rw_result::RwErrNull;
         };
-        let mut core_spec = CallSpec::default();
-        // SAFETY: the spec's pointers are valid per the contract.
-        try_arg!(unsafe { fill_spec(&mut core_spec, spec) });
-        let call = rw_call::boxed(&h.engine, core_spec);
+        let call = if is_simple(spec) {
+            // SAFETY: the spec's pointers are valid per the contract.
+            let (route, tenant) = try_arg!(unsafe { simple_parts(spec) });
+            // Built in the call expression, so the spec's fields go straight
+            // into the call (no spec kept in memory and copied).
+            rw_call::boxed(
+                &h.engine,
+                CallSpec {
+                    route,
+                    deadline: (spec.deadline_ms > 0).then(|| Duration::from_millis(spec.deadline_ms)),
+                    idempotency: try_arg!(rw_idempotency::core_from_code(spec.idempotency).ok_or(rw_result::RwErrInvalidArg)),
+                    tenant,
+                    ..CallSpec::default()
+                },
+            )
+        } else {
+            let mut core_spec = CallSpec::default();
+            // SAFETY: the spec's pointers are valid per the contract.
+            try_arg!(unsafe { fill_spec(&mut core_spec, spec) });
+            rw_call::boxed(&h.engine, core_spec)
+        };
         // SAFETY: as above.
         unsafe { out.write(Box::into_raw(call)) };
         rw_result::RwOk
@@ -651,7 +746,7 @@ pub unsafe extern "C" fn rw_call_free(call: *mut rw_call) {
     ffi_boundary! {
         if !call.is_null() {
             // SAFETY: allocated by Box::into_raw in rw_call_begin and not freed yet.
-            drop(unsafe { Box::from_raw(call) });
+            unsafe { rw_call::free(call) };
         }
     }
 }
@@ -770,6 +865,128 @@ mod tests {
         let (hs, id) = first_attempt(e, &spec);
         assert_eq!(id, parent, "an inherited id longer than the inline bytes spills intact");
         assert_eq!(hs[1], ("retrywise-request-id".to_string(), parent));
+        // SAFETY: created above, freed once.
+        unsafe { rw_engine_free(e) };
+    }
+
+    #[test]
+    fn a_reused_box_starts_a_fresh_call_on_any_thread() {
+        let e = engine("{}");
+        let spec = rw_call_spec {
+            route: rw_str::of("openai/gpt-4o"),
+            tenant: rw_str::of("acme"),
+            deadline_ms: 5_000,
+            ..Default::default()
+        };
+        let begin = |e: *mut rw_engine| {
+            let mut c = std::ptr::null_mut();
+            // SAFETY: live engine, readable spec, writable out.
+            assert_eq!(unsafe { rw_call_begin(e, &spec, &mut c) }, rw_result::RwOk);
+            c as usize
+        };
+        // A call that failed, retried and succeeded leaves strings behind in its box.
+        let first = begin(e) as *mut rw_call;
+        let (mut a, mut d) = (rw_attempt::default(), rw_decision::default());
+        let mut o = rw_outcome {
+            status: 503,
+            ..Default::default()
+        };
+        // SAFETY: the call is live and used by this thread only; outs are writable.
+        unsafe {
+            assert_eq!(rw_call_next_attempt(first, &mut a), rw_result::RwOk);
+            assert_eq!(rw_call_report(first, &o, &mut d), rw_result::RwOk);
+            assert_eq!(d.action, rw_action::Retry);
+            o.status = 200;
+            assert_eq!(rw_call_next_attempt(first, &mut a), rw_result::RwOk);
+            assert_eq!(a.number, 2);
+            rw_call_free(first);
+        }
+        // The next call on this thread reuses that memory and starts at attempt 1.
+        let second = begin(e) as *mut rw_call;
+        assert_eq!(second, first, "the freed box is reused");
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(rw_call_next_attempt(second, &mut a), rw_result::RwOk);
+            assert_eq!(a.number, 1);
+            assert_eq!(text(a.upstream), "openai/gpt-4o");
+            assert!(headers(&a).contains(&("retrywise-attempt".to_string(), "1".to_string())));
+            assert_eq!(rw_call_report(second, &o, &mut d), rw_result::RwOk);
+            assert_eq!(d.action, rw_action::Succeeded);
+            assert_eq!(d.attempt, 1);
+        }
+        // Calls begun here and freed on other threads (which keep or free
+        // the memory, and free their spares when they exit).
+        let calls: Vec<usize> = (0..12).map(|_| begin(e)).collect();
+        std::thread::scope(|s| {
+            for chunk in calls.chunks(6) {
+                s.spawn(move || {
+                    for &c in chunk {
+                        // SAFETY: each call was begun above and is freed exactly once, here.
+                        unsafe { rw_call_free(c as *mut rw_call) };
+                    }
+                });
+            }
+        });
+        // SAFETY: each call freed once; the engine created above, freed once.
+        unsafe {
+            rw_call_free(second);
+            rw_engine_free(e);
+        }
+    }
+
+    #[test]
+    fn the_usual_spec_and_the_full_one_begin_the_same_call() {
+        let e = engine(r#"{"upstreams": {"openai/gpt-4o": {}}, "routes": {"chat": {"candidates": ["openai/gpt-4o"]}}}"#);
+        let usual = rw_call_spec {
+            route: rw_str::of("chat"),
+            tenant: rw_str::of("acme"),
+            deadline_ms: 3_000,
+            idempotency: rw_idempotency::Unsafe as i32,
+            ..Default::default()
+        };
+        // A spec that sets one more field goes the full way.
+        let full = rw_call_spec {
+            input_tokens: 10,
+            ..usual
+        };
+        let (hu, _) = first_attempt(e, &usual);
+        let (hf, _) = first_attempt(e, &full);
+        assert_eq!(hu.len(), hf.len());
+        assert_eq!(hu[0], ("retrywise-deadline-ms".to_string(), "2950".to_string()));
+        assert_eq!(hu[0], hf[0]);
+        // Bad input is refused the same way on both paths.
+        for bad in [
+            rw_call_spec {
+                idempotency: 99,
+                ..usual
+            },
+            rw_call_spec {
+                idempotency: 99,
+                ..full
+            },
+            rw_call_spec {
+                tenant: rw_str {
+                    ptr: c"\xff".as_ptr(),
+                    len: 1,
+                },
+                ..usual
+            },
+        ] {
+            let mut c = std::ptr::null_mut();
+            // SAFETY: live engine, readable spec, writable out.
+            assert_eq!(unsafe { rw_call_begin(e, &bad, &mut c) }, rw_result::RwErrInvalidArg);
+            assert!(c.is_null());
+        }
+        let null_tenant = rw_call_spec {
+            tenant: rw_str {
+                ptr: std::ptr::null(),
+                len: 3,
+            },
+            ..usual
+        };
+        let mut c = std::ptr::null_mut();
+        // SAFETY: as above.
+        assert_eq!(unsafe { rw_call_begin(e, &null_tenant, &mut c) }, rw_result::RwErrNull);
         // SAFETY: created above, freed once.
         unsafe { rw_engine_free(e) };
     }

@@ -44,6 +44,7 @@ pub mod engine;
 pub mod error;
 pub mod names;
 mod panic;
+mod spare;
 pub mod stream;
 pub mod types;
 
