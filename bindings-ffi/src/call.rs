@@ -936,7 +936,8 @@ mod tests {
 
     #[test]
     fn the_usual_spec_and_the_full_one_begin_the_same_call() {
-        let e = engine(r#"{"upstreams": {"openai/gpt-4o": {}}, "routes": {"chat": {"candidates": ["openai/gpt-4o"]}}}"#);
+        let e =
+            engine(r#"{"upstreams": {"openai/gpt-4o": {}}, "routes": {"chat": {"candidates": ["openai/gpt-4o"]}}}"#);
         let usual = rw_call_spec {
             route: rw_str::of("chat"),
             tenant: rw_str::of("acme"),

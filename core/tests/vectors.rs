@@ -13,7 +13,7 @@
 
 use retrywise::{
     Attempt, CallSpec, Decision, EffectState, Engine, ErrorKind, Headers, HedgePlan, Idempotency, Inbound, ManualClock,
-    Mode, Needs, Outcome, Phase, Policy, Stopped,
+    Mode, Needs, Outcome, Phase, Policy, Stopped, StreamGate,
 };
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -265,6 +265,25 @@ fn outcome_of(v: &Value) -> Result<Outcome, String> {
         input_tokens: u(v, "input_tokens"),
         ok: v.get("ok").and_then(Value::as_bool).unwrap_or(false),
     })
+    .map(|o| match s(v, "body") {
+        // After the headers: a 2xx body is judged by its content-type.
+        Some(body) => o.body(body.as_bytes()),
+        None => o,
+    })
+}
+
+/// A `stream_gate` step's view: what the consumer saw and the phase a
+/// failure would have now.
+fn canon_gate(step: &Value) -> Value {
+    let mut g = StreamGate::new(s(step, "content_type").as_deref());
+    let mut released = Vec::new();
+    for c in step.get("chunks").and_then(Value::as_array).into_iter().flatten() {
+        released.extend_from_slice(&g.feed(c.as_str().unwrap_or_default().as_bytes()));
+    }
+    if step.get("finish").and_then(Value::as_bool).unwrap_or(false) {
+        released.extend(g.finish());
+    }
+    json!({"released": String::from_utf8_lossy(&released), "phase": g.phase().as_str()})
 }
 
 // ------------------------------------------------------------- the runner
@@ -410,6 +429,7 @@ impl Run {
                     hedging: flag("hedging"),
                 });
             }
+            "stream_gate" => self.check(&label, step.get("expect"), &canon_gate(step)),
             "stats" => {
                 let actual = serde_json::to_value(self.engine.stats()).unwrap_or(Value::Null);
                 self.check(&label, step.get("expect"), &actual);

@@ -759,6 +759,7 @@ static void do_report(run *r, const toks *t, rw_call *c) {
     else if (strcmp(k, "phase") == 0) o.phase = code_of(PHASES, v, &ok);
     else if (strcmp(k, "effect") == 0) o.effect = code_of(EFFECTS, v, &ok);
     else if (strcmp(k, "vendor_code") == 0) o.vendor_code = S(v);
+    else if (strcmp(k, "body") == 0) o.body = S(v);
     else if (strcmp(k, "input_tokens") == 0) o.input_tokens = strtoull(v, NULL, 10);
     else if (strcmp(k, "ok") == 0) o.ok = strcmp(v, "1") == 0;
     else if (strcmp(k, "attempt") == 0) {
@@ -776,6 +777,49 @@ static void do_report(run *r, const toks *t, rw_call *c) {
   rw_result rc = has_attempt ? rw_call_report_attempt(c, attempt, &o, &d) : rw_call_report(c, &o, &d);
   if (rc != RW_OK) mismatch(r, has_attempt ? "rw_call_report_attempt" : "rw_call_report", "RW_OK", rw_result_name(rc));
   add_decision(r, &d);
+}
+
+static const char *phase_name(rw_phase p) {
+  for (const name_code *t = PHASES; t->name; t++)
+    if (t->code == (int)p) return t->name;
+  return NULL;
+}
+
+/* A stream_gate step: content_type S (absent: none), chunk S (repeated),
+ * finish 0|1; the view is what the consumer saw and the phase now. */
+static void do_stream_gate(run *r, const toks *t) {
+  const char *ct = arg(t, 4, "content_type");
+  const char *fin = arg(t, 4, "finish");
+  rw_stream_gate *g = rw_stream_gate_new(ct ? S(ct) : (rw_str){NULL, 0});
+  if (!g) {
+    mismatch(r, "rw_stream_gate_new", "a gate", "NULL");
+    return;
+  }
+  size_t cap = 64, len = 0;
+  char *seen = malloc(cap);
+  for (size_t i = 4; i < t->n + 1; i += 2) {
+    const uint8_t *out = NULL;
+    size_t out_len = 0;
+    rw_result rc;
+    if (i + 1 < t->n && strcmp(t->v[i], "chunk") == 0)
+      rc = rw_stream_gate_feed(g, (const uint8_t *)t->v[i + 1], strlen(t->v[i + 1]), &out, &out_len);
+    else if (i >= t->n && fin && strcmp(fin, "1") == 0) /* after the last chunk */
+      rc = rw_stream_gate_finish(g, &out, &out_len);
+    else
+      continue;
+    if (rc != RW_OK) mismatch(r, "rw_stream_gate_feed/finish", "RW_OK", rw_result_name(rc));
+    if (out_len > 0) {
+      while (len + out_len > cap) cap *= 2;
+      seen = realloc(seen, cap);
+      memcpy(seen + len, out, out_len);
+      len += out_len;
+    }
+  }
+  r->kind = K_VALS;
+  add_str(&r->actual, "released", (rw_str){seen, len});
+  add_cstr(&r->actual, "phase", phase_name(rw_stream_gate_phase(g)));
+  free(seen);
+  rw_stream_gate_free(g);
 }
 
 static void do_step(run *r, const toks *t) {
@@ -814,6 +858,8 @@ static void do_step(run *r, const toks *t) {
     rw_result rc = rw_engine_set_mode(r->engine, !re || strcmp(re, "1") == 0, !fb || strcmp(fb, "1") == 0,
                                       !he || strcmp(he, "1") == 0);
     if (rc != RW_OK) mismatch(r, "rw_engine_set_mode", "RW_OK", rw_result_name(rc));
+  } else if (strcmp(op, "stream_gate") == 0) {
+    do_stream_gate(r, t);
   } else if (strcmp(op, "stats") == 0) {
     char *json = NULL;
     rw_result rc = rw_engine_stats_json(r->engine, &json);

@@ -171,6 +171,14 @@ function reportOptions(outcome) {
 
 // ------------------------------------------------------------------ runner --
 
+/** A `stream_gate` step's view: what the consumer saw, and the phase a failure would have now. */
+function canonGate(step) {
+  const g = new rw.StreamGate(step.content_type)
+  const parts = (step.chunks ?? []).map((c) => Buffer.from(g.feed(Buffer.from(c, 'utf8'))))
+  if (step.finish) parts.push(Buffer.from(g.finish()))
+  return { released: Buffer.concat(parts).toString('utf8'), phase: g.phase }
+}
+
 class Run {
   constructor(name, engine) {
     this.name = name
@@ -266,6 +274,9 @@ class Run {
         this.engine.setMode({ retries: m.retries ?? true, fallback: m.fallback ?? true, hedging: m.hedging ?? true })
         break
       }
+      case 'stream_gate':
+        this.check(label, step.expect, canonGate(step))
+        break
       case 'stats':
         this.check(label, step.expect, this.engine.stats())
         break

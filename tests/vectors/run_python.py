@@ -133,6 +133,15 @@ def canon_hedge(plan: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ runner --
 
+
+def canon_gate(step: dict[str, Any]) -> dict[str, Any]:
+    """A `stream_gate` step's view: what the consumer saw, and the phase a failure would have now."""
+    g = retrywise.StreamGate(step.get("content_type"))
+    released = b"".join(g.feed(c.encode()) for c in step.get("chunks", []))
+    if step.get("finish", False):
+        released += g.finish()
+    return {"released": released.decode("utf-8", "replace"), "phase": g.phase}
+
 class Run:
     def __init__(self, name: str, engine: Any) -> None:
         self.name = name
@@ -209,6 +218,8 @@ class Run:
         elif op == "set_mode":
             m = step.get("mode", {})
             self.engine.set_mode(retries=m.get("retries", True), fallback=m.get("fallback", True), hedging=m.get("hedging", True))
+        elif op == "stream_gate":
+            self.check(label, step.get("expect"), canon_gate(step))
         elif op == "stats":
             self.check(label, step.get("expect"), self.engine.stats())
         elif op == "repeat":

@@ -23,10 +23,11 @@ Step ARGS are key/value pairs:
              idempotency_key S, params_digest HEX, cap S (repeated),
              input_tokens N, max_output_tokens N, data_boundary S, max_cost F,
              inbound NAME VALUE (repeated)
-    report:  status N, error S, phase S, effect S, vendor_code S,
+    report:  status N, error S, phase S, effect S, vendor_code S, body S,
              input_tokens N, ok 0|1, header NAME VALUE (repeated),
              attempt N (report that attempt number: hedging)
     next_hedge, cancel: no arguments
+    stream_gate: content_type S (absent: none), chunk S (repeated), finish 1 (last)
     advance: ms N      reload: policy JSON      set_mode: retries B fallback B hedging B
 
 `repeat` steps are expanded here (with `{i}` substituted), and `params` is
@@ -133,13 +134,20 @@ def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
             raise ValueError(f"step {label}: unknown spec fields {sorted(unknown)}")
     elif op == "report":
         o = step.get("outcome", {})
-        for k in ("status", "error", "phase", "effect", "vendor_code", "input_tokens", "ok"):
+        for k in ("status", "error", "phase", "effect", "vendor_code", "input_tokens", "ok", "body"):
             if k in o:
                 args += [k, enc(o[k])]
         for name, value in o.get("headers", {}).items():
             args += ["header", enc(name), enc(value)]
         if "attempt" in step:
             args += ["attempt", enc(step["attempt"])]
+    elif op == "stream_gate":
+        if step.get("content_type") is not None:
+            args += ["content_type", enc(step["content_type"])]
+        for c in step.get("chunks", []):
+            args += ["chunk", enc(c)]
+        if step.get("finish", False):
+            args += ["finish", "1"]
     elif op == "reload":
         args = ["policy", enc(json.dumps(step.get("policy", {}), separators=(",", ":")))]
     elif op == "set_mode":
