@@ -1018,7 +1018,9 @@ enum rw_result rw_call_cancel(struct rw_call *call, struct rw_decision *out);
 /**
  * Frees a call (an attempt still in flight gives back its breaker probe,
  * gate slot and budget hold). Every string the call lent out becomes
- * invalid. NULL is a no-op.
+ * invalid. NULL is a no-op. The calling thread keeps the memory of up to
+ * four freed calls for its next `rw_call_begin` (about 1 KiB each), and
+ * gives it back when the thread exits.
  *
  * Thread safety: not concurrently with any other function on the same call.
  *

@@ -735,7 +735,9 @@ pub unsafe extern "C" fn rw_call_cancel(call: *mut rw_call, out: *mut rw_decisio
 
 /// Frees a call (an attempt still in flight gives back its breaker probe,
 /// gate slot and budget hold). Every string the call lent out becomes
-/// invalid. NULL is a no-op.
+/// invalid. NULL is a no-op. The calling thread keeps the memory of up to
+/// four freed calls for its next `rw_call_begin` (about 1 KiB each), and
+/// gives it back when the thread exits.
 ///
 /// Thread safety: not concurrently with any other function on the same call.
 ///
