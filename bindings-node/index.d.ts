@@ -156,7 +156,8 @@ export interface Outcome {
   /**
    * The response body: an error's vendor code is read from it when
    * `vendorCode` is absent; a 2xx whose `content-type` header is JSON and whose
-   * body does not parse is reported as `malformed_response`.
+   * body does not parse (or, given as bytes, is not UTF-8) is reported as
+   * `malformed_response`. Strings are read as UTF-8, objects as their JSON.
    */
   body?: string | Uint8Array | ArrayBuffer | object
   /** Which attempt (hedging); default the latest. */

@@ -755,7 +755,7 @@ function reportNative(call, outcome, argName) {
     if (typeof attempt !== 'number' || !Number.isInteger(attempt) || attempt < 1) throw new TypeError(`${argName}.attempt must be an attempt number >= 1`)
   }
   const ok = outcome.ok === true
-  return n.report(h, status, error, phase, effect, vendor, flatHeaders(outcome.headers, `${argName}.headers`), tokens, bodyText(outcome.body, `${argName}.body`), attempt, ok)
+  return n.report(h, status, error, phase, effect, vendor, flatHeaders(outcome.headers, `${argName}.headers`), tokens, bodyBytes(outcome.body, `${argName}.body`), attempt, ok)
 }
 
 /**
@@ -772,12 +772,16 @@ function reportOk(call, release) {
   return s[12]
 }
 
-function bodyText(body, argName) {
+const EMPTY_BODY = new Uint8Array(0)
+
+/** A body as the bytes the core reads (a string as UTF-8, an object as JSON); null when absent. */
+function bodyBytes(body, argName) {
   if (body === undefined || body === null) return null
-  if (typeof body === 'string') return body
-  if (body instanceof ArrayBuffer) return Buffer.from(body).toString('utf8')
-  if (ArrayBuffer.isView(body)) return Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')
-  if (typeof body === 'object') return JSON.stringify(body)
+  if (body instanceof Uint8Array) return body
+  if (typeof body === 'string') return Buffer.from(body, 'utf8')
+  if (body instanceof ArrayBuffer) return new Uint8Array(body)
+  if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength)
+  if (typeof body === 'object') return Buffer.from(JSON.stringify(body), 'utf8')
   throw new TypeError(`${argName} must be a string, bytes or an object; got ${describe(body)}`)
 }
 
@@ -1825,7 +1829,7 @@ function deriveIdempotencyKey(tenant, operation, digest) {
 
 /** Vendor error code of an OpenAI- or Anthropic-style error body (or null). */
 function vendorCodeFromBody(body) {
-  return native.vendorCodeFromBody(bodyText(body, 'body') || '')
+  return native.vendorCodeFromBody(bodyBytes(body, 'body') || EMPTY_BODY)
 }
 
 /** Whether a `content-type` names JSON (`application/json`, `+json`): the 2xx bodies a report checks. */

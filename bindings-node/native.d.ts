@@ -74,7 +74,7 @@ export declare class NativeEngine {
    * `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
    * a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
    */
-  report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: string | undefined | null, attempt: number, ok: boolean): number
+  report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: Uint8Array | undefined | null, attempt: number, ok: boolean): number
   /** Cancels call `h`; the decision goes to scratch; returns the action code. */
   cancel(h: number): number
   /**
@@ -188,7 +188,7 @@ export declare function paramsDigest(paramsJson: string): string
 export declare function policySchema(): string
 
 /** Vendor error code of an OpenAI- or Anthropic-style error body. */
-export declare function vendorCodeFromBody(body: string): string | null
+export declare function vendorCodeFromBody(body: Uint8Array): string | null
 
 /**
  * Stable names of every vocabulary enum, indexed by code, plus the scratch

@@ -399,6 +399,29 @@ test('report body: a JSON 2xx that does not parse is malformed_response; an erro
   d = c.report({ status: 429, body: '{"error":{"code":"insufficient_quota"}}' })
   assert.equal(d.reason, 'quota_exhausted')
   c.release()
+  // Bytes are judged as received, as in Python and C: a JSON body that is
+  // not UTF-8 is malformed, in any byte form; the same text as a string is not.
+  const bad = Buffer.from([0x7b, 0x22, 0x69, 0x64, 0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d]) // {"id":"\xff"}
+  for (const body of [bad, new Uint8Array(bad), bad.buffer.slice(bad.byteOffset, bad.byteOffset + bad.length), new DataView(bad.buffer, bad.byteOffset, bad.length)]) {
+    c = e.begin({ route: 'u' })
+    c.nextAttempt()
+    d = c.report({ status: 200, headers: json, body })
+    assert.equal(d.action, 'retry', `body ${Object.prototype.toString.call(body)}`)
+    assert.equal(d.reason, 'retryable_error')
+    c.release()
+  }
+  c = e.begin({ route: 'u' })
+  c.nextAttempt()
+  assert.equal(c.report({ status: 200, headers: json, body: bad.toString('utf8') }).action, 'succeeded')
+  c.release()
+  c = e.begin({ route: 'u' })
+  c.nextAttempt()
+  assert.equal(c.report({ status: 200, headers: json, body: { id: 'x' } }).action, 'succeeded')
+  c.release()
+  assert.throws(() => e.begin({ route: 'u' }).report({ status: 200, body: 42 }), { name: 'TypeError', message: 'outcome.body must be a string, bytes or an object; got number 42' })
+  assert.equal(rw.vendorCodeFromBody(Buffer.from('{"error":{"type":"overloaded_error"}}')), 'overloaded_error')
+  assert.equal(rw.vendorCodeFromBody('{"error":{"code":"insufficient_quota"}}'), 'insufficient_quota')
+  assert.equal(rw.vendorCodeFromBody('not json'), null)
   assert.equal(rw.jsonMediaType('application/problem+json'), true)
   assert.equal(rw.jsonMediaType('text/event-stream'), false)
   assert.throws(() => rw.jsonMediaType(1), { name: 'TypeError', message: 'contentType must be a string; got number 1' })

@@ -872,7 +872,7 @@ impl NativeEngine {
         vendor_code: Option<String>,
         headers: Option<Vec<String>>,
         input_tokens: f64,
-        body: Option<String>,
+        body: Option<Uint8Array>,
         attempt: u32,
         ok: bool,
     ) -> Result<i32> {
@@ -1211,7 +1211,7 @@ fn outcome(
     vendor_code: Option<String>,
     headers: Option<Vec<String>>,
     input_tokens: f64,
-    body: Option<String>,
+    body: Option<Uint8Array>,
     ok: bool,
 ) -> Result<Outcome> {
     let mut o = Outcome::default();
@@ -1238,7 +1238,9 @@ fn outcome(
     }
     o.vendor_code = vendor_code;
     if let Some(b) = body {
-        o.read_body(b.as_bytes());
+        // The bytes as received: a JSON body that is not UTF-8 is malformed,
+        // as in every binding.
+        o.read_body(&b);
     }
     if input_tokens >= 0.0 {
         o.input_tokens = Some(input_tokens as u64);
@@ -1304,8 +1306,8 @@ pub fn derive_idempotency_key(tenant: String, operation: String, digest: String)
 
 /// Vendor error code of an OpenAI- or Anthropic-style error body.
 #[napi]
-pub fn vendor_code_from_body(body: String) -> Option<String> {
-    retrywise::vendor_code_from_body(body.as_bytes())
+pub fn vendor_code_from_body(body: Uint8Array) -> Option<String> {
+    retrywise::vendor_code_from_body(&body)
 }
 
 /// The JSON Schema of the policy document.
