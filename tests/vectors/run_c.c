@@ -785,8 +785,18 @@ static const char *phase_name(rw_phase p) {
   return NULL;
 }
 
+/* Appends `n` bytes at `p` to the growing buffer `*buf` (`*len` used, `*cap` allocated). */
+static void append(char **buf, size_t *len, size_t *cap, const uint8_t *p, size_t n) {
+  if (n == 0) return;
+  while (*len + n > *cap) *cap *= 2;
+  *buf = realloc(*buf, *cap);
+  memcpy(*buf + *len, p, n);
+  *len += n;
+}
+
 /* A stream_gate step: content_type S (absent: none), chunk S (repeated),
- * finish 0|1; the view is what the consumer saw and the phase now. */
+ * finish 1 (end the body after the last chunk); the view is what the
+ * consumer saw and the phase now. */
 static void do_stream_gate(run *r, const toks *t) {
   const char *ct = arg(t, 4, "content_type");
   const char *fin = arg(t, 4, "finish");
@@ -797,23 +807,18 @@ static void do_stream_gate(run *r, const toks *t) {
   }
   size_t cap = 64, len = 0;
   char *seen = malloc(cap);
-  for (size_t i = 4; i < t->n + 1; i += 2) {
-    const uint8_t *out = NULL;
-    size_t out_len = 0;
-    rw_result rc;
-    if (i + 1 < t->n && strcmp(t->v[i], "chunk") == 0)
-      rc = rw_stream_gate_feed(g, (const uint8_t *)t->v[i + 1], strlen(t->v[i + 1]), &out, &out_len);
-    else if (i >= t->n && fin && strcmp(fin, "1") == 0) /* after the last chunk */
-      rc = rw_stream_gate_finish(g, &out, &out_len);
-    else
-      continue;
-    if (rc != RW_OK) mismatch(r, "rw_stream_gate_feed/finish", "RW_OK", rw_result_name(rc));
-    if (out_len > 0) {
-      while (len + out_len > cap) cap *= 2;
-      seen = realloc(seen, cap);
-      memcpy(seen + len, out, out_len);
-      len += out_len;
-    }
+  const uint8_t *out;
+  size_t out_len;
+  for (size_t i = 4; i + 1 < t->n; i += 2) {
+    if (strcmp(t->v[i], "chunk") != 0) continue;
+    rw_result rc = rw_stream_gate_feed(g, (const uint8_t *)t->v[i + 1], strlen(t->v[i + 1]), &out, &out_len);
+    if (rc != RW_OK) mismatch(r, "rw_stream_gate_feed", "RW_OK", rw_result_name(rc));
+    else append(&seen, &len, &cap, out, out_len);
+  }
+  if (fin && strcmp(fin, "1") == 0) {
+    rw_result rc = rw_stream_gate_finish(g, &out, &out_len);
+    if (rc != RW_OK) mismatch(r, "rw_stream_gate_finish", "RW_OK", rw_result_name(rc));
+    else append(&seen, &len, &cap, out, out_len);
   }
   r->kind = K_VALS;
   add_str(&r->actual, "released", (rw_str){seen, len});

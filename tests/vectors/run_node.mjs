@@ -169,8 +169,6 @@ function reportOptions(outcome) {
   return Object.fromEntries(Object.entries(outcome).map(([k, v]) => [map[k] ?? k, v]))
 }
 
-// ------------------------------------------------------------------ runner --
-
 /** A `stream_gate` step's view: what the consumer saw, and the phase a failure would have now. */
 function canonGate(step) {
   const g = new rw.StreamGate(step.content_type)
@@ -178,6 +176,8 @@ function canonGate(step) {
   if (step.finish) parts.push(Buffer.from(g.finish()))
   return { released: Buffer.concat(parts).toString('utf8'), phase: g.phase }
 }
+
+// ------------------------------------------------------------------ runner --
 
 class Run {
   constructor(name, engine) {

@@ -131,9 +131,6 @@ def canon_hedge(plan: Any) -> dict[str, Any]:
     return {"action": plan.action, "reason": plan.reason}
 
 
-# ------------------------------------------------------------------ runner --
-
-
 def canon_gate(step: dict[str, Any]) -> dict[str, Any]:
     """A `stream_gate` step's view: what the consumer saw, and the phase a failure would have now."""
     g = retrywise.StreamGate(step.get("content_type"))
@@ -141,6 +138,9 @@ def canon_gate(step: dict[str, Any]) -> dict[str, Any]:
     if step.get("finish", False):
         released += g.finish()
     return {"released": released.decode("utf-8", "replace"), "phase": g.phase}
+
+
+# ------------------------------------------------------------------ runner --
 
 class Run:
     def __init__(self, name: str, engine: Any) -> None:
