@@ -160,7 +160,7 @@ impl Outcome {
             && self.error.is_none()
             && self.headers.get("content-type").is_some_and(json_media_type)
             // JSON text is UTF-8 (RFC 8259); skipping a value does not check that.
-            && (std::str::from_utf8(body).is_err() || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err())
+            && std::str::from_utf8(body).map_or(true, |text| serde_json::from_str::<serde::de::IgnoredAny>(text).is_err())
         {
             self.error = Some(ErrorKind::MalformedResponse);
         }
