@@ -759,6 +759,13 @@ impl BreakerCell {
         }
     }
 
+    /// True while the breaker is closed: [`BreakerCell::acquire`] without an
+    /// override then admits with one load, no probe and no transition.
+    #[inline]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.hint.load(Ordering::Acquire) == CLOSED
+    }
+
     /// True when the breaker refuses every attempt at `now_ms` (open, its period not over).
     pub fn is_open(&self, now_ms: u64) -> bool {
         self.hint.load(Ordering::Acquire) == OPEN && now_ms < self.open_until.load(Ordering::Relaxed)

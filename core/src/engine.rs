@@ -52,6 +52,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod lane;
+
 /// The kill switch: what the engine may do beyond a single attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Mode {
@@ -134,6 +136,8 @@ pub(crate) struct Shared {
     ledger: Ledger,
     reconcile: Mutex<VecDeque<ReconcileItem>>,
     reconcile_dropped: AtomicU64,
+    /// Calls may take the fast lane (off only in differential tests).
+    lane: bool,
 }
 
 impl Shared {
@@ -167,6 +171,8 @@ pub(crate) struct Compiled {
     adhoc: Route,
     /// Per-upstream state under this version.
     upstreams: Registry<UpstreamState>,
+    /// No policy feature this version uses keeps calls off the fast lane (see [`lane`]).
+    lane: bool,
 }
 
 impl std::fmt::Debug for Compiled {
@@ -206,10 +212,26 @@ impl Compiled {
             },
             attempt_cap: policy.timeouts.attempt_ms.map(Duration::from_millis),
             upstreams: Registry::new(),
+            lane: shared.lane
+                && !policy.throttle.enabled
+                && !(policy.concurrency.max_first_attempts.is_some()
+                    || policy.concurrency.max_retries.is_some()
+                    || !policy.concurrency.pools.is_empty())
+                && policy.testing.panic_on_vendor_code.is_none()
+                && policy.budget.max_concurrent_retries.is_none(),
             generation,
             shared,
             policy,
         }
+    }
+
+    /// Whether calls to an upstream with state `up` may take the fast lane:
+    /// the policy allows it, and the upstream's breaker and budget cells are
+    /// resolved once for every call (no override, no per-call scope).
+    pub(crate) fn lane_for(&self, up: &UpstreamState) -> bool {
+        self.lane
+            && matches!(up.breaker, BreakerRef::None | BreakerRef::Fixed(_, None))
+            && up.budgets.iter().all(|b| matches!(b, BudgetScope::Fixed(_)))
     }
 
     /// One attempt's timeouts (see [`attempt_timeouts`]), without recomputing the policy's durations.
@@ -338,6 +360,7 @@ pub struct EngineBuilder {
     seed: Option<u64>,
     mode: Option<Mode>,
     read_env: bool,
+    lane: bool,
 }
 
 impl EngineBuilder {
@@ -362,6 +385,15 @@ impl EngineBuilder {
     /// Whether to read `RETRYWISE_DISABLE` (default true).
     pub fn read_env(mut self, yes: bool) -> Self {
         self.read_env = yes;
+        self
+    }
+
+    /// Whether calls may take the fast lane (default true). Decisions,
+    /// counters and events are the same either way: the switch exists for
+    /// the tests that prove it.
+    #[doc(hidden)]
+    pub fn fast_lane(mut self, yes: bool) -> Self {
+        self.lane = yes;
         self
     }
 
@@ -408,6 +440,7 @@ impl EngineBuilder {
             ledger: Ledger::default(),
             reconcile: Mutex::new(VecDeque::new()),
             reconcile_dropped: AtomicU64::new(0),
+            lane: self.lane,
         });
         let compiled = Compiled::new(self.policy, shared.clone(), 1);
         Ok(Engine {
@@ -765,6 +798,8 @@ impl Slots {
     }
 }
 
+/// An attempt in flight. Its upstream is the call's target, unless
+/// `more` names another (a hedge to another upstream).
 struct InFlight {
     number: u32,
     probe: bool,
@@ -776,17 +811,55 @@ struct InFlight {
     remaining_ms: u64,
     /// Index of the attempt's start record in this thread's ring, for writing its end into it.
     start_rec: Option<u64>,
-    upstream: SmolStr,
+    breaker: Held,
+    /// What a plain attempt does not hold, boxed so it stays small.
+    more: Option<Box<FlightMore>>,
+}
+
+/// An attempt's holdings besides its breaker cell (hedges, gates, retry grants).
+#[derive(Default)]
+struct FlightMore {
     /// The attempt's upstream when it is not the call's (a hedge to another upstream).
     tu: Option<Arc<ThreadUp>>,
-    breaker: Held,
-    slots: Option<Box<Slots>>,
+    slots: Option<Slots>,
     budget_hold: BudgetHold,
 }
 
-/// The parts of a call most calls leave at their defaults, boxed so a call stays small.
+impl InFlight {
+    /// The upstream state of a hedge to another upstream.
+    #[inline]
+    fn tu(&self) -> Option<&Arc<ThreadUp>> {
+        self.more.as_ref().and_then(|m| m.tu.as_ref())
+    }
+
+    /// Gives back what the attempt holds besides its breaker cell.
+    fn leave(&self, budget: &BudgetParams) {
+        if let Some(m) = &self.more {
+            if let Some(sl) = &m.slots {
+                sl.leave(self.retry);
+            }
+            for h in &m.budget_hold {
+                h.value.release(budget);
+            }
+        }
+    }
+}
+
+/// The parts of a call most calls leave at their defaults (routes, needs,
+/// priority pools, inbound owners, held retry grants), boxed so a call stays
+/// small and a plain call builds, moves and drops none of them.
 #[derive(Default)]
 struct Ext {
+    /// The policy route the call runs on (none: it names an upstream).
+    route_key: Option<SmolStr>,
+    /// The upstream the call started on.
+    first_upstream: SmolStr,
+    /// Upstreams tried so far (routed calls).
+    tried: Few<SmolStr>,
+    /// Retry grants held for the next attempt (`max_concurrent_retries`).
+    pending_hold: BudgetHold,
+    /// Every candidate was ineligible at `begin`: the first attempt stops.
+    fallback_pending: bool,
     needs: Needs,
     priority: Option<SmolStr>,
     conflict: Option<String>,
@@ -891,36 +964,35 @@ enum Next {
 /// One logical request. Owned by one thread at a time (`Send`, not `Sync`).
 pub struct Call {
     /// The call's upstream as this thread sees it; through it, the policy handle.
+    /// The call's target upstream (its key names it) as this thread sees
+    /// it; through it, the policy handle.
     tu: Arc<ThreadUp>,
     id: RequestId,
-    route_key: Option<SmolStr>,
     tenant: Option<SmolStr>,
     task: Option<SmolStr>,
     idem: Idempotency,
     key: Option<SmolStr>,
-    ext: Option<Box<Ext>>,
     deadline_at: Nanos,
     owner: bool,
+    /// The call may take the fast lane ([`lane`]) while it has no [`Ext`].
+    lane: bool,
+    next: Next,
+    last_class: Option<ErrorClass>,
     max_attempts: u32,
     attempts: u32,
-    target: SmolStr,
-    first_upstream: SmolStr,
     target_attempts: u32,
-    tried: Few<SmolStr>,
-    next: Next,
-    in_flight: Few<InFlight>,
     retries: u32,
     prev_wait_ms: u64,
-    /// The call's random stream, seeded from `rng_seed` when first drawn from (most calls never wait).
+    /// The call's sequence number: its id, and the seed of its random stream.
+    seq: u64,
+    in_flight: Few<InFlight>,
+    /// The call's random stream, seeded from `seq` when first drawn from (most calls never wait).
     rng: Option<Pcg64Mcg>,
-    rng_seed: u64,
-    pending_hold: BudgetHold,
     final_decision: Option<Final>,
     tenant_counters: Option<Arc<Slot<Counters>>>,
-    last_class: Option<ErrorClass>,
-    fallback_pending: bool,
     /// The attempt-end record this call wrote last, while it is the newest of the thread's ring.
     last_end: std::cell::Cell<Option<EndMark>>,
+    x: Option<Box<Ext>>,
 }
 
 /// Where an attempt's end was recorded, so the decision that follows can fold into it.
@@ -948,7 +1020,7 @@ impl std::fmt::Debug for Call {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Call")
             .field("id", &self.id)
-            .field("target", &self.target)
+            .field("target", &self.tu.up.key)
             .field("attempts", &self.attempts)
             .field("finished", &self.final_decision.is_some())
             .finish()
@@ -969,6 +1041,7 @@ impl Engine {
             seed: None,
             mode: None,
             read_env: true,
+            lane: true,
         }
     }
 
@@ -1271,7 +1344,7 @@ impl Engine {
             sh.tenant_stats
                 .get_or_insert(t, now_ms, l.max_keys, l.idle_ms, Counters::default)
         });
-        let rng_seed = splitmix(sh.seed ^ splitmix(lb.seq));
+        let seq = lb.seq;
         let engine_id = sh.engine_id;
         let target = match &routed {
             Some((t, _)) => t.clone(),
@@ -1288,16 +1361,11 @@ impl Engine {
         let pol = &*tu.handle.pol;
         let sh = &*pol.shared;
         let inbound_attempt = inbound.as_ref().and_then(|b| b.attempt);
-        let ext = if priority.is_none() && conflict.is_none() && inbound_attempt.is_none() && needs == NO_NEEDS {
-            None
-        } else {
-            Some(Box::new(Ext {
-                needs,
-                priority,
-                conflict,
-                inbound_attempt,
-            }))
-        };
+        let plain = route_key.is_none()
+            && priority.is_none()
+            && conflict.is_none()
+            && inbound_attempt.is_none()
+            && needs == NO_NEEDS;
         let deadline_at = now.saturating_add(Nanos::of(deadline));
         // Counted, and the initial fallback choice recorded, before the call
         // is built: it is built in place, as the return value.
@@ -1325,34 +1393,42 @@ impl Engine {
             }
             fallback_pending = m.eligible.is_empty();
         }
+        let x = (!plain).then(|| {
+            Box::new(Ext {
+                route_key,
+                first_upstream: target,
+                tried: Few::new(),
+                pending_hold: Few::new(),
+                fallback_pending,
+                needs,
+                priority,
+                conflict,
+                inbound_attempt,
+            })
+        });
         Call {
             id,
-            route_key,
             tenant,
             task,
             idem: idempotency,
             key,
-            ext,
             deadline_at,
             owner,
+            lane: tu.lane && owner,
+            next: Next::First,
+            last_class: None,
             max_attempts,
             attempts: 0,
-            first_upstream: target.clone(),
-            target,
             target_attempts: 0,
-            tried: Few::new(),
-            next: Next::First,
-            in_flight: Few::new(),
             retries: 0,
             prev_wait_ms: 0,
+            seq,
+            in_flight: Few::new(),
             rng: None,
-            rng_seed,
-            pending_hold: Few::new(),
             final_decision: None,
             tenant_counters,
-            last_class: None,
-            fallback_pending,
             last_end: std::cell::Cell::new(None),
+            x,
             tu,
         }
     }
@@ -1588,23 +1664,53 @@ impl Call {
 
     /// The upstream the next attempt will go to.
     pub fn target(&self) -> &str {
-        &self.target
+        &self.tu.up.key
     }
 
     fn needs(&self) -> &Needs {
-        self.ext.as_ref().map_or(&NO_NEEDS, |e| &e.needs)
+        self.x.as_ref().map_or(&NO_NEEDS, |e| &e.needs)
     }
 
     fn priority(&self) -> Option<&str> {
-        self.ext.as_ref().and_then(|e| e.priority.as_deref())
+        self.x.as_ref().and_then(|e| e.priority.as_deref())
     }
 
+    /// The policy route the call runs on, when it names one.
+    #[inline]
+    fn route_key(&self) -> Option<&SmolStr> {
+        self.x.as_ref().and_then(|e| e.route_key.as_ref())
+    }
+
+    /// The call's [`Ext`], made when first needed (its fields' defaults are a plain call's).
     fn ext_mut(&mut self) -> &mut Ext {
-        self.ext.get_or_insert_with(Default::default)
+        let first_upstream = &self.tu.up.key;
+        self.x.get_or_insert_with(|| {
+            Box::new(Ext {
+                first_upstream: first_upstream.clone(),
+                ..Ext::default()
+            })
+        })
+    }
+
+    /// Takes the retry grants held for the next attempt.
+    #[inline]
+    fn take_pending_hold(&mut self) -> BudgetHold {
+        match &mut self.x {
+            Some(e) => std::mem::take(&mut e.pending_hold),
+            None => Few::new(),
+        }
+    }
+
+    /// Releases the retry grants held for an attempt that will not start.
+    fn release_pending_hold(&mut self) {
+        let held = self.take_pending_hold();
+        for h in held.iter() {
+            h.value.release(&self.tu.handle.pol.budget);
+        }
     }
 
     fn rng(&mut self) -> &mut Pcg64Mcg {
-        let seed = self.rng_seed;
+        let seed = splitmix(self.sh().seed ^ splitmix(self.seq));
         self.rng.get_or_insert_with(|| Pcg64Mcg::seed_from_u64(seed))
     }
 
@@ -1631,8 +1737,7 @@ impl Call {
     #[inline]
     fn route(&self) -> &Route {
         let pol = self.pol();
-        self.route_key
-            .as_ref()
+        self.route_key()
             .and_then(|k| pol.policy.routes.get(k.as_str()))
             .unwrap_or(&pol.adhoc)
     }
@@ -1655,7 +1760,7 @@ impl Call {
     /// The upstream an attempt in flight went to.
     #[inline]
     fn tu_of<'a>(&'a self, f: &'a InFlight) -> &'a ThreadUp {
-        f.tu.as_deref().unwrap_or(&self.tu)
+        f.tu().map_or(&self.tu, |t| &**t)
     }
 
     /// The thread's state of `upstream` under this call's policy version.
@@ -1704,13 +1809,14 @@ impl Call {
 
     /// An attempt event of this call with only the common fields set.
     #[inline(always)]
-    fn hot<'a>(&'a self, kind: EventKind, now: Nanos, upstream: &'a SmolStr, attempt: u32) -> Hot<'a> {
+    fn hot<'a>(&'a self, kind: EventKind, now: Nanos, tu: &'a ThreadUp, attempt: u32) -> Hot<'a> {
         Hot {
             kind,
             at_ns: now.0,
             version: self.pol().version_idx,
             id: self.id.raw(),
-            upstream,
+            upstream: &tu.up.key,
+            up_packed: tu.up.value.packed,
             tenant: self.tenant.as_ref(),
             task: self.task.as_ref(),
             attempt,
@@ -1846,11 +1952,7 @@ impl Call {
             }
             _ => self.count_stop(d.reason),
         }
-        if !self.pending_hold.is_empty() {
-            for h in std::mem::take(&mut self.pending_hold).iter() {
-                h.value.release(&self.tu.handle.pol.budget);
-            }
-        }
+        self.release_pending_hold();
         if self.active() {
             self.record_decision(&d, now);
         }
@@ -1898,7 +2000,7 @@ impl Call {
             delay: Duration::ZERO,
             class,
             reason,
-            upstream: Some(self.target.clone()),
+            upstream: Some(self.tu.up.key.clone()),
             wait_source: WaitSource::None,
             retry_after: None,
             on_failure: Some(self.route().on_failure),
@@ -1948,6 +2050,11 @@ impl Call {
 
     #[inline]
     fn next_attempt_at(&mut self, now: Nanos) -> Result<Attempt, Stopped> {
+        if self.lane {
+            if let Some(a) = self.lane_attempt(now) {
+                return Ok(a);
+            }
+        }
         if let Some(f) = &self.final_decision {
             return Err(f.stopped());
         }
@@ -1961,7 +2068,7 @@ impl Call {
                 detail: Some("an attempt is still in flight: report it first".into()),
             });
         }
-        if let Some(c) = self.ext.as_mut().and_then(|e| e.conflict.take()) {
+        if let Some(c) = self.x.as_mut().and_then(|e| e.conflict.take()) {
             return Err(self.stop_now(Reason::IdempotencyConflict, Some(c), now));
         }
         let remaining = self.deadline_at.saturating_sub(now);
@@ -1971,8 +2078,8 @@ impl Call {
         if self.attempts >= self.max_attempts {
             return Err(self.stop_now(Reason::MaxAttempts, None, now));
         }
-        if self.fallback_pending {
-            self.fallback_pending = false;
+        if let Some(e) = self.x.as_mut().filter(|e| e.fallback_pending) {
+            e.fallback_pending = false;
             let m = self.match_now(&[], None, now.ms());
             if m.eligible.is_empty() {
                 let all_open = !m.excluded.is_empty() && m.excluded.iter().all(|(_, e)| *e == Exclusion::BreakerOpen);
@@ -2005,7 +2112,7 @@ impl Call {
         let is_hedge = hedge.is_some();
         let (mut target, mut hedge_tu) = match hedge {
             Some((t, u)) => (t, Some(u)),
-            None => (self.target.clone(), None),
+            None => (self.tu.up.key.clone(), None),
         };
         if self.pol().policy.throttle.enabled {
             self.throttle(&target, is_hedge, now)?;
@@ -2041,7 +2148,7 @@ impl Call {
         // Concurrency gates: per scope (first attempts and retries apart) and per priority pool.
         let slots = if self.pol().gated {
             match self.enter_gates(&target, retry, now_ms) {
-                Ok(g) => Some(Box::new(g)),
+                Ok(g) => Some(g),
                 Err(detail) => {
                     if let Some((c, _)) = Self::held_cell(&held, hedge_tu.as_deref().unwrap_or(&self.tu)) {
                         c.value.release(&self.pol().breaker, probe);
@@ -2065,14 +2172,12 @@ impl Call {
         }
         self.attempts = number;
         self.target_attempts += 1;
-        if self.route_key.is_some() && !self.tried.contains(&target) {
-            self.tried.push(target.clone());
+        if let Some(e) = self.x.as_mut().filter(|e| e.route_key.is_some()) {
+            if !e.tried.contains(&target) {
+                e.tried.push(target.clone());
+            }
         }
-        let budget_hold = if is_hedge {
-            Few::new()
-        } else {
-            std::mem::take(&mut self.pending_hold)
-        };
+        let budget_hold = if is_hedge { Few::new() } else { self.take_pending_hold() };
         let start_rec = if self.active() {
             let mut h = self.hot(
                 if is_hedge {
@@ -2081,7 +2186,7 @@ impl Call {
                     EventKind::AttemptStart
                 },
                 now,
-                &target,
+                hedge_tu.as_deref().unwrap_or(&self.tu),
                 number,
             );
             h.start = true;
@@ -2092,6 +2197,13 @@ impl Call {
         } else {
             None
         };
+        let more = (hedge_tu.is_some() || slots.is_some() || !budget_hold.is_empty()).then(|| {
+            Box::new(FlightMore {
+                tu: hedge_tu,
+                slots,
+                budget_hold,
+            })
+        });
         self.in_flight.push(InFlight {
             number,
             probe,
@@ -2100,14 +2212,11 @@ impl Call {
             started_ns: now.0,
             remaining_ms: remaining.ms(),
             start_rec,
-            upstream: target.clone(),
-            tu: hedge_tu,
             breaker: held,
-            slots,
-            budget_hold,
+            more,
         });
         let pol = &self.tu.handle.pol;
-        let tokens = match &self.ext {
+        let tokens = match &self.x {
             Some(e) => TokenEstimate {
                 input: e.needs.input_tokens,
                 max_output: e.needs.max_output_tokens,
@@ -2117,7 +2226,10 @@ impl Call {
         let remaining = remaining.dur();
         Ok(Attempt {
             number,
-            fallback: self.route_key.is_some() && target != self.first_upstream,
+            fallback: self
+                .x
+                .as_ref()
+                .is_some_and(|e| e.route_key.is_some() && target != e.first_upstream),
             upstream: target,
             timeouts: pol.timeouts(remaining, tokens),
             remaining,
@@ -2127,7 +2239,7 @@ impl Call {
             started_at: now.dur(),
             margin_ms: pol.margin_ms,
             propagate: pol.policy.propagation.enabled,
-            wire_number: self.ext.as_ref().and_then(|e| e.inbound_attempt).unwrap_or(number),
+            wire_number: self.x.as_ref().and_then(|e| e.inbound_attempt).unwrap_or(number),
         })
     }
 
@@ -2243,8 +2355,11 @@ impl Call {
         now: Nanos,
     ) -> Result<(SmolStr, Held, bool), Stopped> {
         let now_ms = now.ms();
+        let no_tried = Few::new();
         let tried: Vec<&str> = self
-            .tried
+            .x
+            .as_ref()
+            .map_or(&no_tried, |e| &e.tried)
             .iter()
             .map(|s| s.as_str())
             .chain(std::iter::once(target.as_str()))
@@ -2341,8 +2456,7 @@ impl Call {
     }
 
     fn switch_target(&mut self, u: SmolStr, tu: Arc<ThreadUp>) {
-        if u != self.target {
-            self.target = u;
+        if u != self.tu.up.key {
             self.tu = tu;
             self.target_attempts = 0;
         }
@@ -2395,6 +2509,11 @@ impl Call {
 
     #[inline]
     fn report_in(&mut self, number: u32, outcome: &Outcome) -> Decision {
+        if self.lane {
+            if let Some(d) = self.lane_report(number, outcome) {
+                return d;
+            }
+        }
         if let Some(hook) = &self.pol().policy.testing.panic_on_vendor_code {
             if outcome.vendor_code.as_deref() == Some(hook.as_str()) {
                 panic!("retrywise test hook: forced panic inside a decision");
@@ -2412,13 +2531,9 @@ impl Call {
         let now = self.now();
         let now_ms = now.ms();
         let elapsed_ms = now.0.saturating_sub(f.started_ns) / 1_000_000;
-        if let Some(sl) = &f.slots {
-            sl.leave(f.retry);
-        }
         let pol = self.pol();
-        for h in &f.budget_hold {
-            h.value.release(&pol.budget);
-        }
+        f.leave(&pol.budget);
+        let f_up = self.tu_of(&f).up.key.clone();
         let cls = pol.classifier.classify(outcome, self.idem);
         // Breaker, throttle and per-upstream counters see every attempt.
         let transition = Self::held_cell(&f.breaker, self.tu_of(&f)).and_then(|(cell, ovr)| {
@@ -2438,7 +2553,7 @@ impl Call {
                 Some(ErrorClass::RateLimit | ErrorClass::Overloaded | ErrorClass::Transient)
             )
         {
-            let key = self.scope(&pol.policy.throttle.scope, &f.upstream);
+            let key = self.scope(&pol.policy.throttle.scope, &f_up);
             if let Some(cell) = pol.shared.throttles.get(&key) {
                 cell.value.accepted(now_ms);
             }
@@ -2455,7 +2570,7 @@ impl Call {
         // True once the success decision is recorded with the attempt's end.
         let mut decided = false;
         if self.active() {
-            let mut h = self.hot(EventKind::AttemptEnd, now, &f.upstream, f.number);
+            let mut h = self.hot(EventKind::AttemptEnd, now, self.tu_of(&f), f.number);
             h.error_class = cls.class;
             h.reason = Some(cls.reason);
             h.phase = if cls.class.is_some() { Some(cls.phase) } else { None };
@@ -2500,7 +2615,7 @@ impl Call {
             delay: Duration::ZERO,
             class: cls.class,
             reason: cls.reason,
-            upstream: Some(f.upstream.clone()),
+            upstream: Some(f_up.clone()),
             wait_source: WaitSource::None,
             retry_after: hint.wait,
             on_failure: Some(s.route().on_failure),
@@ -2514,17 +2629,13 @@ impl Call {
                 let c = Ctr::success(f.number);
                 self.count(c);
                 self.tu_of(&f).sink().bump(c);
-                if !self.pending_hold.is_empty() {
-                    for h in std::mem::take(&mut self.pending_hold).iter() {
-                        h.value.release(&self.tu.handle.pol.budget);
-                    }
-                }
+                self.release_pending_hold();
                 let d = Decision {
                     action: Action::Succeeded,
                     delay: Duration::ZERO,
                     class: None,
                     reason: Reason::Success,
-                    upstream: Some(f.upstream.clone()),
+                    upstream: Some(f_up.clone()),
                     wait_source: WaitSource::None,
                     retry_after: None,
                     on_failure: None,
@@ -2539,7 +2650,7 @@ impl Call {
                 self.final_decision = Some(Final::Succeeded {
                     attempt: f.number,
                     hedge: f.hedge,
-                    upstream: Some(f.upstream),
+                    upstream: Some(f_up),
                 });
                 d
             }
@@ -2561,7 +2672,7 @@ impl Call {
                         .pol()
                         .policy
                         .upstreams
-                        .get(f.upstream.as_str())
+                        .get(f_up.as_str())
                         .and_then(|u| u.context_tokens);
                     let floor = match (real, cur_ctx) {
                         (Some(r), _) => Some(
@@ -2575,7 +2686,7 @@ impl Call {
                 } else if cls.class == Some(ErrorClass::PartialStream)
                     && !self.route().forbid_after_stream_started
                     && self.idem == Idempotency::Safe
-                    && self.route_key.is_some()
+                    && self.route_key().is_some()
                 {
                     Some(None)
                 } else {
@@ -2683,7 +2794,7 @@ impl Call {
         let item = ReconcileItem {
             logical_request_id: self.id.to_string(),
             attempt: f.number,
-            upstream: f.upstream.to_string(),
+            upstream: self.tu_of(f).up.key.to_string(),
             idempotency_key: self.key.as_deref().map(str::to_string),
             tenant: self.tenant.as_deref().map(str::to_string),
             class: d.class,
@@ -2734,7 +2845,7 @@ impl Call {
             // A sibling (hedge) is still running: let it finish rather than add load.
             let mut d = base.clone();
             d.action = Action::Retry;
-            d.upstream = Some(self.target.clone());
+            d.upstream = Some(self.tu.up.key.clone());
             d.detail = Some("sibling attempt in flight".into());
             self.next = Next::Retry;
             return d;
@@ -2759,20 +2870,21 @@ impl Call {
         let max_up = route.max_upstreams.unwrap_or(u32::MAX);
         // The call's target, not the reported attempt's upstream: a hedge to another upstream does not move the call.
         // `tu` is the target's state: its breaker is at hand.
-        debug_assert_eq!(self.tu.up.key, self.target);
         let same_ok = !force_switch
             && self.target_attempts < per_upstream_cap
-            && !fixed_open(&self.tu, now_ms).unwrap_or_else(|| self.is_open(&self.target, now_ms));
+            && !fixed_open(&self.tu, now_ms).unwrap_or_else(|| self.is_open(&self.tu.up.key, now_ms));
         let mut excluded = Vec::new();
         let (target, is_fallback) = if same_ok {
-            (self.target.clone(), false)
+            (self.tu.up.key.clone(), false)
         } else {
-            let tried: Vec<&str> = self.tried.iter().map(|s| s.as_str()).collect();
+            let no_tried = Few::new();
+            let tried_upstreams = self.x.as_ref().map_or(&no_tried, |e| &e.tried);
+            let tried: Vec<&str> = tried_upstreams.iter().map(|s| s.as_str()).collect();
             let m = self.match_now(&tried, larger_than, now_ms);
             excluded = m.exclusion_strings();
-            let distinct = self.tried.len() as u32;
-            let current_open = self.is_open(&self.target, now_ms);
-            if forbidden || self.route_key.is_none() {
+            let distinct = tried_upstreams.len() as u32;
+            let current_open = self.is_open(&self.tu.up.key, now_ms);
+            if forbidden || self.route_key().is_none() {
                 // Only one upstream is allowed; it has attempts left, so it is refused by its breaker or the failure demands another upstream.
                 let reason = if force_switch {
                     base.reason
@@ -2881,7 +2993,9 @@ impl Call {
         };
         self.prev_wait_ms = ms(delay);
         self.retries += 1;
-        self.pending_hold = held;
+        if !held.is_empty() {
+            self.ext_mut().pending_hold = held;
+        }
         self.next = Next::Retry;
         self.count(Ctr::Retries);
         self.tu_of(f).sink().bump(Ctr::Retries);
@@ -2972,7 +3086,7 @@ impl Call {
         if remaining < self.pol().min_attempt {
             return HedgePlan::No(Reason::DeadlineExceeded);
         }
-        let primary = primary.upstream.clone();
+        let primary = self.tu_of(primary).up.key.clone();
         let target = if self.fallback_allowed() {
             let m = self.match_now(&[primary.as_str()], None, now_ms);
             m.eligible
@@ -2989,17 +3103,19 @@ impl Call {
         let saved_target_attempts = self.target_attempts;
         match self.admit(Some((target.clone(), target_up.clone())), true, now, remaining) {
             Ok(mut a) => {
+                let own = &self.tu.up.key;
                 if let Some(last) = self.in_flight.last_mut() {
-                    last.budget_hold = held;
+                    let more = last.more.get_or_insert_with(Default::default);
+                    more.budget_hold = held;
                     // A hedge to the call's own target uses the call's upstream state.
-                    if last.upstream == self.target {
-                        last.tu = None;
+                    if more.tu.as_ref().is_some_and(|t| t.up.key == *own) {
+                        more.tu = None;
                     }
                 }
                 self.target_attempts = saved_target_attempts;
                 self.count(Ctr::Hedges);
                 self.count(Ctr::Retries);
-                a.fallback = target != self.first_upstream;
+                a.fallback = self.x.as_ref().is_some_and(|e| target != e.first_upstream);
                 HedgePlan::Start(a)
             }
             Err(s) => {
@@ -3034,22 +3150,17 @@ impl Call {
 impl Drop for Call {
     fn drop(&mut self) {
         // Abandoned attempts give back their probe permits, gate slots and budget holds.
-        if self.in_flight.is_empty() && self.pending_hold.is_empty() {
+        if self.in_flight.is_empty() && self.x.as_ref().is_none_or(|e| e.pending_hold.is_empty()) {
             return;
         }
         let pol = &self.tu.handle.pol;
         for f in self.in_flight.iter() {
-            if let Some((c, _)) = Self::held_cell(&f.breaker, f.tu.as_deref().unwrap_or(&self.tu)) {
+            if let Some((c, _)) = Self::held_cell(&f.breaker, f.tu().map_or(&self.tu, |t| &**t)) {
                 c.value.release(&pol.breaker, f.probe);
             }
-            if let Some(sl) = &f.slots {
-                sl.leave(f.retry);
-            }
-            for h in &f.budget_hold {
-                h.value.release(&pol.budget);
-            }
+            f.leave(&pol.budget);
         }
-        for h in self.pending_hold.iter() {
+        for h in self.x.iter().flat_map(|e| e.pending_hold.iter()) {
             h.value.release(&pol.budget);
         }
     }

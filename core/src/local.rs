@@ -137,9 +137,41 @@ pub(crate) struct ThreadUp {
     counters: Option<Owned>,
     /// The process's eviction count when this state was last found fresh.
     checked: AtomicU64,
+    /// Calls to this upstream may take the engine's fast lane (see `engine::lane`).
+    pub(crate) lane: bool,
+}
+
+/// Where one step of a call counts and records on the current thread,
+/// resolved with one ownership check (see [`ThreadUp::here`]).
+pub(crate) struct Here<'a> {
+    /// The policy version's counters.
+    pub(crate) version: CounterSink<'a>,
+    /// The upstream's counters.
+    pub(crate) upstream: CounterSink<'a>,
 }
 
 impl ThreadUp {
+    /// [`Handle::sink`] and [`ThreadUp::sink`] at once. A state that has counters of its own was made by the thread
+    /// that owns its handle, and is retired no later than that handle: so
+    /// when the handle is this thread's and current, the state's own block
+    /// is writable exactly while it is current.
+    #[inline]
+    pub(crate) fn here(&self) -> Here<'_> {
+        match self.handle.counters.writable() {
+            Some(v) => Here {
+                version: CounterSink::Owned(v),
+                upstream: match &self.counters {
+                    Some(c) if c.current.load(Ordering::Relaxed) => CounterSink::Owned(&c.block),
+                    _ => CounterSink::Shared(self.up.value.counters.value.shared()),
+                },
+            },
+            None => Here {
+                version: self.handle.sink(),
+                upstream: self.sink(),
+            },
+        }
+    }
+
     /// Where this upstream's counts go, on the current thread.
     #[inline]
     pub(crate) fn sink(&self) -> CounterSink<'_> {
@@ -352,6 +384,7 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
         let block = up.value.counters.value.new_block();
         let tu = Arc::new(ThreadUp {
             handle: handle.clone(),
+            lane: handle.pol.lane_for(&up.value),
             up,
             clock: handle.pol.shared.clock.clone(),
             counters: Some(Owned::new(block)),
@@ -362,12 +395,16 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
     });
     match cached {
         Ok(Some(tu)) => tu,
-        _ => Arc::new(ThreadUp {
-            handle: handle.clone(),
-            up: handle.pol.upstream(upstream, now_ms),
-            clock: handle.pol.shared.clock.clone(),
-            counters: None,
-            checked: AtomicU64::new(u64::MAX),
-        }),
+        _ => {
+            let up = handle.pol.upstream(upstream, now_ms);
+            Arc::new(ThreadUp {
+                handle: handle.clone(),
+                lane: handle.pol.lane_for(&up.value),
+                up,
+                clock: handle.pol.shared.clock.clone(),
+                counters: None,
+                checked: AtomicU64::new(u64::MAX),
+            })
+        }
     }
 }

@@ -106,9 +106,43 @@ fn then_bits(t: Then) -> u64 {
         | THEN
 }
 
+/// A name as a slot stores it: its length byte and three words.
+pub(crate) type Packed = (u8, [u64; 3]);
+
+/// An attempt's start as [`ThreadRing::push_start`] writes it.
+#[derive(Debug)]
+pub(crate) struct Start<'a> {
+    pub(crate) at_ns: u64,
+    pub(crate) version: u32,
+    pub(crate) id: &'a CallId,
+    /// The upstream's name, packed (`None`: too long for a slot).
+    pub(crate) up: Option<Packed>,
+    pub(crate) tenant: Option<&'a SmolStr>,
+    pub(crate) task: Option<&'a SmolStr>,
+    pub(crate) attempt: u32,
+    pub(crate) hedge: bool,
+    pub(crate) remaining_ms: u64,
+}
+
+/// An attempt's end as [`ThreadRing::end_at`] writes it into the start record.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct End {
+    pub(crate) at_ns: u64,
+    pub(crate) status: Option<u16>,
+    pub(crate) error_class: Option<ErrorClass>,
+    pub(crate) reason: Option<Reason>,
+    pub(crate) phase: Option<Phase>,
+    pub(crate) error_kind: Option<ErrorKind>,
+    pub(crate) hedge: bool,
+    /// Time left at the attempt's start (the start record's), ms.
+    pub(crate) remaining_ms: u64,
+    /// The attempt's duration, ms.
+    pub(crate) delay_ms: u64,
+}
+
 /// A name as a length byte and three words, when it fits.
 #[inline(always)]
-fn pack(s: &SmolStr) -> Option<(u8, [u64; 3])> {
+pub(crate) fn pack(s: &str) -> Option<Packed> {
     let b = s.as_bytes();
     let n = b.len();
     if n > 23 {
@@ -158,19 +192,24 @@ fn unpack_str(len: u8, w: &[u64]) -> Option<SmolStr> {
 fn put_names(
     mut put: impl FnMut(usize, u64),
     id: Option<&CallId>,
-    upstream: Option<&SmolStr>,
+    upstream: Option<Option<Packed>>,
     tenant: Option<&SmolStr>,
     task: Option<&SmolStr>,
 ) -> Option<()> {
-    /// Puts name `s` from word `at` on; its length byte.
+    /// Puts packed name `p` (`None`: absent) from word `at` on; its length byte.
     #[inline(always)]
-    fn name(put: &mut impl FnMut(usize, u64), at: usize, s: Option<&SmolStr>) -> Option<u8> {
-        let Some(s) = s else { return Some(NONE) };
-        let (len, w) = pack(s)?;
+    fn packed(put: &mut impl FnMut(usize, u64), at: usize, p: Option<Option<Packed>>) -> Option<u8> {
+        let Some(p) = p else { return Some(NONE) };
+        let (len, w) = p?;
         for (i, v) in w.iter().enumerate().take((len as usize).div_ceil(8)) {
             put(at + i, *v);
         }
         Some(len)
+    }
+    /// Puts name `s` from word `at` on; its length byte.
+    #[inline(always)]
+    fn name(put: &mut impl FnMut(usize, u64), at: usize, s: Option<&SmolStr>) -> Option<u8> {
+        packed(put, at, s.map(|s| pack(s)))
     }
     let (id_len, prefix) = match id {
         None => (NONE, 0u32),
@@ -180,7 +219,7 @@ fn put_names(
         }
         Some(CallId::Remote(s)) => (name(&mut put, 10, Some(s))?, 0),
     };
-    let up_len = name(&mut put, 13, upstream)?;
+    let up_len = packed(&mut put, 13, upstream)?;
     let tenant_len = name(&mut put, 16, tenant)?;
     let task_len = name(&mut put, 19, task)?;
     put(
@@ -204,7 +243,7 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
     put_names(
         |i, v| w[i] = v,
         r.id.as_ref(),
-        r.upstream.as_ref(),
+        r.upstream.as_ref().map(|u| pack(u)),
         r.tenant.as_ref(),
         r.task.as_ref(),
     )?;
@@ -247,7 +286,7 @@ fn encode(r: &Rec) -> Option<[u64; W]> {
 #[inline(always)]
 fn store_hot(slot: &Slot, h: &Hot, seq: u64) -> Option<()> {
     let put = |at: usize, v: u64| slot.w[at].store(v, Ordering::Relaxed);
-    put_names(put, Some(h.id), Some(h.upstream), h.tenant, h.task)?;
+    put_names(put, Some(h.id), Some(h.up_packed), h.tenant, h.task)?;
     let n = h.attempt;
     let flags = h.hedge as u64
         | 1 << 1
@@ -401,6 +440,69 @@ impl ThreadRing {
         })
     }
 
+    /// Appends attempt start `s` (one event) when every name in it fits a
+    /// slot, and returns its index; `None`, writing nothing, when one does
+    /// not (the caller then records it through [`ThreadRing::push_hot`]).
+    /// Writes what [`store_hot`] writes for the same start. Only the owner thread may call this.
+    #[inline(always)]
+    pub(crate) fn push_start(&self, s: &Start<'_>) -> Option<u64> {
+        let (id_len, prefix, id) = match s.id {
+            CallId::Local { prefix, seq } => (LOCAL_ID, *prefix, [*seq, 0, 0]),
+            CallId::Remote(r) => {
+                let (len, w) = pack(r)?;
+                (len, 0, w)
+            }
+        };
+        let (up_len, up) = s.up?;
+        let name = |n: Option<&SmolStr>| match n {
+            None => Some((NONE, [0; 3])),
+            Some(n) => pack(n),
+        };
+        let (tenant_len, tenant) = name(s.tenant)?;
+        let (task_len, task) = name(s.task)?;
+        let n = s.attempt;
+        let flags = s.hedge as u64 | 1 << 1 | 1 << 2 | ((n > 1) as u64) << 3 | 1 << 4 | 1 << 7;
+        let kind = if s.hedge {
+            EventKind::Hedge
+        } else {
+            EventKind::AttemptStart
+        };
+        Some(self.append(1, |seq, _, slot| {
+            let put = |at: usize, v: u64| slot.w[at].store(v, Ordering::Relaxed);
+            // Names: only the words a reader looks at (see `put_names`).
+            let words = |at: usize, len: u8, w: [u64; 3]| {
+                if len != NONE {
+                    for (i, v) in w.iter().enumerate().take((len as usize).div_ceil(8)) {
+                        put(at + i, *v);
+                    }
+                }
+            };
+            if id_len == LOCAL_ID {
+                put(10, id[0]);
+            } else {
+                words(10, id_len, id);
+            }
+            words(13, up_len, up);
+            words(16, tenant_len, tenant);
+            words(19, task_len, task);
+            put(
+                9,
+                id_len as u64
+                    | (up_len as u64) << 8
+                    | (tenant_len as u64) << 16
+                    | (task_len as u64) << 24
+                    | (prefix as u64) << 32,
+            );
+            put(0, s.at_ns);
+            put(1, seq);
+            put(2, kind_code(kind) | flags << 8 | (s.version as u64) << 16);
+            put(3, n as u64);
+            put(4, 0);
+            put(5, 0);
+            put(6, s.remaining_ms);
+        }))
+    }
+
     /// Claims the next slot for a record of `events` events and has `write`
     /// fill it (given the record's first sequence number and index) inside
     /// the slot's seqlock.
@@ -492,6 +594,12 @@ impl ThreadRing {
     /// as its two or three events. Only the owner thread may call this.
     #[inline]
     pub(crate) fn end_in_place(&self, index: u64, end: &Hot, then: Option<Then>) -> bool {
+        end.kind == EventKind::AttemptEnd && self.end_at(index, end.end(), then)
+    }
+
+    /// [`ThreadRing::end_in_place`] for an end given as its fields.
+    #[inline(always)]
+    pub(crate) fn end_at(&self, index: u64, end: End, then: Option<Then>) -> bool {
         let Some(slot) = self.newest(index) else { return false };
         let (w2, w4) = (slot.w[2].load(Ordering::Relaxed), slot.w[4].load(Ordering::Relaxed));
         let kind = w2 & 0xff;
@@ -500,7 +608,6 @@ impl ThreadRing {
         if !start
             || slot.w[0].load(Ordering::Relaxed) == SPILLED
             || w4 & (THEN | END) != 0
-            || end.kind != EventKind::AttemptEnd
             || (w2 >> 8 & 1 == 1) != end.hedge
             || slot.w[6].load(Ordering::Relaxed) != end.remaining_ms
             || !self.reopen(index, slot)
@@ -524,7 +631,7 @@ impl ThreadRing {
             slot.w[8].store(t.remaining_ms, Ordering::Relaxed);
         }
         slot.w[4].store(w4, Ordering::Relaxed);
-        slot.w[5].store(end.delay_ms.unwrap_or(0), Ordering::Relaxed);
+        slot.w[5].store(end.delay_ms, Ordering::Relaxed);
         slot.w[22].store(end.at_ns, Ordering::Relaxed);
         slot.ver.store(2 * index + 2, Ordering::Release);
         self.seq.store(
@@ -649,6 +756,7 @@ mod tests {
             version: 5,
             id: &junk_id,
             upstream: &full,
+            up_packed: pack(&full),
             tenant: Some(&full),
             task: Some(&full),
             attempt: 9,
@@ -686,6 +794,7 @@ mod tests {
                             version: 2,
                             id,
                             upstream,
+                            up_packed: pack(upstream),
                             tenant: (attempt == 3).then_some(&tenant),
                             task: (attempt == 1).then_some(&task),
                             attempt,
@@ -713,6 +822,37 @@ mod tests {
                         b.read(false, &mut rb);
                         assert_eq!(format!("{ra:?}"), format!("{rb:?}"));
                         assert_eq!(ra[0].parent_attempt, (start && attempt == 3).then_some(2));
+                        // A start written field by field reads back the same,
+                        // or is refused (nothing written) when a name is too long.
+                        if start {
+                            let c = ThreadRing::new(3, 1);
+                            c.push(&mut junk.clone());
+                            let s = Start {
+                                at_ns: h.at_ns,
+                                version: h.version,
+                                id: h.id,
+                                up: h.up_packed,
+                                tenant: h.tenant,
+                                task: h.task,
+                                attempt: h.attempt,
+                                hedge: h.hedge,
+                                remaining_ms: h.remaining_ms,
+                            };
+                            let fits = h.up_packed.is_some() && !matches!(h.id, CallId::Remote(r) if r.len() > 23);
+                            assert_eq!(c.push_start(&s).is_some(), fits);
+                            let mut rc = Vec::new();
+                            c.read(false, &mut rc);
+                            let expected = if fits {
+                                rb.clone()
+                            } else {
+                                let d = ThreadRing::new(4, 1);
+                                d.push(&mut junk.clone());
+                                let mut rd = Vec::new();
+                                d.read(false, &mut rd);
+                                rd
+                            };
+                            assert_eq!(format!("{rc:?}"), format!("{expected:?}"));
+                        }
                     }
                 }
             }
@@ -730,6 +870,7 @@ mod tests {
             version: 1,
             id,
             upstream: up,
+            up_packed: pack(up),
             tenant: None,
             task: None,
             attempt: n,

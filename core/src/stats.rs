@@ -141,7 +141,7 @@ pub struct OwnedCounters(Counters);
 impl OwnedCounters {
     /// Adds one. Only the owning thread may call this (see [`CounterSink`]).
     #[inline]
-    fn bump(&self, c: Ctr) {
+    pub(crate) fn bump(&self, c: Ctr) {
         let a = &self.0.c[c as usize];
         a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }

@@ -275,6 +275,8 @@ pub(crate) struct Hot<'a> {
     pub(crate) version: u32,
     pub(crate) id: &'a CallId,
     pub(crate) upstream: &'a SmolStr,
+    /// `upstream` as a ring slot stores it (`None`: too long for one), packed once per upstream.
+    pub(crate) up_packed: Option<crate::ring::Packed>,
     pub(crate) tenant: Option<&'a SmolStr>,
     pub(crate) task: Option<&'a SmolStr>,
     pub(crate) attempt: u32,
@@ -291,6 +293,22 @@ pub(crate) struct Hot<'a> {
 }
 
 impl Hot<'_> {
+    /// The fields an attempt's end writes into its start record.
+    #[inline(always)]
+    pub(crate) fn end(&self) -> crate::ring::End {
+        crate::ring::End {
+            at_ns: self.at_ns,
+            status: self.status,
+            error_class: self.error_class,
+            reason: self.reason,
+            phase: self.phase,
+            error_kind: self.error_kind,
+            hedge: self.hedge,
+            remaining_ms: self.remaining_ms,
+            delay_ms: self.delay_ms.unwrap_or(0),
+        }
+    }
+
     /// The same event as a record (sinks, the shared ring, the side list).
     pub(crate) fn to_rec(&self) -> Rec {
         let n = self.attempt;
@@ -737,7 +755,7 @@ impl EventBus {
     /// True when events are kept and no sink needs a record: a thread's
     /// ring then takes attempt events encoded (and changed) in place.
     #[inline(always)]
-    fn ring_only(&self) -> bool {
+    pub(crate) fn ring_only(&self) -> bool {
         self.cap.load(Ordering::Relaxed) > 0 && !self.has_sinks.load(Ordering::Relaxed)
     }
 

@@ -13,6 +13,7 @@ use crate::budget::BudgetCell;
 use crate::engine::{breaker_override, fnv, scope_key, splitmix, Compiled};
 use crate::policy::{BreakerOverride, ScopeDim};
 use crate::registry::Slot;
+use crate::ring::{pack, Packed};
 use crate::stats::CounterSet;
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -42,6 +43,8 @@ pub(crate) struct UpstreamState {
     pub(crate) counters: Arc<Slot<CounterSet>>,
     pub(crate) breaker: BreakerRef,
     pub(crate) budgets: SmallVec<[BudgetScope; 1]>,
+    /// The upstream's name as event records store it, packed once.
+    pub(crate) packed: Option<Packed>,
 }
 
 /// True when the scope key of `dims` depends on the call, not only on the upstream.
@@ -87,6 +90,7 @@ impl UpstreamState {
             SmallVec::new()
         };
         UpstreamState {
+            packed: pack(upstream),
             counters,
             breaker,
             budgets,

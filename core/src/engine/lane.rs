@@ -1,0 +1,320 @@
+//! The fast lane: straight-line steps for the common call.
+//!
+//! Most calls name one upstream, run under a policy without throttling,
+//! concurrency gates, breaker overrides or per-call scopes, and end with a
+//! success. For such a call (`Call::lane`, decided once at `begin` from the
+//! call and from its upstream's state, [`Compiled::lane_for`]) an attempt
+//! grant and a success report skip the general path's generic machinery:
+//! the checks that cannot apply, the enums built to be matched at once, and
+//! the event built as a whole record to be taken apart again. They count,
+//! deposit, record the breaker outcome and write the event ring exactly as
+//! the general path does.
+//!
+//! A lane step decides nothing on its own: whenever anything is not plain
+//! (the breaker is not closed, the deadline is too near, no attempt is left,
+//! the outcome is not a success, a response header must be recorded) it
+//! returns `None` before changing anything and the general path decides.
+//! `tests/lane.rs` runs random call sequences with the lane on and off and
+//! asserts identical decisions, attempts, counters and events.
+
+use super::*;
+use crate::ring::{End, Start};
+
+impl Call {
+    /// The next attempt, when the lane may grant it; `None` (nothing
+    /// changed) when the general path must decide.
+    #[inline(always)]
+    pub(super) fn lane_attempt(&mut self, now: Nanos) -> Option<Attempt> {
+        if self.x.is_some()
+            || self.final_decision.is_some()
+            || !self.in_flight.is_empty()
+            || self.attempts >= self.max_attempts
+        {
+            return None;
+        }
+        let remaining = self.deadline_at.saturating_sub(now);
+        let tu = &*self.tu;
+        let pol = &*tu.handle.pol;
+        if remaining < pol.min_attempt || remaining.is_zero() {
+            return None;
+        }
+        let held = match &tu.up.value.breaker {
+            BreakerRef::Fixed(cell, _) if cell.value.is_closed() => Held::Fixed,
+            BreakerRef::None => Held::None,
+            _ => return None,
+        };
+        let number = self.attempts + 1;
+        let retry = self.next == Next::Retry;
+        let now_ms = now.ms();
+        let remaining_ms = remaining.ms();
+        let start_rec = if pol.shared.bus.active() {
+            self.lane_start_event(now, number, remaining_ms)
+        } else {
+            None
+        };
+        let tu = &*self.tu;
+        let pol = &*tu.handle.pol;
+        let here = tu.here();
+        let c = Ctr::attempt(number);
+        here.version.bump(c);
+        if let Some(t) = &self.tenant_counters {
+            t.value.bump(c);
+        }
+        here.upstream.bump(c);
+        // The budget counts requests: one per first attempt, in every scope.
+        if !retry {
+            for b in tu.up.value.budgets.iter() {
+                if let BudgetScope::Fixed(cell) = b {
+                    cell.value.deposit(&pol.budget, now_ms);
+                }
+            }
+        }
+        let remaining = remaining.dur();
+        let attempt = Attempt {
+            number,
+            fallback: false,
+            upstream: tu.up.key.clone(),
+            timeouts: pol.timeouts(remaining, TokenEstimate::default()),
+            remaining,
+            request_id: self.id.clone(),
+            idempotency_key: self.key.clone(),
+            hedge: false,
+            started_at: now.dur(),
+            margin_ms: pol.margin_ms,
+            propagate: pol.policy.propagation.enabled,
+            wire_number: number,
+        };
+        self.in_flight.push(InFlight {
+            number,
+            probe: false,
+            retry,
+            hedge: false,
+            started_ns: now.0,
+            remaining_ms,
+            start_rec,
+            breaker: held,
+            more: None,
+        });
+        self.attempts = number;
+        self.target_attempts += 1;
+        Some(attempt)
+    }
+
+    /// Records the start of attempt `number` (the events are on); its index
+    /// in this thread's ring, when it went there.
+    #[inline(always)]
+    fn lane_start_event(&self, now: Nanos, number: u32, remaining_ms: u64) -> Option<u64> {
+        let tu = &*self.tu;
+        let bus = &tu.handle.pol.shared.bus;
+        let ring = tu.handle.ring_here().filter(|_| bus.ring_only());
+        let written = ring.and_then(|ring| {
+            ring.push_start(&Start {
+                at_ns: now.0,
+                version: tu.handle.pol.version_idx,
+                id: self.id.raw(),
+                up: tu.up.value.packed,
+                tenant: self.tenant.as_ref(),
+                task: self.task.as_ref(),
+                attempt: number,
+                hedge: false,
+                remaining_ms,
+            })
+        });
+        match written {
+            Some(index) => {
+                self.last_end.set(None);
+                Some(index)
+            }
+            None => self.start_event_slow(now, number, remaining_ms),
+        }
+    }
+
+    /// [`Call::lane_start_event`] when the start needs a whole record.
+    #[cold]
+    #[inline(never)]
+    fn start_event_slow(&self, now: Nanos, number: u32, remaining_ms: u64) -> Option<u64> {
+        let mut h = self.hot(EventKind::AttemptStart, now, &self.tu, number);
+        h.start = true;
+        h.remaining_ms = remaining_ms;
+        self.emit_hot(&h)
+    }
+
+    /// The decision on a successful attempt `number`, when the lane may make
+    /// it; `None` (nothing changed) when the general path must.
+    #[inline(always)]
+    pub(super) fn lane_report(&mut self, number: u32, outcome: &Outcome) -> Option<Decision> {
+        if self.x.is_some() || self.final_decision.is_some() || !outcome.is_success() || self.in_flight.len() != 1 {
+            return None;
+        }
+        if self.in_flight.first().map(|f| f.number) != Some(number) {
+            return None;
+        }
+        if !outcome.headers.is_empty() {
+            let allow = &self.pol().policy.telemetry.header_allowlist;
+            if !allow.is_empty() && outcome.headers.iter().any(|(k, _)| header_allowed(k, allow)) {
+                return None;
+            }
+        }
+        let f = self.in_flight.take(|_| true)?;
+        let now = self.now();
+        let now_ms = now.ms();
+        let elapsed_ms = now.0.saturating_sub(f.started_ns) / 1_000_000;
+        let tu = &*self.tu;
+        let pol = &*tu.handle.pol;
+        let transition = match (&f.breaker, &tu.up.value.breaker) {
+            (Held::Fixed, BreakerRef::Fixed(cell, ovr)) => cell
+                .value
+                .record(
+                    &pol.breaker,
+                    *ovr,
+                    now_ms,
+                    f.probe,
+                    Record::Success,
+                    pol.breaker.is_slow(elapsed_ms),
+                )
+                .map(|t| (cell.key.clone(), t)),
+            _ => None,
+        };
+        self.last_class = None;
+        if let Some((key, t)) = transition {
+            self.on_transition(&key, Some(t), now);
+        }
+        let active = self.active();
+        let decided = active && self.lane_end_event(&f, now, outcome.status, elapsed_ms);
+        let c = Ctr::success(f.number);
+        let here = self.tu.here();
+        here.version.bump(c);
+        if let Some(t) = &self.tenant_counters {
+            t.value.bump(c);
+        }
+        here.upstream.bump(c);
+        let d = Decision {
+            action: Action::Succeeded,
+            delay: Duration::ZERO,
+            class: None,
+            reason: Reason::Success,
+            upstream: Some(self.tu.up.key.clone()),
+            wait_source: WaitSource::None,
+            retry_after: None,
+            on_failure: None,
+            detail: None,
+            attempt: f.number,
+            hedge: f.hedge,
+            excluded: Vec::new(),
+        };
+        if !decided && active {
+            self.record_decision(&d, now);
+        }
+        self.final_decision = Some(Final::Succeeded {
+            attempt: f.number,
+            hedge: f.hedge,
+            upstream: Some(self.tu.up.key.clone()),
+        });
+        Some(d)
+    }
+
+    /// Records the end of successful attempt `f` with the success decision
+    /// folded in (the events are on); true when the decision was recorded.
+    #[inline(always)]
+    fn lane_end_event(&self, f: &InFlight, now: Nanos, status: Option<u16>, elapsed_ms: u64) -> bool {
+        let then = Then {
+            action: Action::Succeeded,
+            reason: Reason::Success,
+            error_class: None,
+            remaining_ms: self.deadline_at.saturating_sub(now).ms(),
+            delay_ms: 0,
+            wait_source: WaitSource::None,
+        };
+        let tu = &*self.tu;
+        if let (Some(index), Some(ring)) = (f.start_rec, tu.handle.ring_here()) {
+            let end = End {
+                at_ns: now.0,
+                status,
+                error_class: None,
+                reason: Some(Reason::Success),
+                phase: None,
+                error_kind: None,
+                hedge: f.hedge,
+                remaining_ms: f.remaining_ms,
+                delay_ms: elapsed_ms,
+            };
+            if tu.handle.pol.shared.bus.ring_only() && ring.end_at(index, end, Some(then)) {
+                self.last_end.set(None);
+                return true;
+            }
+        }
+        self.end_event_slow(f, now, status, elapsed_ms)
+    }
+
+    /// [`Call::lane_end_event`] when the end cannot go into its start
+    /// record: a record of its own (the decision is then recorded apart).
+    #[cold]
+    #[inline(never)]
+    fn end_event_slow(&self, f: &InFlight, now: Nanos, status: Option<u16>, elapsed_ms: u64) -> bool {
+        let mut h = self.hot(EventKind::AttemptEnd, now, &self.tu, f.number);
+        h.reason = Some(Reason::Success);
+        h.status = status;
+        h.hedge = f.hedge;
+        h.remaining_ms = f.remaining_ms;
+        h.delay_ms = Some(elapsed_ms);
+        self.emit_hot(&h);
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{CallSpec, Engine, Outcome, Policy};
+
+    fn engine(yaml: &str) -> Engine {
+        Engine::builder(Policy::from_str_any(yaml).unwrap())
+            .seed(1)
+            .read_env(false)
+            .build()
+            .unwrap()
+    }
+
+    /// The differential test (`tests/lane.rs`) would pass trivially if no
+    /// call took the lane: here, plain calls do and others do not.
+    #[test]
+    fn plain_calls_take_the_lane_and_others_do_not() {
+        let e = engine("");
+        let mut c = e.begin(CallSpec::new("up").tenant("acme"));
+        assert!(c.lane);
+        let now = c.now();
+        let a = c.lane_attempt(now).expect("the lane grants a plain first attempt");
+        assert_eq!(a.number, 1);
+        let d = c
+            .lane_report(1, &Outcome::success())
+            .expect("the lane decides a success");
+        assert_eq!(d.action, crate::Action::Succeeded);
+        // Finished: the lane leaves the call to the general path.
+        assert!(c.lane_attempt(c.now()).is_none());
+
+        let mut c = e.begin(CallSpec::new("up"));
+        c.lane_attempt(c.now()).unwrap();
+        assert!(
+            c.lane_report(1, &Outcome::status(503)).is_none(),
+            "a failure is decided by the general path"
+        );
+        assert!(
+            c.lane_report(1, &Outcome::success().header("x-request-id", "r"))
+                .is_none(),
+            "a header to record"
+        );
+
+        for yaml in [
+            "throttle: {enabled: true}",
+            "breaker: {scope: [upstream, tenant]}",
+            "budget: {max_concurrent_retries: 2}",
+        ] {
+            assert!(!engine(yaml).begin(CallSpec::new("up")).lane, "{yaml}");
+        }
+        let off = Engine::builder(Policy::default())
+            .read_env(false)
+            .fast_lane(false)
+            .build()
+            .unwrap();
+        assert!(!off.begin(CallSpec::new("up")).lane);
+    }
+}
