@@ -364,6 +364,8 @@ pub(crate) struct Rec {
     pub(crate) extra: Option<Box<Extra>>,
     /// A `Decision` event that directly follows this `AttemptEnd`.
     pub(crate) then: Option<Then>,
+    /// Only the folded decision is left to deliver (a drain took the rest).
+    pub(crate) only_then: bool,
 }
 
 impl Rec {
@@ -395,12 +397,13 @@ impl Rec {
             remaining_ms: None,
             extra: None,
             then: None,
+            only_then: false,
         }
     }
 
     /// Events this record stands for (1, or 2 with a folded decision).
     pub(crate) fn events(&self) -> u64 {
-        1 + self.then.is_some() as u64
+        1 + self.then.is_some() as u64 - self.only_then as u64
     }
 
     fn push_events(&self, names: &[Arc<str>], out: &mut Vec<Event>) {
@@ -424,7 +427,9 @@ impl Rec {
             d.hedge = first.hedge;
             d
         });
-        out.push(first);
+        if !self.only_then {
+            out.push(first);
+        }
         out.extend(then);
     }
 
@@ -848,8 +853,9 @@ impl EventBus {
             (r.dropped, r.held())
         };
         for ring in self.rings.lock().iter() {
-            dropped += ring.dropped();
-            held += ring.held();
+            let (d, h) = ring.counts();
+            dropped += d;
+            held += h;
         }
         let cap = self.cap.load(Ordering::Relaxed);
         // Held beyond the cap: a snapshot would not show them, so they count as dropped.
