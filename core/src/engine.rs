@@ -29,7 +29,7 @@ use crate::few::Few;
 use crate::gate::{GateCell, PoolCell};
 use crate::id::RequestId;
 use crate::idempotency::Ledger;
-use crate::local::{thread_up, EngineLocal, Start, ThreadUp};
+use crate::local::{thread_up, Begin, EngineLocal, Start, ThreadUp};
 use crate::outcome::Outcome;
 use crate::policy::{
     BreakerOverride, FallbackMode, OnExceed, OnFailure, Policy, PolicyError, PolicyErrors, Route, ScopeDim,
@@ -160,6 +160,8 @@ pub(crate) struct Compiled {
     breaker: BreakerParams,
     throttle: ThrottleParams,
     min_attempt: Nanos,
+    /// The policy's `deadline_ms`.
+    deadline: Nanos,
     /// Any concurrency gate or priority pool configured.
     gated: bool,
     /// Propagation safety margin, ms.
@@ -200,6 +202,7 @@ impl Compiled {
             breaker: BreakerParams::new(&policy.breaker),
             throttle: ThrottleParams::new(&policy.throttle),
             min_attempt: Nanos::from_ms(policy.min_attempt_ms),
+            deadline: Nanos::from_ms(policy.deadline_ms),
             gated: policy.concurrency.max_first_attempts.is_some()
                 || policy.concurrency.max_retries.is_some()
                 || !policy.concurrency.pools.is_empty(),
@@ -513,6 +516,19 @@ pub struct CallSpec {
 }
 
 impl CallSpec {
+    /// Nothing but the route, deadline, idempotency, tenant, task and key is set.
+    #[inline]
+    fn is_plain(&self) -> bool {
+        self.priority.is_none()
+            && self.params_digest.is_none()
+            && self.inbound.is_none()
+            && self.needs.capabilities.is_empty()
+            && self.needs.input_tokens.is_none()
+            && self.needs.max_output_tokens.is_none()
+            && self.needs.data_boundary.is_none()
+            && self.needs.max_cost.is_none()
+    }
+
     /// A spec for `route` with every other field at its default.
     pub fn new(route: impl Into<SmolStr>) -> Self {
         CallSpec {
@@ -1027,6 +1043,52 @@ impl std::fmt::Debug for Call {
     }
 }
 
+/// What `begin` settles about a call before building it.
+struct Begun {
+    id: RequestId,
+    seq: u64,
+    tenant: Option<SmolStr>,
+    task: Option<SmolStr>,
+    idem: Idempotency,
+    key: Option<SmolStr>,
+    deadline_at: Nanos,
+    owner: bool,
+    max_attempts: u32,
+    tenant_counters: Option<Arc<Slot<Counters>>>,
+}
+
+impl Call {
+    /// A call about to make its first attempt.
+    #[inline(always)]
+    fn assemble(tu: Arc<ThreadUp>, b: Begun, x: Option<Box<Ext>>) -> Call {
+        Call {
+            id: b.id,
+            tenant: b.tenant,
+            task: b.task,
+            idem: b.idem,
+            key: b.key,
+            deadline_at: b.deadline_at,
+            owner: b.owner,
+            lane: tu.lane && b.owner,
+            next: Next::First,
+            last_class: None,
+            max_attempts: b.max_attempts,
+            attempts: 0,
+            target_attempts: 0,
+            retries: 0,
+            prev_wait_ms: 0,
+            seq: b.seq,
+            in_flight: Few::new(),
+            rng: None,
+            final_decision: None,
+            tenant_counters: b.tenant_counters,
+            last_end: std::cell::Cell::new(None),
+            x,
+            tu,
+        }
+    }
+}
+
 impl Engine {
     /// An engine with the system clock, a random seed and `RETRYWISE_DISABLE` honoured.
     pub fn new(policy: Policy) -> Result<Engine, PolicyErrors> {
@@ -1254,7 +1316,25 @@ impl Engine {
     #[inline(always)]
     /// The spec is taken apart: its fields move into the call (none is
     /// cloned, and none left behind to drop).
-    fn begin_at(&self, spec: CallSpec, now: Nanos) -> Call {
+    fn begin_at(&self, mut spec: CallSpec, now: Nanos) -> Call {
+        let inner = &self.inner;
+        let direct = (!spec.route.is_empty()).then_some(spec.route.as_str());
+        let lb = inner.local.begin(
+            inner.generation.load(Ordering::Acquire),
+            || inner.policy.load_full(),
+            direct,
+        );
+        match lb.start {
+            // The common call: it names an upstream this thread used recently, and nothing else.
+            Start::Cached(tu) if inner.shared.lane && spec.is_plain() => self.begin_cached(&mut spec, tu, lb.seq, now),
+            start => self.begin_resolved(spec, lb.seq, start, now),
+        }
+    }
+
+    /// [`Engine::begin_at`] once the thread has given the call its sequence
+    /// number and either its upstream's state or the policy handle.
+    #[inline(never)]
+    fn begin_resolved(&self, spec: CallSpec, seq: u64, start: Start, now: Nanos) -> Call {
         let CallSpec {
             mut route,
             deadline: spec_deadline,
@@ -1267,14 +1347,8 @@ impl Engine {
             inbound,
             needs,
         } = spec;
-        let inner = &self.inner;
         let now_ms = now.ms();
-        let direct = (!route.is_empty()).then_some(route.as_str());
-        let lb = inner.local.begin(
-            inner.generation.load(Ordering::Acquire),
-            || inner.policy.load_full(),
-            direct,
-        );
+        let lb = Begin { seq, start };
         let pol = &*lb.start.handle().pol;
         let sh = &*pol.shared;
         let id = match inbound.as_ref().and_then(|b| b.request_id.as_deref()) {
@@ -1406,31 +1480,22 @@ impl Engine {
                 inbound_attempt,
             })
         });
-        Call {
-            id,
-            tenant,
-            task,
-            idem: idempotency,
-            key,
-            deadline_at,
-            owner,
-            lane: tu.lane && owner,
-            next: Next::First,
-            last_class: None,
-            max_attempts,
-            attempts: 0,
-            target_attempts: 0,
-            retries: 0,
-            prev_wait_ms: 0,
-            seq,
-            in_flight: Few::new(),
-            rng: None,
-            final_decision: None,
-            tenant_counters,
-            last_end: std::cell::Cell::new(None),
-            x,
+        Call::assemble(
             tu,
-        }
+            Begun {
+                id,
+                seq,
+                tenant,
+                task,
+                idem: idempotency,
+                key,
+                deadline_at,
+                owner,
+                max_attempts,
+                tenant_counters,
+            },
+            x,
+        )
     }
 }
 

@@ -16,6 +16,8 @@ enum Op {
     Call {
         up: u8,
         tenant: bool,
+        /// Also a task and an idempotency key (still a plain call), or a priority (not one).
+        extras: u8,
         unsafe_call: bool,
         outcomes: Vec<(u64, Outcome)>,
         abandon: bool,
@@ -42,8 +44,8 @@ fn outcome() -> impl Strategy<Value = Outcome> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0u8..2, any::<bool>(), prop::bool::weighted(0.1), prop::collection::vec((0u64..400, outcome()), 1..4), prop::bool::weighted(0.1))
-            .prop_map(|(up, tenant, unsafe_call, outcomes, abandon)| Op::Call { up, tenant, unsafe_call, outcomes, abandon }),
+        8 => (0u8..2, any::<bool>(), 0u8..3, prop::bool::weighted(0.1), prop::collection::vec((0u64..400, outcome()), 1..4), prop::bool::weighted(0.1))
+            .prop_map(|(up, tenant, extras, unsafe_call, outcomes, abandon)| Op::Call { up, tenant, extras, unsafe_call, outcomes, abandon }),
         2 => (0u64..3_000).prop_map(Op::Wait),
         1 => Just(Op::Drain),
         1 => (0u64..500).prop_map(|gap| Op::Straddle { gap }),
@@ -105,13 +107,19 @@ fn run(yaml: &str, ops: &[Op], lane: bool) -> Vec<String> {
             Op::Call {
                 up,
                 tenant,
+                extras,
                 unsafe_call,
                 outcomes,
                 abandon,
             } => {
-                let mut spec = CallSpec::new(format!("up{up}"));
+                let mut spec = CallSpec::new(format!("up{up}")).deadline_ms(1_500);
                 if *tenant {
                     spec = spec.tenant("acme");
+                }
+                match extras {
+                    1 => spec = spec.task("chat").idempotency_key("key-1"),
+                    2 => spec = spec.priority("batch"),
+                    _ => {}
                 }
                 if *unsafe_call {
                     spec = spec.idempotency(Idempotency::Unsafe);

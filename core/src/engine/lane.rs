@@ -20,6 +20,56 @@
 use super::*;
 use crate::ring::{End, Start};
 
+impl Engine {
+    /// A plain call ([`CallSpec::is_plain`]) to an upstream this thread's
+    /// state is at hand for (`tu`): nothing to route, check or box.
+    #[inline(always)]
+    pub(super) fn begin_cached(&self, spec: &mut CallSpec, tu: Arc<ThreadUp>, seq: u64, now: Nanos) -> Call {
+        // Taken from the spec in place: moving a whole spec here copies it.
+        let (deadline, idempotency) = (spec.deadline, spec.idempotency);
+        let (tenant, task, idempotency_key) = (spec.tenant.take(), spec.task.take(), spec.idempotency_key.take());
+        let now_ms = now.ms();
+        tu.up.touch(now_ms);
+        tu.up.value.touch(now_ms);
+        let pol = &*tu.handle.pol;
+        let tenant_counters = tenant.as_ref().map(|t| {
+            let l = &pol.policy.limits;
+            pol.shared
+                .tenant_stats
+                .get_or_insert(t, now_ms, l.max_keys, l.idle_ms, Counters::default)
+        });
+        tu.here().version.bump(Ctr::Begun);
+        if let Some(t) = &tenant_counters {
+            t.value.bump(Ctr::Begun);
+        }
+        Call {
+            id: RequestId::local(pol.shared.id_prefix, seq),
+            tenant,
+            task,
+            idem: idempotency,
+            key: idempotency_key.map(SmolStr::from),
+            deadline_at: now.saturating_add(deadline.map_or(pol.deadline, Nanos::of)),
+            owner: true,
+            lane: tu.lane,
+            next: Next::First,
+            last_class: None,
+            max_attempts: pol.policy.max_attempts,
+            attempts: 0,
+            target_attempts: 0,
+            retries: 0,
+            prev_wait_ms: 0,
+            seq,
+            in_flight: Few::new(),
+            rng: None,
+            final_decision: None,
+            tenant_counters,
+            last_end: std::cell::Cell::new(None),
+            x: None,
+            tu,
+        }
+    }
+}
+
 impl Call {
     /// The next attempt, when the lane may grant it; `None` (nothing
     /// changed) when the general path must decide.
@@ -69,21 +119,6 @@ impl Call {
                 }
             }
         }
-        let remaining = remaining.dur();
-        let attempt = Attempt {
-            number,
-            fallback: false,
-            upstream: tu.up.key.clone(),
-            timeouts: pol.timeouts(remaining, TokenEstimate::default()),
-            remaining,
-            request_id: self.id.clone(),
-            idempotency_key: self.key.clone(),
-            hedge: false,
-            started_at: now.dur(),
-            margin_ms: pol.margin_ms,
-            propagate: pol.policy.propagation.enabled,
-            wire_number: number,
-        };
         self.in_flight.push(InFlight {
             number,
             probe: false,
@@ -97,7 +132,22 @@ impl Call {
         });
         self.attempts = number;
         self.target_attempts += 1;
-        Some(attempt)
+        let pol = &*self.tu.handle.pol;
+        let remaining = remaining.dur();
+        Some(Attempt {
+            number,
+            fallback: false,
+            upstream: self.tu.up.key.clone(),
+            timeouts: pol.timeouts(remaining, TokenEstimate::default()),
+            remaining,
+            request_id: self.id.clone(),
+            idempotency_key: self.key.clone(),
+            hedge: false,
+            started_at: now.dur(),
+            margin_ms: pol.margin_ms,
+            propagate: pol.policy.propagation.enabled,
+            wire_number: number,
+        })
     }
 
     /// Records the start of attempt `number` (the events are on); its index
