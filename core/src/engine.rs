@@ -29,7 +29,7 @@ use crate::few::Few;
 use crate::gate::{GateCell, PoolCell};
 use crate::id::RequestId;
 use crate::idempotency::Ledger;
-use crate::local::{thread_up, Begin, EngineLocal, Start, ThreadUp};
+use crate::local::{thread_up, Begin, EngineLocal, Lent, Start, ThreadUp};
 use crate::outcome::Outcome;
 use crate::policy::{
     BreakerOverride, FallbackMode, OnExceed, OnFailure, Policy, PolicyError, PolicyErrors, Route, ScopeDim,
@@ -982,7 +982,7 @@ pub struct Call {
     /// The call's upstream as this thread sees it; through it, the policy handle.
     /// The call's target upstream (its key names it) as this thread sees
     /// it; through it, the policy handle.
-    tu: Arc<ThreadUp>,
+    tu: Lent,
     id: RequestId,
     tenant: Option<SmolStr>,
     task: Option<SmolStr>,
@@ -1084,7 +1084,7 @@ impl Call {
             tenant_counters: b.tenant_counters,
             last_end: std::cell::Cell::new(None),
             x,
-            tu,
+            tu: Lent::new(tu),
         }
     }
 }
@@ -1426,8 +1426,7 @@ impl Engine {
         };
         let tu = match lb.start {
             Start::Cached(tu) => {
-                tu.up.touch(now_ms);
-                tu.up.value.touch(now_ms);
+                tu.touch(now_ms);
                 tu
             }
             Start::Fresh(h) => thread_up(engine_id, &h, &target, now_ms),
@@ -2522,7 +2521,7 @@ impl Call {
 
     fn switch_target(&mut self, u: SmolStr, tu: Arc<ThreadUp>) {
         if u != self.tu.up.key {
-            self.tu = tu;
+            self.tu = Lent::new(tu);
             self.target_attempts = 0;
         }
     }

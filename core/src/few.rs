@@ -84,6 +84,19 @@ impl<T> Few<T> {
         }
     }
 
+    /// True when exactly one element is held.
+    #[inline]
+    pub(crate) fn is_one(&self) -> bool {
+        self.first.is_some() && self.rest.is_empty()
+    }
+
+    /// Removes and returns the only element (the list must hold one: see [`Few::is_one`]).
+    #[inline]
+    pub(crate) fn take_one(&mut self) -> Option<T> {
+        debug_assert!(self.rest.is_empty());
+        self.first.take()
+    }
+
     /// Removes and returns the first element matching `f`, keeping the others in order.
     #[inline]
     pub(crate) fn take(&mut self, f: impl Fn(&T) -> bool) -> Option<T> {

@@ -139,6 +139,8 @@ pub(crate) struct ThreadUp {
     checked: AtomicU64,
     /// Calls to this upstream may take the engine's fast lane (see `engine::lane`).
     pub(crate) lane: bool,
+    /// The last millisecond [`ThreadUp::touch`] marked the cells used in.
+    touched_ms: AtomicU64,
 }
 
 /// Where one step of a call counts and records on the current thread,
@@ -151,6 +153,17 @@ pub(crate) struct Here<'a> {
 }
 
 impl ThreadUp {
+    /// Marks the upstream's cells used at `now_ms` (their registries evict
+    /// idle keys): once per millisecond, not on every call.
+    #[inline]
+    pub(crate) fn touch(&self, now_ms: u64) {
+        if self.touched_ms.load(Ordering::Relaxed) != now_ms {
+            self.touched_ms.store(now_ms, Ordering::Relaxed);
+            self.up.touch(now_ms);
+            self.up.value.touch(now_ms);
+        }
+    }
+
     /// [`Handle::sink`] and [`ThreadUp::sink`] at once. A state that has counters of its own was made by the thread
     /// that owns its handle, and is retired no later than that handle: so
     /// when the handle is this thread's and current, the state's own block
@@ -219,11 +232,15 @@ struct Local {
     seq_end: u64,
     /// Recently used upstreams under `handle`'s policy version.
     ups: [Option<Arc<ThreadUp>>; UPSTREAMS],
+    /// A second reference to each of `ups`, lent to the next call that
+    /// begins on it and given back when that call ends (see [`Lent`]).
+    spare: [Option<Arc<ThreadUp>>; UPSTREAMS],
     ups_next: u8,
 }
 
 impl Local {
     fn clear_ups(&mut self) {
+        self.spare = Default::default();
         for u in self.ups.iter_mut() {
             if let Some(u) = u.take() {
                 u.retire();
@@ -234,6 +251,20 @@ impl Local {
     #[inline]
     fn cached(&self, upstream: &str) -> Option<&Arc<ThreadUp>> {
         self.ups.iter().flatten().find(|u| u.up.key == upstream && u.fresh())
+    }
+
+    /// A reference to cached state `i` for a beginning call: the spare one
+    /// when it is at home, else a new one.
+    #[inline]
+    fn lend(&mut self, upstream: &str) -> Option<Arc<ThreadUp>> {
+        let i = self
+            .ups
+            .iter()
+            .position(|u| u.as_ref().is_some_and(|u| u.up.key == upstream && u.fresh()))?;
+        match self.spare[i].take() {
+            Some(tu) => Some(tu),
+            None => self.ups[i].clone(),
+        }
     }
 
     fn cache(&mut self, tu: &Arc<ThreadUp>) {
@@ -249,10 +280,75 @@ impl Local {
                 i
             }
         };
+        self.spare[i] = None;
         if let Some(old) = self.ups[i].replace(tu.clone()) {
             old.retire();
         }
     }
+}
+
+/// A call's reference to its upstream's state. One lent from its thread's
+/// cache goes back there when the call ends on that thread (unless another
+/// is already back): a call then moves the reference in and out instead of
+/// counting it up and down, which costs two locked instructions.
+pub(crate) struct Lent(Option<Arc<ThreadUp>>);
+
+impl Lent {
+    #[inline]
+    pub(crate) fn new(tu: Arc<ThreadUp>) -> Lent {
+        Lent(Some(tu))
+    }
+}
+
+impl std::ops::Deref for Lent {
+    type Target = Arc<ThreadUp>;
+
+    #[inline]
+    fn deref(&self) -> &Arc<ThreadUp> {
+        match &self.0 {
+            Some(tu) => tu,
+            // Only `drop` takes it out.
+            None => unreachable!("a call's upstream state is taken only when the call is dropped"),
+        }
+    }
+}
+
+impl Drop for Lent {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(tu) = self.0.take() {
+            give_back(tu);
+        }
+    }
+}
+
+/// Puts `tu` back as its thread's spare reference when this thread caches
+/// it and its spare is out; otherwise drops it.
+#[inline]
+fn give_back(tu: Arc<ThreadUp>) {
+    let back = LOCAL.try_with(|cell| {
+        let Ok(mut v) = cell.try_borrow_mut() else {
+            return Some(tu);
+        };
+        for l in v.iter_mut() {
+            if !Arc::ptr_eq(&l.handle, &tu.handle) {
+                continue;
+            }
+            if let Some(i) = l
+                .ups
+                .iter()
+                .position(|u| u.as_ref().is_some_and(|u| Arc::ptr_eq(u, &tu)))
+            {
+                if l.spare[i].is_none() {
+                    l.spare[i] = Some(tu);
+                    return None;
+                }
+            }
+            break;
+        }
+        Some(tu)
+    });
+    drop(back);
 }
 
 impl Drop for Local {
@@ -336,8 +432,8 @@ impl EngineLocal {
             l.seq_next += 1;
             let routes = &l.handle.pol.policy.routes;
             let start = match direct.filter(|d| routes.is_empty() || !routes.contains_key(*d)) {
-                Some(d) => match l.cached(d) {
-                    Some(tu) => Start::Cached(tu.clone()),
+                Some(d) => match l.lend(d) {
+                    Some(tu) => Start::Cached(tu),
                     None => Start::Fresh(l.handle.clone()),
                 },
                 None => Start::Fresh(l.handle.clone()),
@@ -359,6 +455,7 @@ impl EngineLocal {
             seq_next: 0,
             seq_end: 0,
             ups: Default::default(),
+            spare: Default::default(),
             ups_next: 0,
         });
         v.len() - 1
@@ -376,8 +473,7 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
             .find(|l| l.engine_id == engine_id && Arc::ptr_eq(&l.handle, handle))?;
         if let Some(tu) = l.cached(upstream) {
             let tu = tu.clone();
-            tu.up.touch(now_ms);
-            tu.up.value.touch(now_ms);
+            tu.touch(now_ms);
             return Some(tu);
         }
         let up = handle.pol.upstream(upstream, now_ms);
@@ -389,6 +485,7 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
             clock: handle.pol.shared.clock.clone(),
             counters: Some(Owned::new(block)),
             checked: AtomicU64::new(u64::MAX),
+            touched_ms: AtomicU64::new(u64::MAX),
         });
         l.cache(&tu);
         Some(tu)
@@ -404,6 +501,7 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
                 clock: handle.pol.shared.clock.clone(),
                 counters: None,
                 checked: AtomicU64::new(u64::MAX),
+                touched_ms: AtomicU64::new(u64::MAX),
             })
         }
     }

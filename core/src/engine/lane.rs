@@ -29,8 +29,7 @@ impl Engine {
         let (deadline, idempotency) = (spec.deadline, spec.idempotency);
         let (tenant, task, idempotency_key) = (spec.tenant.take(), spec.task.take(), spec.idempotency_key.take());
         let now_ms = now.ms();
-        tu.up.touch(now_ms);
-        tu.up.value.touch(now_ms);
+        tu.touch(now_ms);
         let pol = &*tu.handle.pol;
         let tenant_counters = tenant.as_ref().map(|t| {
             let l = &pol.policy.limits;
@@ -65,7 +64,7 @@ impl Engine {
             tenant_counters,
             last_end: std::cell::Cell::new(None),
             x: None,
-            tu,
+            tu: Lent::new(tu),
         }
     }
 }
@@ -193,10 +192,12 @@ impl Call {
     /// it; `None` (nothing changed) when the general path must.
     #[inline(always)]
     pub(super) fn lane_report(&mut self, number: u32, outcome: &Outcome) -> Option<Decision> {
-        if self.x.is_some() || self.final_decision.is_some() || !outcome.is_success() || self.in_flight.len() != 1 {
-            return None;
-        }
-        if self.in_flight.first().map(|f| f.number) != Some(number) {
+        if self.x.is_some()
+            || self.final_decision.is_some()
+            || !outcome.is_success()
+            || !self.in_flight.is_one()
+            || self.in_flight.first().map(|f| f.number) != Some(number)
+        {
             return None;
         }
         if !outcome.headers.is_empty() {
@@ -205,7 +206,7 @@ impl Call {
                 return None;
             }
         }
-        let f = self.in_flight.take(|_| true)?;
+        let f = self.in_flight.take_one()?;
         let now = self.now();
         let now_ms = now.ms();
         let elapsed_ms = now.0.saturating_sub(f.started_ns) / 1_000_000;
@@ -366,5 +367,30 @@ mod tests {
             .build()
             .unwrap();
         assert!(!off.begin(CallSpec::new("up")).lane);
+    }
+
+    /// A call lent its thread's spare reference to the upstream's state
+    /// gives it back when it ends: beginning and ending a call on its thread
+    /// leaves the count of references where it was (no locked instruction).
+    /// A second call alive at the same time takes a reference of its own,
+    /// which becomes the spare when it ends first; a call dropped on another
+    /// thread drops its reference there.
+    #[test]
+    fn a_call_gives_its_upstream_reference_back_to_its_thread() {
+        use std::sync::Arc;
+        let e = engine("");
+        drop(e.begin(CallSpec::new("up")));
+        let again = e.begin(CallSpec::new("up"));
+        let refs = Arc::strong_count(&again.tu);
+        assert_eq!(refs, 2, "the thread's cache and the call");
+        let second = e.begin(CallSpec::new("up"));
+        assert_eq!(Arc::strong_count(&second.tu), refs + 1, "the spare was out");
+        drop(second);
+        assert_eq!(Arc::strong_count(&again.tu), refs + 1, "its reference is the spare now");
+        drop(e.begin(CallSpec::new("up")));
+        assert_eq!(Arc::strong_count(&again.tu), refs + 1, "lent and given back");
+        let tu = Arc::clone(&again.tu);
+        std::thread::spawn(move || drop(again)).join().unwrap();
+        assert_eq!(Arc::strong_count(&tu), refs + 1, "dropped on another thread");
     }
 }
