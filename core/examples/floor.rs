@@ -1,12 +1,12 @@
 //! The floor under a successful decision cycle on this machine: the
 //! operations a cycle cannot do without, timed alone, beside the cycle itself.
 //!
-//! A success cycle reads the clock three times, makes five locked
-//! read-modify-writes on lines it shares (the per-call reference to the
-//! upstream's state, taken and dropped; the breaker's outcome count; the
-//! budget's request count; the event ring's in-place mark), writes one event
-//! slot and bumps thread-owned counters. The floor does exactly that with no
-//! logic around it, so `cycle − floor` is what the logic costs.
+//! A success cycle reads the clock three times, makes two locked
+//! read-modify-writes on lines it shares (the breaker's outcome count and
+//! the budget's request count), writes one event slot (the attempt's start,
+//! then its end into the same slot, with plain stores) and bumps
+//! thread-owned counters. The floor does exactly that with no logic around
+//! it, so `cycle − floor` is what the logic costs.
 //!
 //! Each round times `N` floor iterations, then `N` success cycles (`begin`,
 //! `next_attempt`, `report`), back to back; prints every round and the medians.
@@ -17,7 +17,6 @@
 use retrywise::Engine;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 #[path = "../benches/common/work.rs"]
@@ -41,14 +40,13 @@ struct Shared {
 }
 
 /// `n` floor iterations; ns per iteration.
-fn floor(sh: &Shared, up: &Arc<Line>, clock: &quanta::Clock, n: u64) -> f64 {
+fn floor(sh: &Shared, clock: &quanta::Clock, n: u64) -> f64 {
     let origin = clock.raw();
     let mut counters = [0u64; 4];
     let t = Instant::now();
     for i in 0..n {
-        // begin: a clock reading, the upstream reference, a counter.
+        // begin: a clock reading, a counter.
         let begun = clock.delta_as_nanos(origin, clock.raw());
-        let held = black_box(Arc::clone(up));
         counters[0] += 1;
         // first attempt: a reading, a counter, the start event.
         let started = clock.delta_as_nanos(origin, clock.raw());
@@ -66,11 +64,10 @@ fn floor(sh: &Shared, up: &Arc<Line>, clock: &quanta::Clock, n: u64) -> f64 {
             .budget
             .0
             .compare_exchange(h, h + 1, Ordering::Relaxed, Ordering::Relaxed);
-        sh.ver.0.swap(2 * h + 1, Ordering::SeqCst);
+        sh.ver.0.store(2 * h + 1, Ordering::Relaxed);
         slot[10].store(ended - started, Ordering::Relaxed);
         sh.ver.0.store(2 * h + 2, Ordering::Release);
         counters[2] += 1;
-        drop(held);
         black_box(&counters);
     }
     t.elapsed().as_nanos() as f64 / n as f64
@@ -96,14 +93,13 @@ fn main() {
         head: Line::default(),
         slots: (0..1024).map(|_| std::array::from_fn(|_| AtomicU64::new(0))).collect(),
     };
-    let up = Arc::new(Line::default());
     // Warm up: the thread's engine state, the ring, the caches.
     cycles(&e, n / 10 + 1);
-    floor(&sh, &up, &clock, n / 10 + 1);
+    floor(&sh, &clock, n / 10 + 1);
     println!("round  floor ns  cycle ns  logic ns");
     let (mut fs, mut cs, mut ls) = (Vec::new(), Vec::new(), Vec::new());
     for r in 1..=rounds {
-        let f = floor(&sh, &up, &clock, n);
+        let f = floor(&sh, &clock, n);
         let c = cycles(&e, n);
         println!("{r:5}  {f:8.1}  {c:8.1}  {:8.1}", c - f);
         fs.push(f);

@@ -1287,8 +1287,8 @@ impl Engine {
 
     /// Begins one logical request.
     #[inline(always)]
-    pub fn begin(&self, spec: CallSpec) -> Call {
-        self.begin_at(spec, self.inner.shared.clock.now_ns())
+    pub fn begin(&self, mut spec: CallSpec) -> Call {
+        self.begin_at(&mut spec, self.inner.shared.clock.now_ns())
     }
 
     /// Begins one logical request and asks for its first attempt, with one
@@ -1306,17 +1306,16 @@ impl Engine {
     /// assert_eq!(call.report(&Outcome::success()).action, Action::Succeeded);
     /// ```
     #[inline]
-    pub fn begin_attempt(&self, spec: CallSpec) -> (Call, Result<Attempt, Stopped>) {
+    pub fn begin_attempt(&self, mut spec: CallSpec) -> (Call, Result<Attempt, Stopped>) {
         let now = self.inner.shared.clock.now_ns();
-        let mut call = self.begin_at(spec, now);
+        let mut call = self.begin_at(&mut spec, now);
         let a = call.next_attempt_at(now);
         (call, a)
     }
 
+    /// Takes what the call keeps out of `spec` in place (moving a whole spec copies it).
     #[inline(always)]
-    /// The spec is taken apart: its fields move into the call (none is
-    /// cloned, and none left behind to drop).
-    fn begin_at(&self, mut spec: CallSpec, now: Nanos) -> Call {
+    fn begin_at(&self, spec: &mut CallSpec, now: Nanos) -> Call {
         let inner = &self.inner;
         let direct = (!spec.route.is_empty()).then_some(spec.route.as_str());
         let lb = inner.local.begin(
@@ -1326,8 +1325,8 @@ impl Engine {
         );
         match lb.start {
             // The common call: it names an upstream this thread used recently, and nothing else.
-            Start::Cached(tu) if inner.shared.lane && spec.is_plain() => self.begin_cached(&mut spec, tu, lb.seq, now),
-            start => self.begin_resolved(spec, lb.seq, start, now),
+            Start::Cached(tu) if inner.shared.lane && spec.is_plain() => self.begin_cached(spec, tu, lb.seq, now),
+            start => self.begin_resolved(std::mem::take(spec), lb.seq, start, now),
         }
     }
 
@@ -2112,13 +2111,20 @@ impl Call {
         self.next_attempt_at(now)
     }
 
-    #[inline]
+    /// The lane's attempt when it may grant one (inlined into the caller),
+    /// else the general path's (kept out of line).
+    #[inline(always)]
     fn next_attempt_at(&mut self, now: Nanos) -> Result<Attempt, Stopped> {
         if self.lane {
             if let Some(a) = self.lane_attempt(now) {
                 return Ok(a);
             }
         }
+        self.next_attempt_general(now)
+    }
+
+    #[inline(never)]
+    fn next_attempt_general(&mut self, now: Nanos) -> Result<Attempt, Stopped> {
         if let Some(f) = &self.final_decision {
             return Err(f.stopped());
         }
@@ -2571,13 +2577,20 @@ impl Call {
         self.report_in(number, outcome)
     }
 
-    #[inline]
+    /// The lane's decision when it may make it (inlined into the caller),
+    /// else the general path's (kept out of line).
+    #[inline(always)]
     fn report_in(&mut self, number: u32, outcome: &Outcome) -> Decision {
         if self.lane {
             if let Some(d) = self.lane_report(number, outcome) {
                 return d;
             }
         }
+        self.report_general(number, outcome)
+    }
+
+    #[inline(never)]
+    fn report_general(&mut self, number: u32, outcome: &Outcome) -> Decision {
         if let Some(hook) = &self.pol().policy.testing.panic_on_vendor_code {
             if outcome.vendor_code.as_deref() == Some(hook.as_str()) {
                 panic!("retrywise test hook: forced panic inside a decision");
