@@ -11,10 +11,13 @@
 //! ```
 //!
 //! Cost model: a call reads the clock once per step, finds its upstream's
-//! shared state once ([`crate::upstream`]), touches the breaker and budget
-//! cells without locks while they are closed and unexhausted, counts into its
-//! thread's own counter block ([`crate::local`]) and records events as
-//! compact records into its thread's own event ring ([`crate::ring`]).
+//! shared state once ([`crate::upstream`]) and borrows its thread's
+//! reference to it, touches the breaker and budget cells without locks while
+//! they are closed and unexhausted, counts into its thread's own counter
+//! block ([`crate::local`]) and records events as compact records into its
+//! thread's own event ring ([`crate::ring`]). The common call (one named
+//! upstream, a plain policy, a success) takes straight-line steps
+//! (`engine/lane.rs`); everything else, the general ones below.
 
 use crate::backoff::{jitter_ms, parse_retry_after_with};
 use crate::breaker::{Admit, BreakerCell, BreakerParams, BreakerState, Record, Transition};
@@ -2303,7 +2306,7 @@ impl Call {
             upstream: target,
             timeouts: pol.timeouts(remaining, tokens),
             remaining,
-            request_id: self.id.clone(),
+            request_id: self.id.for_attempt(),
             idempotency_key: self.key.clone(),
             hedge: is_hedge,
             started_at: now.dur(),

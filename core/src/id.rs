@@ -85,6 +85,23 @@ impl RequestId {
         &self.id
     }
 
+    /// The same id, for an attempt: an id made here is copied as its
+    /// numbers (its text is printed again if read), which is cheaper than
+    /// cloning the text kept with it.
+    #[inline]
+    pub(crate) fn for_attempt(&self) -> RequestId {
+        match &self.id {
+            CallId::Local { prefix, seq } => RequestId {
+                id: CallId::Local {
+                    prefix: *prefix,
+                    seq: *seq,
+                },
+                text: OnceLock::new(),
+            },
+            CallId::Remote(_) => self.clone(),
+        }
+    }
+
     /// The id's text (printed on first use, then kept).
     pub fn as_str(&self) -> &str {
         self.text.get_or_init(|| self.id.text())

@@ -139,7 +139,7 @@ impl Call {
             upstream: self.tu.up.key.clone(),
             timeouts: pol.timeouts(remaining, TokenEstimate::default()),
             remaining,
-            request_id: self.id.clone(),
+            request_id: self.id.for_attempt(),
             idempotency_key: self.key.clone(),
             hedge: false,
             started_at: now.dur(),
