@@ -899,6 +899,7 @@ enum Final {
     Succeeded {
         attempt: u32,
         hedge: bool,
+        /// `None`: the call's own upstream (kept apart only for a hedge that won elsewhere).
         upstream: Option<SmolStr>,
     },
     Other(Box<Decision>),
@@ -929,7 +930,8 @@ impl Final {
         }
     }
 
-    fn decision(&self) -> Decision {
+    /// The decision; `own` is the call's upstream.
+    fn decision(&self, own: &SmolStr) -> Decision {
         match self {
             Final::Succeeded {
                 attempt,
@@ -940,7 +942,7 @@ impl Final {
                 delay: Duration::ZERO,
                 class: None,
                 reason: Reason::Success,
-                upstream: upstream.clone(),
+                upstream: Some(upstream.as_ref().unwrap_or(own).clone()),
                 wait_source: WaitSource::None,
                 retry_after: None,
                 on_failure: None,
@@ -1715,7 +1717,7 @@ impl Call {
 
     /// The final decision, once the call is over.
     pub fn final_decision(&self) -> Option<Decision> {
-        self.final_decision.as_ref().map(Final::decision)
+        self.final_decision.as_ref().map(|f| f.decision(&self.tu.up.key))
     }
 
     /// False when an upstream retrywise layer owns retries for this call.
@@ -2601,7 +2603,7 @@ impl Call {
         }
         let Some(f) = self.in_flight.take(|f| f.number == number) else {
             if let Some(f) = &self.final_decision {
-                return f.decision();
+                return f.decision(&self.tu.up.key);
             }
             let mut d = self.stop_decision(Reason::InvalidState, None, number);
             d.detail = Some(format!("attempt {number} is not in flight"));
@@ -2688,7 +2690,7 @@ impl Call {
         }
         if let Some(f) = &self.final_decision {
             // A sibling already ended the call (hedging).
-            return f.decision();
+            return f.decision(&self.tu.up.key);
         }
         let base = |s: &Self| Decision {
             action: Action::Stop,
@@ -3209,7 +3211,7 @@ impl Call {
     /// the call stops with `cancelled`.
     pub fn cancel(&mut self) -> Decision {
         if let Some(f) = &self.final_decision {
-            return f.decision();
+            return f.decision(&self.tu.up.key);
         }
         let numbers: SmallVec<[u32; 2]> = self.in_flight.iter().map(|f| f.number).collect();
         let mut last = None;

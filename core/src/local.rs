@@ -150,6 +150,8 @@ pub(crate) struct Here<'a> {
     pub(crate) version: CounterSink<'a>,
     /// The upstream's counters.
     pub(crate) upstream: CounterSink<'a>,
+    /// The thread's own event ring, when the call may write it here ([`Handle::ring_here`]).
+    pub(crate) ring: Option<&'a ThreadRing>,
 }
 
 impl ThreadUp {
@@ -164,7 +166,7 @@ impl ThreadUp {
         }
     }
 
-    /// [`Handle::sink`] and [`ThreadUp::sink`] at once. A state that has counters of its own was made by the thread
+    /// [`Handle::sink`], [`ThreadUp::sink`] and [`Handle::ring_here`] at once. A state that has counters of its own was made by the thread
     /// that owns its handle, and is retired no later than that handle: so
     /// when the handle is this thread's and current, the state's own block
     /// is writable exactly while it is current.
@@ -177,10 +179,12 @@ impl ThreadUp {
                     Some(c) if c.current.load(Ordering::Relaxed) => CounterSink::Owned(&c.block),
                     _ => CounterSink::Shared(self.up.value.counters.value.shared()),
                 },
+                ring: self.handle.ring.as_deref(),
             },
             None => Here {
                 version: self.handle.sink(),
                 upstream: self.sink(),
+                ring: None,
             },
         }
     }

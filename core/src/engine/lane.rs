@@ -18,7 +18,7 @@
 //! asserts identical decisions, attempts, counters and events.
 
 use super::*;
-use crate::ring::{End, Start};
+use crate::ring::{End, Start, ThreadRing};
 
 impl Engine {
     /// A plain call ([`CallSpec::is_plain`]) to an upstream this thread's
@@ -96,14 +96,14 @@ impl Call {
         let retry = self.next == Next::Retry;
         let now_ms = now.ms();
         let remaining_ms = remaining.ms();
+        let here = self.tu.here();
         let start_rec = if pol.shared.bus.active() {
-            self.lane_start_event(now, number, remaining_ms)
+            self.lane_start_event(here.ring, now, number, remaining_ms)
         } else {
             None
         };
         let tu = &*self.tu;
         let pol = &*tu.handle.pol;
-        let here = tu.here();
         let c = Ctr::attempt(number);
         here.version.bump(c);
         if let Some(t) = &self.tenant_counters {
@@ -152,10 +152,10 @@ impl Call {
     /// Records the start of attempt `number` (the events are on); its index
     /// in this thread's ring, when it went there.
     #[inline(always)]
-    fn lane_start_event(&self, now: Nanos, number: u32, remaining_ms: u64) -> Option<u64> {
+    fn lane_start_event(&self, ring: Option<&ThreadRing>, now: Nanos, number: u32, remaining_ms: u64) -> Option<u64> {
         let tu = &*self.tu;
         let bus = &tu.handle.pol.shared.bus;
-        let ring = tu.handle.ring_here().filter(|_| bus.ring_only());
+        let ring = ring.filter(|_| bus.ring_only());
         let written = ring.and_then(|ring| {
             ring.push_start(&Start {
                 at_ns: now.0,
@@ -231,9 +231,9 @@ impl Call {
             self.on_transition(&key, Some(t), now);
         }
         let active = self.active();
-        let decided = active && self.lane_end_event(&f, now, outcome.status, elapsed_ms);
-        let c = Ctr::success(f.number);
         let here = self.tu.here();
+        let decided = active && self.lane_end_event(here.ring, &f, now, outcome.status, elapsed_ms);
+        let c = Ctr::success(f.number);
         here.version.bump(c);
         if let Some(t) = &self.tenant_counters {
             t.value.bump(c);
@@ -259,7 +259,7 @@ impl Call {
         self.final_decision = Some(Final::Succeeded {
             attempt: f.number,
             hedge: f.hedge,
-            upstream: Some(self.tu.up.key.clone()),
+            upstream: None,
         });
         Some(d)
     }
@@ -267,7 +267,14 @@ impl Call {
     /// Records the end of successful attempt `f` with the success decision
     /// folded in (the events are on); true when the decision was recorded.
     #[inline(always)]
-    fn lane_end_event(&self, f: &InFlight, now: Nanos, status: Option<u16>, elapsed_ms: u64) -> bool {
+    fn lane_end_event(
+        &self,
+        ring: Option<&ThreadRing>,
+        f: &InFlight,
+        now: Nanos,
+        status: Option<u16>,
+        elapsed_ms: u64,
+    ) -> bool {
         let then = Then {
             action: Action::Succeeded,
             reason: Reason::Success,
@@ -277,7 +284,7 @@ impl Call {
             wait_source: WaitSource::None,
         };
         let tu = &*self.tu;
-        if let (Some(index), Some(ring)) = (f.start_rec, tu.handle.ring_here()) {
+        if let (Some(index), Some(ring)) = (f.start_rec, ring) {
             let end = End {
                 at_ns: now.0,
                 status,
