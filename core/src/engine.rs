@@ -125,7 +125,7 @@ pub(crate) struct Shared {
     engine_id: u64,
     pub(crate) clock: EngineClock,
     seed: u64,
-    id_prefix: u32,
+    pub(crate) id_prefix: u32,
     mode: AtomicU8,
     pub(crate) breakers: Registry<BreakerCell>,
     pub(crate) budgets: Registry<BudgetCell>,

@@ -120,6 +120,12 @@ fn then_bits(t: Then) -> u64 {
 /// A name as a slot stores it: its length byte and three words.
 pub(crate) type Packed = (u8, [u64; 3]);
 
+/// Word 9 of a start record by [`ThreadRing::push_plain_start`]: an id made
+/// by the engine with id prefix `prefix`, upstream name `up`, no tenant or task.
+pub(crate) fn plain_names(prefix: u32, up: &Packed) -> u64 {
+    LOCAL_ID as u64 | (up.0 as u64) << 8 | (NONE as u64) << 16 | (NONE as u64) << 24 | (prefix as u64) << 32
+}
+
 /// An attempt's start as [`ThreadRing::push_start`] writes it.
 #[derive(Debug)]
 pub(crate) struct Start<'a> {
@@ -554,6 +560,46 @@ impl ThreadRing {
         }))
     }
 
+    /// [`ThreadRing::push_start`] for the usual start: an id made here, no
+    /// tenant or task, and the names' word (`w9`, see [`plain_names`]) and
+    /// the upstream's packed name computed once. Writes the same words.
+    /// Only the owner thread may call this.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn push_plain_start(
+        &self,
+        w9: u64,
+        up: &Packed,
+        id_seq: u64,
+        at_ns: u64,
+        version: u32,
+        attempt: u32,
+        remaining_ms: u64,
+    ) -> u64 {
+        let flags = 1 << 1 | 1 << 2 | ((attempt > 1) as u64) << 3 | 1 << 4 | 1 << 7;
+        let w2 = kind_code(EventKind::AttemptStart) | flags << 8 | (version as u64) << 16;
+        let (up_len, up) = up;
+        self.append(1, |seq, _, slot| {
+            let put = |at: usize, v: u64| slot.w[at].store(v, Ordering::Relaxed);
+            put(0, at_ns);
+            put(1, seq);
+            put(2, w2);
+            put(3, attempt as u64);
+            put(4, 0);
+            put(5, 0);
+            put(6, remaining_ms);
+            put(9, w9);
+            put(10, id_seq);
+            put(13, up[0]);
+            if *up_len > 8 {
+                put(14, up[1]);
+                if *up_len > 16 {
+                    put(15, up[2]);
+                }
+            }
+        })
+    }
+
     /// Claims the next slot for a record of `events` events and has `write`
     /// fill it (given the record's first sequence number and index) inside
     /// the slot's seqlock.
@@ -840,6 +886,7 @@ mod tests {
             remaining_ms: u64::MAX,
         });
         let mut n = 0;
+        let mut plain = 0;
         for id in &ids {
             for upstream in [&up, &long] {
                 for (kind, start) in [
@@ -847,7 +894,7 @@ mod tests {
                     (EventKind::Hedge, true),
                     (EventKind::AttemptEnd, false),
                 ] {
-                    for attempt in [1, 3] {
+                    for attempt in [1, 2, 3] {
                         let h = Hot {
                             kind,
                             at_ns: 1_000 + n,
@@ -881,7 +928,7 @@ mod tests {
                         a.read(false, &mut ra);
                         b.read(false, &mut rb);
                         assert_eq!(format!("{ra:?}"), format!("{rb:?}"));
-                        assert_eq!(ra[0].parent_attempt, (start && attempt == 3).then_some(2));
+                        assert_eq!(ra[0].parent_attempt, (start && attempt > 1).then(|| attempt - 1));
                         // A start written field by field reads back the same,
                         // or is refused (nothing written) when a name is too long.
                         if start {
@@ -898,6 +945,26 @@ mod tests {
                                 hedge: h.hedge,
                                 remaining_ms: h.remaining_ms,
                             };
+                            // The usual start, from its precomputed words, reads back the same too.
+                            if let (CallId::Local { prefix, seq }, Some(up), None, None, false) =
+                                (h.id, h.up_packed, h.tenant, h.task, h.hedge)
+                            {
+                                let d = ThreadRing::new(5, 1);
+                                d.push(&mut junk.clone());
+                                d.push_plain_start(
+                                    plain_names(*prefix, &up),
+                                    &up,
+                                    *seq,
+                                    h.at_ns,
+                                    h.version,
+                                    h.attempt,
+                                    h.remaining_ms,
+                                );
+                                let mut rd = Vec::new();
+                                d.read(false, &mut rd);
+                                assert_eq!(format!("{rd:?}"), format!("{rb:?}"));
+                                plain += 1;
+                            }
                             let fits = h.up_packed.is_some() && !matches!(h.id, CallId::Remote(r) if r.len() > 23);
                             assert_eq!(c.push_start(&s).is_some(), fits);
                             let mut rc = Vec::new();
@@ -917,7 +984,8 @@ mod tests {
                 }
             }
         }
-        assert_eq!(n, 36);
+        assert_eq!(n, 54);
+        assert!(plain > 0, "the usual start was checked");
     }
 
     fn attempt(kind: EventKind, at_ns: u64, id: &CallId, up: &SmolStr, n: u32, status: Option<u16>) -> Hot<'static> {

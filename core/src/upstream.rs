@@ -13,7 +13,7 @@ use crate::budget::BudgetCell;
 use crate::engine::{breaker_override, fnv, scope_key, splitmix, Compiled};
 use crate::policy::{BreakerOverride, ScopeDim};
 use crate::registry::Slot;
-use crate::ring::{pack, Packed};
+use crate::ring::{pack, plain_names, Packed};
 use crate::stats::CounterSet;
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -45,6 +45,8 @@ pub(crate) struct UpstreamState {
     pub(crate) budgets: SmallVec<[BudgetScope; 1]>,
     /// The upstream's name as event records store it, packed once.
     pub(crate) packed: Option<Packed>,
+    /// Word 9 of a plain attempt start to this upstream ([`crate::ring::plain_names`]).
+    pub(crate) plain_names: u64,
 }
 
 /// True when the scope key of `dims` depends on the call, not only on the upstream.
@@ -89,8 +91,10 @@ impl UpstreamState {
         } else {
             SmallVec::new()
         };
+        let packed = pack(upstream);
         UpstreamState {
-            packed: pack(upstream),
+            plain_names: packed.as_ref().map_or(0, |p| plain_names(sh.id_prefix, p)),
+            packed,
             counters,
             breaker,
             budgets,

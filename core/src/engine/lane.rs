@@ -18,6 +18,7 @@
 //! asserts identical decisions, attempts, counters and events.
 
 use super::*;
+use crate::id::CallId;
 use crate::ring::{End, Start, ThreadRing};
 
 impl Engine {
@@ -156,6 +157,22 @@ impl Call {
         let tu = &*self.tu;
         let bus = &tu.handle.pol.shared.bus;
         let ring = ring.filter(|_| bus.ring_only());
+        // The usual start: its names' words are the upstream's, computed once.
+        if let (Some(ring), Some(up), CallId::Local { seq, .. }, None, None) =
+            (ring, &tu.up.value.packed, self.id.raw(), &self.tenant, &self.task)
+        {
+            let index = ring.push_plain_start(
+                tu.up.value.plain_names,
+                up,
+                *seq,
+                now.0,
+                tu.handle.pol.version_idx,
+                number,
+                remaining_ms,
+            );
+            self.last_end.set(None);
+            return Some(index);
+        }
         let written = ring.and_then(|ring| {
             ring.push_start(&Start {
                 at_ns: now.0,
