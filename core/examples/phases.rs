@@ -1,6 +1,12 @@
-//! Instructions per phase of a success cycle (begin, next_attempt, report,
-//! drop), each kept out of line so callgrind counts it apart:
-//! `valgrind --tool=callgrind --toggle-collect='phases::*' target/release/examples/phases N`.
+//! Instructions per step of a success cycle (the spec, begin, next_attempt,
+//! report and the drops), each kept out of line so callgrind counts it apart.
+//! Keeping them out of line adds calls and copies a real cycle does not
+//! make: compare steps with each other, and whole cycles with `bench/callgrind`.
+//!
+//! `cargo build --profile bench -p retrywise --example phases`, then
+//! `valgrind --tool=callgrind --toggle-collect='phases::p*' target/release/examples/phases N [POLICY]`
+//! and `callgrind_annotate --inclusive=yes`; run it for two N and subtract
+//! to leave out the engine's setup.
 
 use retrywise::{Attempt, Call, CallSpec, Decision, Engine, Outcome, Stopped};
 use std::hint::black_box;

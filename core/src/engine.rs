@@ -738,6 +738,25 @@ impl Decision {
         ms(self.delay)
     }
 
+    /// A success of attempt `attempt` on `upstream`.
+    #[inline(always)]
+    fn success(attempt: u32, hedge: bool, upstream: SmolStr) -> Decision {
+        Decision {
+            action: Action::Succeeded,
+            delay: Duration::ZERO,
+            class: None,
+            reason: Reason::Success,
+            upstream: Some(upstream),
+            wait_source: WaitSource::None,
+            retry_after: None,
+            on_failure: None,
+            detail: None,
+            attempt,
+            hedge,
+            excluded: Vec::new(),
+        }
+    }
+
     fn stopped(&self) -> Stopped {
         Stopped {
             reason: if self.action == Action::Succeeded {
@@ -937,20 +956,7 @@ impl Final {
                 attempt,
                 hedge,
                 upstream,
-            } => Decision {
-                action: Action::Succeeded,
-                delay: Duration::ZERO,
-                class: None,
-                reason: Reason::Success,
-                upstream: Some(upstream.as_ref().unwrap_or(own).clone()),
-                wait_source: WaitSource::None,
-                retry_after: None,
-                on_failure: None,
-                detail: None,
-                attempt: *attempt,
-                hedge: *hedge,
-                excluded: Vec::new(),
-            },
+            } => Decision::success(*attempt, *hedge, upstream.as_ref().unwrap_or(own).clone()),
             Final::Other(d) => (**d).clone(),
         }
     }
@@ -984,7 +990,6 @@ enum Next {
 
 /// One logical request. Owned by one thread at a time (`Send`, not `Sync`).
 pub struct Call {
-    /// The call's upstream as this thread sees it; through it, the policy handle.
     /// The call's target upstream (its key names it) as this thread sees
     /// it; through it, the policy handle.
     tu: Lent,
@@ -2673,14 +2678,8 @@ impl Call {
             };
             if headers.is_empty() {
                 // A success ends the call: its decision goes into the same record.
-                let then = (cls.disposition == Disposition::Succeeded && self.final_decision.is_none()).then(|| Then {
-                    action: Action::Succeeded,
-                    reason: Reason::Success,
-                    error_class: None,
-                    remaining_ms: self.deadline_at.saturating_sub(now).ms(),
-                    delay_ms: 0,
-                    wait_source: WaitSource::None,
-                });
+                let then = (cls.disposition == Disposition::Succeeded && self.final_decision.is_none())
+                    .then(|| Then::success(self.deadline_at.saturating_sub(now).ms()));
                 decided = self.emit_end(f.start_rec, &h, then);
             } else {
                 let mut e = h.to_rec();
@@ -2712,20 +2711,7 @@ impl Call {
                 self.count(c);
                 self.tu_of(&f).sink().bump(c);
                 self.release_pending_hold();
-                let d = Decision {
-                    action: Action::Succeeded,
-                    delay: Duration::ZERO,
-                    class: None,
-                    reason: Reason::Success,
-                    upstream: Some(f_up.clone()),
-                    wait_source: WaitSource::None,
-                    retry_after: None,
-                    on_failure: None,
-                    detail: None,
-                    attempt: f.number,
-                    hedge: f.hedge,
-                    excluded: Vec::new(),
-                };
+                let d = Decision::success(f.number, f.hedge, f_up.clone());
                 if !decided && self.active() {
                     self.record_decision(&d, now);
                 }

@@ -120,10 +120,18 @@ fn then_bits(t: Then) -> u64 {
 /// A name as a slot stores it: its length byte and three words.
 pub(crate) type Packed = (u8, [u64; 3]);
 
+/// Word 9 of a record: the lengths of its id, upstream, tenant and task
+/// names ([`NONE`] when absent, [`LOCAL_ID`] for an id made here) and the
+/// prefix of an id made here.
+#[inline(always)]
+fn names_word(id_len: u8, up_len: u8, tenant_len: u8, task_len: u8, prefix: u32) -> u64 {
+    id_len as u64 | (up_len as u64) << 8 | (tenant_len as u64) << 16 | (task_len as u64) << 24 | (prefix as u64) << 32
+}
+
 /// Word 9 of a start record by [`ThreadRing::push_plain_start`]: an id made
 /// by the engine with id prefix `prefix`, upstream name `up`, no tenant or task.
 pub(crate) fn plain_names(prefix: u32, up: &Packed) -> u64 {
-    LOCAL_ID as u64 | (up.0 as u64) << 8 | (NONE as u64) << 16 | (NONE as u64) << 24 | (prefix as u64) << 32
+    names_word(LOCAL_ID, up.0, NONE, NONE, prefix)
 }
 
 /// An attempt's start as [`ThreadRing::push_start`] writes it.
@@ -239,14 +247,7 @@ fn put_names(
     let up_len = packed(&mut put, 13, upstream)?;
     let tenant_len = name(&mut put, 16, tenant)?;
     let task_len = name(&mut put, 19, task)?;
-    put(
-        9,
-        id_len as u64
-            | (up_len as u64) << 8
-            | (tenant_len as u64) << 16
-            | (task_len as u64) << 24
-            | (prefix as u64) << 32,
-    );
+    put(9, names_word(id_len, up_len, tenant_len, task_len, prefix));
     Some(())
 }
 
@@ -542,14 +543,7 @@ impl ThreadRing {
             words(13, up_len, up);
             words(16, tenant_len, tenant);
             words(19, task_len, task);
-            put(
-                9,
-                id_len as u64
-                    | (up_len as u64) << 8
-                    | (tenant_len as u64) << 16
-                    | (task_len as u64) << 24
-                    | (prefix as u64) << 32,
-            );
+            put(9, names_word(id_len, up_len, tenant_len, task_len, prefix));
             put(0, s.at_ns);
             put(1, seq);
             put(2, kind_code(kind) | flags << 8 | (s.version as u64) << 16);

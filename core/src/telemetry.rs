@@ -265,6 +265,21 @@ pub(crate) struct Then {
     pub(crate) wait_source: WaitSource,
 }
 
+impl Then {
+    /// The call succeeded, `remaining_ms` before its deadline.
+    #[inline(always)]
+    pub(crate) fn success(remaining_ms: u64) -> Then {
+        Then {
+            action: Action::Succeeded,
+            reason: Reason::Success,
+            error_class: None,
+            remaining_ms,
+            delay_ms: 0,
+            wait_source: WaitSource::None,
+        }
+    }
+}
+
 /// An attempt's start or end borrowed from its call: the two events every
 /// attempt records, encoded into the ring without building a [`Rec`].
 #[derive(Debug, Clone)]

@@ -256,20 +256,7 @@ impl Call {
             t.value.bump(c);
         }
         here.upstream.bump(c);
-        let d = Decision {
-            action: Action::Succeeded,
-            delay: Duration::ZERO,
-            class: None,
-            reason: Reason::Success,
-            upstream: Some(self.tu.up.key.clone()),
-            wait_source: WaitSource::None,
-            retry_after: None,
-            on_failure: None,
-            detail: None,
-            attempt: f.number,
-            hedge: f.hedge,
-            excluded: Vec::new(),
-        };
+        let d = Decision::success(f.number, f.hedge, self.tu.up.key.clone());
         if !decided && active {
             self.record_decision(&d, now);
         }
@@ -292,14 +279,7 @@ impl Call {
         status: Option<u16>,
         elapsed_ms: u64,
     ) -> bool {
-        let then = Then {
-            action: Action::Succeeded,
-            reason: Reason::Success,
-            error_class: None,
-            remaining_ms: self.deadline_at.saturating_sub(now).ms(),
-            delay_ms: 0,
-            wait_source: WaitSource::None,
-        };
+        let then = Then::success(self.deadline_at.saturating_sub(now).ms());
         let tu = &*self.tu;
         if let (Some(index), Some(ring)) = (f.start_rec, ring) {
             let end = End {
