@@ -67,8 +67,14 @@ pub(crate) struct ThreadRing {
     head: AtomicU64,
     /// Sequence number of the last event written (owner only).
     seq: AtomicU64,
-    /// Events drains took.
+    /// Events whose record (or change in place) is published: counted after
+    /// it, so a reader that sees the count sees them (owner only writes).
+    published: AtomicU64,
+    /// Events drains took: counted before a drain moves its floor.
     delivered: AtomicU64,
+    /// The highest count of dropped events reported: the count is a counter
+    /// (Prometheus), so it never goes back.
+    dropped_seen: AtomicU64,
     /// Slot of the next record, `head mod cap` kept without a division (owner only).
     next_slot: AtomicU64,
     /// What drains have taken: every record below `floor >> 2`, and the
@@ -453,7 +459,9 @@ impl ThreadRing {
             cap: cap.max(1),
             head: AtomicU64::new(0),
             seq: AtomicU64::new(0),
+            published: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
+            dropped_seen: AtomicU64::new(0),
             next_slot: AtomicU64::new(0),
             floor: AtomicU64::new(0),
             draining: Mutex::new(()),
@@ -612,6 +620,7 @@ impl ThreadRing {
         write(seq + 1, i, slot);
         slot.ver.store(written(i), Ordering::Release);
         self.head.store(i + 1, Ordering::Release);
+        self.publish(events);
         i
     }
 
@@ -668,6 +677,7 @@ impl ThreadRing {
         slot.w[8].store(then.remaining_ms, Ordering::Relaxed);
         slot.ver.store(v + 2, Ordering::Release);
         self.seq.store(self.seq.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.publish(1);
         true
     }
 
@@ -721,6 +731,7 @@ impl ThreadRing {
             self.seq.load(Ordering::Relaxed) + 1 + then.is_some() as u64,
             Ordering::Relaxed,
         );
+        self.publish(1 + then.is_some() as u64);
         true
     }
 
@@ -779,28 +790,41 @@ impl ThreadRing {
             }
         }
         if take {
-            self.floor.store(next_floor, Ordering::Release);
+            // Counted as taken before they leave the held window (see `counts`).
             let taken: u64 = out[base..].iter().map(Rec::events).sum();
-            self.delivered.fetch_add(taken, Ordering::Relaxed);
+            self.delivered.fetch_add(taken, Ordering::Release);
+            self.floor.store(next_floor, Ordering::Release);
         }
     }
 
-    /// Events overwritten before a drain took them. Counted from the
-    /// events written, taken and still held, not on the writer's path: exact
-    /// whenever the ring is not being written or drained at that moment.
+    /// Counts `events` as published (owner only, after the stores that publish them).
+    #[inline(always)]
+    fn publish(&self, events: u64) {
+        self.published
+            .store(self.published.load(Ordering::Relaxed) + events, Ordering::Release);
+    }
+
+    /// Events overwritten before a drain took them (see [`ThreadRing::counts`]).
     pub(crate) fn dropped(&self) -> u64 {
         self.counts().0
     }
 
     /// `(dropped, held)`: events overwritten before a drain took them, and
-    /// events held now (not drained, not overwritten).
+    /// events held now (not drained, not overwritten). Dropped events are
+    /// counted from the events published, held and taken, off the writer's
+    /// path. Read in that order, an event written or drained meanwhile can
+    /// only be counted twice, never missed, so the count is at most the
+    /// true one and exact while nothing writes or drains the ring; the
+    /// highest count reported is kept, so it never goes back.
     pub(crate) fn counts(&self) -> (u64, u64) {
-        let written = self.seq.load(Ordering::Acquire);
-        let taken = self.delivered.load(Ordering::Relaxed);
+        let published = self.published.load(Ordering::Acquire);
         let mut v = Vec::new();
         self.read(false, &mut v);
         let held: u64 = v.iter().map(Rec::events).sum();
-        (written.saturating_sub(taken + held), held)
+        let taken = self.delivered.load(Ordering::Acquire);
+        let dropped = published.saturating_sub(held + taken);
+        let seen = self.dropped_seen.fetch_max(dropped, Ordering::Relaxed);
+        (seen.max(dropped), held)
     }
 }
 
@@ -1204,15 +1228,34 @@ mod tests {
             })
         };
         let (a, b) = (drain(ring.clone()), drain(ring.clone()));
+        // The count of dropped events, read meanwhile, never goes back.
+        let watch = {
+            let (ring, stop) = (ring.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut last = 0;
+                while !stop.load(Ordering::Acquire) {
+                    let d = ring.dropped();
+                    assert!(d >= last, "the dropped count went back from {last} to {d}");
+                    last = d;
+                }
+                last
+            })
+        };
         let written = writer.join().unwrap();
         stop.store(true, Ordering::Release);
         let mut seqs = a.join().unwrap();
         seqs.extend(b.join().unwrap());
+        let seen = watch.join().unwrap();
         let mut rest = Vec::new();
         ring.read(true, &mut rest);
         assert!(rest.is_empty(), "{} events left after the drainers stopped", rest.len());
         seqs.sort_unstable();
-        (written, seqs, ring.dropped())
+        let dropped = ring.dropped();
+        assert!(
+            seen <= dropped,
+            "a count read meanwhile ({seen}) was above the final one ({dropped})"
+        );
+        (written, seqs, dropped)
     }
 
     /// Drains racing the owner's in-place ends and decisions lose and repeat
