@@ -42,14 +42,29 @@ static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 static NEXT_ENGINE: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    /// This thread's number, 0 until first asked for. Initialized as a
+    /// constant (no lazy-init state to check): counter ownership asks for it
+    /// at every step of every call.
+    static THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     static LOCAL: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
 }
 
-/// This thread's number (never 0 while the thread runs).
+/// This thread's number (never 0).
 #[inline]
 pub(crate) fn thread_no() -> u64 {
-    THREAD.try_with(|t| *t).unwrap_or(0)
+    let n = THREAD.with(|t| t.get());
+    if n != 0 {
+        n
+    } else {
+        first_thread_no()
+    }
+}
+
+#[cold]
+fn first_thread_no() -> u64 {
+    let n = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    THREAD.with(|t| t.set(n));
+    n
 }
 
 /// A counter block one thread owns: written with plain stores by that thread
