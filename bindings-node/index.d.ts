@@ -208,7 +208,11 @@ export declare class Call {
   readonly attempts: number
   readonly remainingMs: number
   info(): CallInfo
-  /** Frees the native call now (otherwise when garbage-collected). */
+  /**
+   * Frees the native call (otherwise when garbage-collected). A call whose last
+   * report left nothing in flight is freed with the next batch, by the end of
+   * the current job; one that holds something gives it back at once.
+   */
   release(): void
 }
 

@@ -193,6 +193,8 @@ function flatHeaders(h, argName) {
 const ENGINE = Symbol('retrywise.engine')
 /** Calls begun in one job checked for the GC safety net at once (see Engine#_track). */
 const PEND_BATCH = 256
+// Finished calls that hold nothing are freed this many at a time (one crossing).
+const RELEASE_BATCH = 64
 
 class Engine {
   /**
@@ -228,6 +230,9 @@ class Engine {
     this._pendN = 0
     this._pendQueued = false
     this._pendFlush = () => this._trackPending(true)
+    // Handles of released calls that hold nothing, freed by the next batch.
+    this._rel = new Float64Array(RELEASE_BATCH)
+    this._relN = 0
   }
 
   /** Builds an engine from a policy file (`.json`, `.yaml`/`.yml`, `.toml`). */
@@ -373,6 +378,27 @@ class Engine {
     return s[12]
   }
 
+  /**
+   * Frees call `h` with the next batch: at most RELEASE_BATCH releases or the
+   * end of the current job later. Only for a call that holds nothing (its drop
+   * gives nothing back, so freeing it later changes no decision).
+   */
+  _releaseLater(h) {
+    this._rel[this._relN++] = h
+    if (this._relN === RELEASE_BATCH) this._releaseBatch()
+    else if (!this._pendQueued) {
+      this._pendQueued = true
+      queueMicrotask(this._pendFlush)
+    }
+  }
+
+  _releaseBatch() {
+    const n = this._relN
+    if (n === 0) return
+    this._relN = 0
+    this._n.releaseMany(this._rel, n)
+  }
+
   /** Registers `call` with the GC safety net unless it is released before the next microtask. */
   _track(call) {
     if (!this._pendQueued) {
@@ -384,7 +410,10 @@ class Engine {
   }
 
   _trackPending(last) {
-    if (last) this._pendQueued = false
+    if (last) {
+      this._pendQueued = false
+      this._releaseBatch()
+    }
     const p = this._pend
     const n = this._pendN
     this._pendN = 0
@@ -574,6 +603,7 @@ class Engine {
 
   /** Calls begun with `begin()` and not yet released or garbage-collected. */
   get liveCalls() {
+    this._releaseBatch()
     return this._n.liveCalls()
   }
 }
@@ -790,11 +820,14 @@ class Call {
     this._e = engine
     this._h = h
     this._tracked = false
+    // The last report left nothing held (scratch[14]): release() may batch.
+    this._idle = false
   }
 
   /** The next attempt to make; throws `StoppedError` when none may start. */
   nextAttempt() {
     const e = this._e
+    this._idle = false
     const r = e._next(this._h, 0)
     e._flush()
     if (r === 0) return new Attempt(this, e._s)
@@ -807,12 +840,14 @@ class Call {
    */
   report(outcome) {
     reportNative(this, outcome, 'outcome')
+    this._idle = this._e._s[14] === 1
     this._e._flush()
     return decisionFromScratch(this)
   }
 
   /** Cancels the call: attempts in flight are reported as cancelled; returns the final decision. */
   cancel() {
+    this._idle = false
     this._e._n.cancel(this._h)
     this._e._flush()
     return decisionFromScratch(this)
@@ -825,6 +860,7 @@ class Call {
    */
   nextHedge() {
     const e = this._e
+    this._idle = false
     const r = e._n.nextHedge(this._h)
     e._flush()
     if (r === 0) return { action: 'start', attempt: new Attempt(this, e._s) }
@@ -849,7 +885,12 @@ class Call {
     return JSON.parse(this._e._n.callInfo(this._h))
   }
 
-  /** Frees the native call now (otherwise it is freed when garbage-collected). */
+  /**
+   * Frees the native call (otherwise it is freed when garbage-collected). A
+   * call that holds nothing (its last report left no attempt in flight) is
+   * freed with the next batch, by the end of the current job; one that holds
+   * something gives it back now.
+   */
   release() {
     if (this._tracked) {
       this._tracked = false
@@ -859,11 +900,15 @@ class Call {
   }
 
   _release() {
-    if (this._h >= 0) {
-      const e = this._e
-      e._s[24] = this._h
-      e._f.release()
+    const h = this._h
+    if (h >= 0) {
       this._h = -1
+      const e = this._e
+      if (this._idle) e._releaseLater(h)
+      else {
+        e._s[24] = h
+        e._f.release()
+      }
     }
   }
 }

@@ -57,6 +57,12 @@ export declare class NativeEngine {
    * slots and budget holds, as dropping a core `Call` does). Idempotent.
    */
   release(h: number): void
+  /**
+   * Drops the first `n` calls of `handles` (each as `release` does): one
+   * crossing for a batch of finished calls. Unknown and released handles
+   * are skipped.
+   */
+  releaseMany(handles: Float64Array, n: number): void
   /** Live (unreleased) calls. */
   liveCalls(): number
   /**

@@ -320,6 +320,46 @@ test('calls released in the same job never reach the GC safety net; more than a 
   assert.equal(e.liveCalls, 0)
 })
 
+test('release() gives back at once what a call holds; a call that holds nothing is freed with the next batch', async () => {
+  const e = new Engine({ budget: { ratio: 1.0, min_per_sec: 100, max_concurrent_retries: 1 } })
+  const a = e.begin({ route: 'u' })
+  a.nextAttempt()
+  assert.equal(a.report({ status: 503 }).action, 'retry')
+  const b = e.begin({ route: 'u' })
+  b.nextAttempt()
+  assert.equal(b.report({ status: 503 }).reason, 'retry_concurrency', 'a holds the only retry slot')
+  b.release()
+  // a holds its retry slot: released, it gives the slot back before release() returns.
+  a.release()
+  const c = e.begin({ route: 'u' })
+  c.nextAttempt()
+  assert.equal(c.report({ status: 503 }).action, 'retry', 'the slot came back at once')
+  c.release()
+  assert.equal(e.liveCalls, 0)
+
+  // A finished call holds nothing: it waits for the batch, nothing else does.
+  const native = e._n
+  const done = e.begin({ route: 'u' })
+  done.nextAttempt()
+  assert.equal(done.report({ status: 200 }).action, 'succeeded')
+  done.release()
+  assert.equal(native.liveCalls(), 1, 'queued, not yet freed')
+  assert.throws(() => done.id, /released/, 'released for JS at once')
+  await null
+  assert.equal(native.liveCalls(), 0, 'freed by the end of the job')
+
+  // A full batch is freed without waiting for the job to end; liveCalls frees the rest first.
+  for (let i = 0; i < 100; i++) {
+    const x = e.begin({ route: 'u' })
+    x.nextAttempt()
+    x.report({ status: 200 })
+    x.release()
+  }
+  assert.equal(native.liveCalls(), 100 - 64)
+  assert.equal(e.liveCalls, 0)
+  assert.equal(native.liveCalls(), 0)
+})
+
 test('an onEvent listener that calls into the engine does not disturb the step being reported', () => {
   const e = new Engine({ max_attempts: 3, backoff: { base_ms: 1, cap_ms: 2 } })
   let inner = 0

@@ -27,7 +27,9 @@
 //! - decision (`report*`, `cancel`): `[0] action code, [1] delay ms, [2] class code or -1,
 //!   [3] reason code, [4] upstream index (-1 none, -2: call decisionUpstream), [5] wait source code,
 //!   [6] retry-after ms or -1, [7] on_failure code or -1, [8] attempt number, [9] flags
-//!   (1 hedge, 2 detail present, 4 exclusions present)`
+//!   (1 hedge, 2 detail present, 4 exclusions present)`; a report that did not
+//!   release the call also sets `[14]` to 1 when the call holds nothing (it may
+//!   be freed later, in a `releaseMany` batch), else 0
 //! - hedge wait (`nextHedge` returned `HEDGE_AFTER`): `[1] ms to wait`;
 //!   no hedge (`HEDGE_NO`): `[1] reason code`
 //! - fast entry points: inputs in `[24..28]`, result code in `[12]`, handle in `[13]` (see [`fast`]).
@@ -56,6 +58,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 const SCRATCH_LEN: usize = 32;
+/// Scratch slot a report sets to 1 when the call holds nothing ([`retrywise::Call::holds_nothing`]).
+const OUT_IDLE: usize = 14;
 
 /// `nextAttempt` result: an attempt was admitted (fields in scratch).
 const ATTEMPT: i32 = 0;
@@ -558,6 +562,9 @@ impl Inner {
             self.release(h);
             return Ok((action, true));
         }
+        // Whether index.js may free the call in a later batch (`releaseMany`).
+        let idle = e.call.as_ref().is_some_and(|c| c.holds_nothing());
+        self.scratch.set(OUT_IDLE, idle as u8 as f64);
         Ok((action, false))
     }
 }
@@ -812,6 +819,20 @@ impl NativeEngine {
     pub fn release(&mut self, env: Env, h: f64) -> Result<()> {
         guard(&env, || {
             self.st(&env)?.release(h);
+            Ok(())
+        })
+    }
+
+    /// Drops the first `n` calls of `handles` (each as `release` does): one
+    /// crossing for a batch of finished calls. Unknown and released handles
+    /// are skipped.
+    #[napi]
+    pub fn release_many(&mut self, env: Env, handles: Float64Array, n: u32) -> Result<()> {
+        guard(&env, || {
+            let mut st = self.st(&env)?;
+            for &h in handles.iter().take(n as usize) {
+                st.release(h);
+            }
             Ok(())
         })
     }

@@ -1720,6 +1720,25 @@ impl Call {
         self.final_decision.is_some()
     }
 
+    /// True when dropping the call gives nothing back: no attempt is in
+    /// flight and no budget hold is pending, so no probe permit, gate slot or
+    /// retry token waits on the drop. A binding may then free the call later
+    /// (a batch at a time) without changing any decision.
+    ///
+    /// ```
+    /// use retrywise::{CallSpec, Engine, Outcome, Policy};
+    /// let e = Engine::new(Policy::default()).unwrap();
+    /// let mut c = e.begin(CallSpec::new("openai/gpt-4o"));
+    /// c.next_attempt().unwrap();
+    /// assert!(!c.holds_nothing(), "an attempt is in flight");
+    /// c.report(&Outcome::success());
+    /// assert!(c.holds_nothing());
+    /// ```
+    #[inline]
+    pub fn holds_nothing(&self) -> bool {
+        self.in_flight.is_empty() && self.x.as_ref().is_none_or(|e| e.pending_hold.is_empty())
+    }
+
     /// The final decision, once the call is over.
     pub fn final_decision(&self) -> Option<Decision> {
         self.final_decision.as_ref().map(|f| f.decision(&self.tu.up.key))
@@ -3218,7 +3237,7 @@ impl Call {
 impl Drop for Call {
     fn drop(&mut self) {
         // Abandoned attempts give back their probe permits, gate slots and budget holds.
-        if self.in_flight.is_empty() && self.x.as_ref().is_none_or(|e| e.pending_hold.is_empty()) {
+        if self.holds_nothing() {
             return;
         }
         let pol = &self.tu.handle.pol;
