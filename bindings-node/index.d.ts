@@ -210,8 +210,9 @@ export declare class Call {
   info(): CallInfo
   /**
    * Frees the native call (otherwise when garbage-collected). A call whose last
-   * report left nothing in flight is freed with the next batch, by the end of
-   * the current job; one that holds something gives it back at once.
+   * report left nothing in flight is freed by the engine's next begin or by the
+   * end of the current job, whichever comes first; one that holds something
+   * gives it back at once.
    */
   release(): void
 }

@@ -193,7 +193,10 @@ function flatHeaders(h, argName) {
 const ENGINE = Symbol('retrywise.engine')
 /** Calls begun in one job checked for the GC safety net at once (see Engine#_track). */
 const PEND_BATCH = 256
-// Finished calls that hold nothing are freed this many at a time (one crossing).
+// Released calls that hold nothing wait in scratch[PENDING_RELEASE], where the
+// next native begin frees them (no crossing of their own); one that finds the
+// slot taken joins a batch freed this many at a time (one crossing).
+const PENDING_RELEASE = 15
 const RELEASE_BATCH = 64
 
 class Engine {
@@ -230,8 +233,9 @@ class Engine {
     this._pendN = 0
     this._pendQueued = false
     this._pendFlush = () => this._trackPending(true)
-    // Handles of released calls that hold nothing, freed by the next batch.
-    this._rel = new Float64Array(RELEASE_BATCH)
+    // Handles of released calls that hold nothing, freed by the next batch
+    // (one more place for the one in scratch[PENDING_RELEASE]).
+    this._rel = new Float64Array(RELEASE_BATCH + 1)
     this._relN = 0
   }
 
@@ -379,24 +383,39 @@ class Engine {
   }
 
   /**
-   * Frees call `h` with the next batch: at most RELEASE_BATCH releases or the
-   * end of the current job later. Only for a call that holds nothing (its drop
-   * gives nothing back, so freeing it later changes no decision).
+   * Frees call `h` at the next native begin, or with the next batch, by the
+   * end of the current job at the latest. Only for a call that holds nothing
+   * (its drop gives nothing back, so freeing it later changes no decision).
    */
   _releaseLater(h) {
-    this._rel[this._relN++] = h
-    if (this._relN === RELEASE_BATCH) this._releaseBatch()
-    else if (!this._pendQueued) {
+    const s = this._s
+    const waiting = s[PENDING_RELEASE]
+    s[PENDING_RELEASE] = h
+    if (waiting >= 0) {
+      this._rel[this._relN++] = waiting
+      if (this._relN === RELEASE_BATCH) return this._releaseBatch()
+    }
+    if (!this._pendQueued) {
       this._pendQueued = true
       queueMicrotask(this._pendFlush)
     }
   }
 
+  /** Frees every call waiting to be freed (see `_releaseLater`). */
   _releaseBatch() {
+    const s = this._s
+    const waiting = s[PENDING_RELEASE]
+    if (waiting >= 0) {
+      s[PENDING_RELEASE] = -1
+      this._rel[this._relN++] = waiting
+    }
     const n = this._relN
     if (n === 0) return
     this._relN = 0
-    this._n.releaseMany(this._rel, n)
+    if (n === 1) {
+      s[24] = this._rel[0]
+      this._f.release()
+    } else this._n.releaseMany(this._rel, n)
   }
 
   /** Registers `call` with the GC safety net unless it is released before the next microtask. */
@@ -888,8 +907,8 @@ class Call {
   /**
    * Frees the native call (otherwise it is freed when garbage-collected). A
    * call that holds nothing (its last report left no attempt in flight) is
-   * freed with the next batch, by the end of the current job; one that holds
-   * something gives it back now.
+   * freed by the engine's next begin or by the end of the current job,
+   * whichever comes first; one that holds something gives it back now.
    */
   release() {
     if (this._tracked) {

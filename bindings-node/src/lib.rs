@@ -29,7 +29,9 @@
 //!   [6] retry-after ms or -1, [7] on_failure code or -1, [8] attempt number, [9] flags
 //!   (1 hedge, 2 detail present, 4 exclusions present)`; a report that did not
 //!   release the call also sets `[14]` to 1 when the call holds nothing (it may
-//!   be freed later, in a `releaseMany` batch), else 0
+//!   be freed later), else 0
+//! - `[15]`: the handle of a released call that holds nothing, or -1 (set to -1
+//!   by the constructor): the next begin frees it before it starts the new call
 //! - hedge wait (`nextHedge` returned `HEDGE_AFTER`): `[1] ms to wait`;
 //!   no hedge (`HEDGE_NO`): `[1] reason code`
 //! - fast entry points: inputs in `[24..28]`, result code in `[12]`, handle in `[13]` (see [`fast`]).
@@ -60,6 +62,9 @@ use std::time::Duration;
 const SCRATCH_LEN: usize = 32;
 /// Scratch slot a report sets to 1 when the call holds nothing ([`retrywise::Call::holds_nothing`]).
 const OUT_IDLE: usize = 14;
+/// Scratch slot where index.js leaves the handle of a released call that
+/// holds nothing (-1: none): the next begin frees it first.
+const IN_PENDING_RELEASE: usize = 15;
 
 /// `nextAttempt` result: an attempt was admitted (fields in scratch).
 const ATTEMPT: i32 = 0;
@@ -519,6 +524,12 @@ impl Inner {
     /// `ATTEMPT` or `STOPPED` (fields in scratch).
     #[inline]
     fn start(&mut self, spec: CallSpec, first: bool) -> std::result::Result<(f64, i32), Fail> {
+        // Freed here, its slot and its thread's upstream reference are the new call's.
+        let pending = self.scratch.get(IN_PENDING_RELEASE);
+        if pending >= 0.0 {
+            self.scratch.set(IN_PENDING_RELEASE, -1.0);
+            self.release(pending);
+        }
         let (idx, h) = self.reserve()?;
         let e = &mut self.slab[idx];
         if !first {
@@ -668,12 +679,14 @@ impl NativeEngine {
             let rt_offset_ms = manual.is_none().then(|| rt_now_ms() - ms_exact(engine.now()));
             // SAFETY: length checked above; the Float64Array keeps its buffer alive.
             let ptr = unsafe { scratch.as_mut().as_mut_ptr() };
+            let scratch = Scratch { _keep: scratch, ptr };
+            scratch.set(IN_PENDING_RELEASE, -1.0);
             Ok(NativeEngine {
                 inner: Rc::new(RefCell::new(Inner {
                     engine,
                     manual,
                     rt_offset_ms,
-                    scratch: Scratch { _keep: scratch, ptr },
+                    scratch,
                     names: Names::default(),
                     strings: Vec::new(),
                     pending: Arc::new(Mutex::new(Vec::new())),
