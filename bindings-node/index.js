@@ -1110,8 +1110,10 @@ function raceAbort(p, signal) {
  * attempt (setTimeout + clearTimeout) costs more than the decision itself.
  * Pending attempts form a doubly linked list (O(1) add and remove, no
  * allocation); the timer is armed for the earliest expiry and kept referenced
- * only while attempts are pending; expired attempts are found by a scan when
- * it fires. Expiries are on the native process-wide monotonic clock
+ * only while attempts are pending (it is let go once the event loop finds
+ * none pending, not each time the count drops to zero: a ref and an unref per
+ * call cost two native calls); expired attempts are found by a scan when it
+ * fires. Expiries are on the native process-wide monotonic clock
  * (`nowMs`): the native step that admitted an attempt stamped it (scratch[9]),
  * so no clock is read here.
  */
@@ -1121,6 +1123,9 @@ const timers = {
   size: 0,
   armedAt: Infinity,
   timer: null,
+  // Whether `timer` keeps the process alive, and whether a check to let it go is queued.
+  refed: false,
+  idleCheck: false,
   add(ra, now) {
     ra.prev = this.tail
     ra.next = null
@@ -1130,7 +1135,10 @@ const timers = {
     ra.linked = true
     this.size++
     if (ra.at < this.armedAt) this.arm(ra.at, now)
-    else if (this.size === 1 && this.timer !== null) this.timer.ref()
+    else if (!this.refed && this.timer !== null) {
+      this.timer.ref()
+      this.refed = true
+    }
   },
   delete(ra) {
     if (!ra.linked) return
@@ -1143,15 +1151,28 @@ const timers = {
     else n.prev = p
     ra.prev = ra.next = null
     this.size--
-    if (this.size === 0 && this.timer !== null) this.timer.unref()
+    if (this.size === 0 && this.refed && !this.idleCheck) {
+      this.idleCheck = true
+      setImmediate(letTimerGo)
+    }
+  },
+  /** After the current event-loop turn: an armed timer with nothing pending no longer keeps the process alive. */
+  letGo() {
+    this.idleCheck = false
+    if (this.size === 0 && this.refed && this.timer !== null) {
+      this.timer.unref()
+      this.refed = false
+    }
   },
   arm(at, now) {
     if (this.timer !== null) clearTimeout(this.timer)
     this.armedAt = at
     this.timer = setTimeout(fireTimers, Math.max(0, Math.ceil(at - now)))
+    this.refed = true
   },
   fire() {
     this.timer = null
+    this.refed = false
     this.armedAt = Infinity
     const now = native.nowMs()
     let next = Infinity
@@ -1169,6 +1190,10 @@ const timers = {
 
 function fireTimers() {
   timers.fire()
+}
+
+function letTimerGo() {
+  timers.letGo()
 }
 
 /**

@@ -275,3 +275,29 @@ test('run: a successful attempt releases its call; routes and tenants past the i
   assert.equal(e.liveCalls, 0)
   assert.equal(e.stats().logical_requests, 4201)
 })
+
+test('run: an attempt timer keeps the process alive only while an attempt is pending', () => {
+  const { spawnSync } = require('node:child_process')
+  const path = require('node:path')
+  const pkg = path.join(__dirname, '..')
+  // Finished runs with 60 s deadlines leave the shared timer armed: the process still exits at once.
+  const idle = spawnSync(
+    process.execPath,
+    ['-e', `const { Engine } = require(${JSON.stringify(pkg)}); const e = new Engine();
+      (async () => { for (let i = 0; i < 3; i++) await e.run(async () => 1, { route: 'u', deadlineMs: 60000 }) })()`],
+    { timeout: 20_000 },
+  )
+  assert.equal(idle.status, 0, String(idle.stderr))
+  assert.equal(idle.signal, null, 'exited by itself, not killed at the timeout')
+  // An attempt that waits on nothing else is kept alive by its timer until it times out.
+  const t0 = Date.now()
+  const pending = spawnSync(
+    process.execPath,
+    ['-e', `const { Engine } = require(${JSON.stringify(pkg)}); const e = new Engine({ max_attempts: 1 });
+      e.run(() => new Promise(() => {}), { route: 'u', deadlineMs: 1000 }).catch((err) => { console.log(err.reason); })`],
+    { timeout: 20_000, encoding: 'utf8' },
+  )
+  assert.equal(pending.status, 0, pending.stderr)
+  assert.ok(Date.now() - t0 >= 900, 'waited for the attempt timer')
+  assert.equal(pending.stdout.trim(), 'deadline_exceeded')
+})
