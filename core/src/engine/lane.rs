@@ -64,7 +64,7 @@ impl Engine {
             final_decision: None,
             tenant_counters,
             last_end: std::cell::Cell::new(None),
-            x: None,
+            x: ManuallyDrop::new(None),
             tu: Lent::new(tu),
         }
     }
