@@ -573,7 +573,7 @@ impl Inner {
             self.release(h);
             return Ok((action, true));
         }
-        // Whether index.js may free the call in a later batch (`releaseMany`).
+        // Whether index.js may free the call later (scratch[15] or `releaseMany`).
         let idle = e.call.as_ref().is_some_and(|c| c.holds_nothing());
         self.scratch.set(OUT_IDLE, idle as u8 as f64);
         Ok((action, false))

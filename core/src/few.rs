@@ -3,9 +3,9 @@
 //! rest on the heap. Unlike a general small-vector, creating and dropping an
 //! empty one costs a couple of instructions, which matters on every call.
 
-/// See the module documentation.
 use std::mem::ManuallyDrop;
 
+/// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct Few<T> {
     first: Option<T>,

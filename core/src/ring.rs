@@ -134,6 +134,19 @@ fn names_word(id_len: u8, up_len: u8, tenant_len: u8, task_len: u8, prefix: u32)
     id_len as u64 | (up_len as u64) << 8 | (tenant_len as u64) << 16 | (task_len as u64) << 24 | (prefix as u64) << 32
 }
 
+/// Word 2 of a start record (a hedge's when `hedge`) of attempt `attempt`
+/// under policy version `version`: its kind, flags and version.
+#[inline(always)]
+fn start_word(hedge: bool, attempt: u32, version: u32) -> u64 {
+    let flags = hedge as u64 | 1 << 1 | 1 << 2 | ((attempt > 1) as u64) << 3 | 1 << 4 | 1 << 7;
+    let kind = if hedge {
+        EventKind::Hedge
+    } else {
+        EventKind::AttemptStart
+    };
+    kind_code(kind) | flags << 8 | (version as u64) << 16
+}
+
 /// Word 9 of a start record by [`ThreadRing::push_plain_start`]: an id made
 /// by the engine with id prefix `prefix`, upstream name `up`, no tenant or task.
 pub(crate) fn plain_names(prefix: u32, up: &Packed) -> u64 {
@@ -527,12 +540,6 @@ impl ThreadRing {
         let (tenant_len, tenant) = name(s.tenant)?;
         let (task_len, task) = name(s.task)?;
         let n = s.attempt;
-        let flags = s.hedge as u64 | 1 << 1 | 1 << 2 | ((n > 1) as u64) << 3 | 1 << 4 | 1 << 7;
-        let kind = if s.hedge {
-            EventKind::Hedge
-        } else {
-            EventKind::AttemptStart
-        };
         Some(self.append(1, |seq, _, slot| {
             let put = |at: usize, v: u64| slot.w[at].store(v, Ordering::Relaxed);
             // Names: only the words a reader looks at (see `put_names`).
@@ -554,7 +561,7 @@ impl ThreadRing {
             put(9, names_word(id_len, up_len, tenant_len, task_len, prefix));
             put(0, s.at_ns);
             put(1, seq);
-            put(2, kind_code(kind) | flags << 8 | (s.version as u64) << 16);
+            put(2, start_word(s.hedge, n, s.version));
             put(3, n as u64);
             put(4, 0);
             put(5, 0);
@@ -578,8 +585,7 @@ impl ThreadRing {
         attempt: u32,
         remaining_ms: u64,
     ) -> u64 {
-        let flags = 1 << 1 | 1 << 2 | ((attempt > 1) as u64) << 3 | 1 << 4 | 1 << 7;
-        let w2 = kind_code(EventKind::AttemptStart) | flags << 8 | (version as u64) << 16;
+        let w2 = start_word(false, attempt, version);
         let (up_len, up) = up;
         self.append(1, |seq, _, slot| {
             let put = |at: usize, v: u64| slot.w[at].store(v, Ordering::Relaxed);
