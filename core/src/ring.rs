@@ -818,11 +818,14 @@ impl ThreadRing {
     /// `(dropped, held)`: events overwritten before a drain took them, and
     /// events held now (not drained, not overwritten). Dropped events are
     /// counted from the events published, held and taken, off the writer's
-    /// path. Read in that order, an event written or drained meanwhile can
-    /// only be counted twice, never missed, so the count is at most the
-    /// true one and exact while nothing writes or drains the ring; the
-    /// highest count reported is kept, so it never goes back.
+    /// path. Read in that order, between drains (a drain under way holds
+    /// copies it has not counted as taken yet, whose slots may already be
+    /// overwritten), an event written meanwhile can only be counted twice,
+    /// never missed, so the count is at most the true one and exact while
+    /// nothing writes the ring; the highest count reported is kept, so it
+    /// never goes back.
     pub(crate) fn counts(&self) -> (u64, u64) {
+        let _between_drains = self.draining.lock();
         let published = self.published.load(Ordering::Acquire);
         let mut v = Vec::new();
         self.read(false, &mut v);
