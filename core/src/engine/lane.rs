@@ -140,7 +140,8 @@ impl Call {
             upstream: self.tu.up.key.clone(),
             timeouts: pol.timeouts(remaining, TokenEstimate::default()),
             remaining,
-            request_id: self.id.for_attempt(),
+            // A lane call's id is one made here: built in place, no match on its kind.
+            request_id: RequestId::local(pol.shared.id_prefix, self.seq),
             idempotency_key: self.key.clone(),
             hedge: false,
             started_at: now.dur(),
