@@ -1,12 +1,12 @@
 //! The floor under a successful decision cycle on this machine: the
 //! operations a cycle cannot do without, timed alone, beside the cycle itself.
 //!
-//! A success cycle reads the clock three times, makes two locked
-//! read-modify-writes on lines it shares (the breaker's outcome count and
-//! the budget's request count), writes one event slot (the attempt's start,
-//! then its end into the same slot, with plain stores) and bumps
-//! thread-owned counters. The floor does exactly that with no logic around
-//! it, so `cycle − floor` is what the logic costs.
+//! A success cycle reads the clock three times, makes one locked
+//! read-modify-write on a line it shares (the breaker's outcome count),
+//! writes one event slot (the attempt's start, then its end into the same
+//! slot, with plain stores) and bumps thread-owned counters and the
+//! thread's budget request count. The floor does exactly that with no
+//! logic around it, so `cycle − floor` is what the logic costs.
 //!
 //! Each round times `N` floor iterations, then `N` success cycles (`begin`,
 //! `next_attempt`, `report`), back to back; prints every round and the medians.
@@ -29,7 +29,7 @@ use work::{engine, median, round_args, success_cycle};
 #[derive(Default)]
 struct Line(AtomicU64);
 
-/// The shared state the floor touches: breaker and budget counts, a ring of
+/// The state the floor touches: the breaker's and the thread's budget counts, a ring of
 /// event slots (23 words each, as the engine's) with its version word.
 struct Shared {
     breaker: Line,
@@ -57,13 +57,13 @@ fn floor(sh: &Shared, clock: &quanta::Clock, n: u64) -> f64 {
             w.store(v, Ordering::Relaxed);
         }
         sh.head.0.store(h + 1, Ordering::Release);
-        // report: a reading, breaker and budget counts, the end written into the start event.
+        // The thread's budget shard counts the request: a plain load and store.
+        sh.budget
+            .0
+            .store(sh.budget.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        // report: a reading, the breaker's count, the end written into the start event.
         let ended = clock.delta_as_nanos(origin, clock.raw());
         sh.breaker.0.fetch_add(1, Ordering::Relaxed);
-        let _ = sh
-            .budget
-            .0
-            .compare_exchange(h, h + 1, Ordering::Relaxed, Ordering::Relaxed);
         sh.ver.0.store(2 * h + 1, Ordering::Relaxed);
         slot[10].store(ended - started, Ordering::Relaxed);
         sh.ver.0.store(2 * h + 2, Ordering::Release);

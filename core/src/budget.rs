@@ -5,7 +5,10 @@
 //!
 //! Every first attempt deposits a request, so deposits are lock-free: each
 //! bucket is one word holding its epoch and its count, bumped with a
-//! compare-and-swap. Withdrawals are lock-free too and still exact: a retry is
+//! compare-and-swap. A thread that calls an upstream often deposits into a
+//! [`DepositShard`] of its own instead: the same bucket words, written by that
+//! thread alone with a plain load and store (no locked instruction), which
+//! every check of the cell adds to its own. Withdrawals are lock-free too and still exact: a retry is
 //! counted by a compare-and-swap on the current bucket's word, so two threads
 //! can never both take the last retry. A bucket counts at
 //! most 16 777 215 requests or retries (more saturates, which only makes the
@@ -15,6 +18,7 @@ use crate::policy::{to_milli, Budget as BudgetPolicy};
 use crate::sync::{AtomicU32, AtomicU64, Mutex};
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Budget parameters compiled from the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +117,59 @@ fn unpack(w: u64) -> (u64, u64) {
     (w >> COUNT_BITS, w & COUNT_MAX)
 }
 
+/// One thread's request counts in one budget scope: bucket words laid out
+/// as the cell's, written only by the thread it was made for, with a plain
+/// load and store. Its cell adds them to its own in every check; when the
+/// thread stops using it ([`BudgetCell::retire_shard`]) they are folded
+/// into the cell's.
+///
+/// ```
+/// use retrywise::budget::{BudgetCell, BudgetParams};
+/// use retrywise::policy::Budget;
+/// let p = BudgetParams::new(&Budget { ratio: 0.5, min_per_sec: 0.0, ..Budget::default() });
+/// let cell = BudgetCell::new(p);
+/// let shard = cell.new_shard(&p); // one per thread
+/// shard.deposit(&p, 0);
+/// cell.deposit(&p, 0);
+/// assert_eq!(cell.counts(&p, 0), (2, 0));
+/// assert!(cell.try_withdraw(&p, 0).is_ok()); // 2 requests at 0.5: one retry
+/// cell.retire_shard(&shard); // its thread is done: its request stays counted
+/// assert_eq!(cell.counts(&p, 0), (2, 1));
+/// ```
+#[derive(Debug)]
+pub struct DepositShard {
+    words: Box<[AtomicU64]>,
+    /// The parameters it counts under: a shard made under others is not used.
+    params_id: u64,
+}
+
+impl DepositShard {
+    /// Whether deposits under `params` may go here (else they go to the cell).
+    #[inline]
+    pub fn takes(&self, params: &BudgetParams) -> bool {
+        self.params_id == params.id()
+    }
+
+    /// Counts one request at `now_ms`. Only the shard's thread may call
+    /// this, and only when [`DepositShard::takes`] `params`.
+    #[inline]
+    pub fn deposit(&self, params: &BudgetParams, now_ms: u64) {
+        let n = self.words.len() as u64;
+        if n == 0 {
+            return;
+        }
+        let epoch = params.epoch(now_ms);
+        let slot = &self.words[(if epoch < n { epoch } else { epoch % n }) as usize];
+        let (e, c) = unpack(slot.load(Ordering::Relaxed));
+        // As the cell's deposit: a newer bucket than this epoch's only comes
+        // from a later clock reading; an older one restarts.
+        slot.store(
+            if e >= epoch { pack(e, c + 1) } else { pack(epoch, 1) },
+            Ordering::Relaxed,
+        );
+    }
+}
+
 /// One scope's budget: per-bucket request and retry counts plus retries in flight.
 #[derive(Debug)]
 pub struct BudgetCell {
@@ -121,8 +178,10 @@ pub struct BudgetCell {
     /// Fingerprint of the parameters the counts were made under.
     params_id: AtomicU64,
     in_flight: AtomicU32,
-    /// Serializes resets after a reload changed the parameters.
-    lock: Mutex<()>,
+    /// The threads' deposit shards counted with the cell. Its lock also
+    /// serializes resets after a reload changed the parameters, and makes
+    /// folding a retired shard in one step for whoever sums the requests.
+    shards: Mutex<Vec<Arc<DepositShard>>>,
 }
 
 impl BudgetCell {
@@ -132,7 +191,7 @@ impl BudgetCell {
             slots: (0..2 * params.buckets as usize).map(|_| AtomicU64::new(0)).collect(),
             params_id: AtomicU64::new(params.id()),
             in_flight: AtomicU32::new(0),
-            lock: Mutex::new(()),
+            shards: Mutex::new(Vec::new()),
         }
     }
 
@@ -149,19 +208,71 @@ impl BudgetCell {
     #[cold]
     #[inline(never)]
     fn resync(&self, params: &BudgetParams) {
-        let _g = self.lock.lock();
-        self.sync_params(params);
+        let mut g = self.shards.lock();
+        self.sync_params(&mut g, params);
     }
 
-    /// A reload changed the parameters: this scope restarts fresh. Caller holds the lock.
-    fn sync_params(&self, params: &BudgetParams) {
+    /// A reload changed the parameters: this scope restarts fresh, and the
+    /// shards made under the old ones are no longer counted (their threads
+    /// make new ones with the new policy). Caller holds the lock.
+    fn sync_params(&self, shards: &mut Vec<Arc<DepositShard>>, params: &BudgetParams) {
         let id = params.id();
         if self.params_id.load(Ordering::Acquire) != id {
             for s in self.slots.iter() {
                 s.store(0, Ordering::Relaxed);
             }
+            shards.clear();
             self.params_id.store(id, Ordering::Release);
         }
+    }
+
+    /// A deposit shard for one thread, counted with this cell from now on.
+    pub fn new_shard(&self, params: &BudgetParams) -> Arc<DepositShard> {
+        let mut g = self.shards.lock();
+        self.sync_params(&mut g, params);
+        let shard = Arc::new(DepositShard {
+            words: (0..self.n()).map(|_| AtomicU64::new(0)).collect(),
+            params_id: params.id(),
+        });
+        g.push(shard.clone());
+        shard
+    }
+
+    /// Folds `shard`'s requests into the cell's own once its thread no
+    /// longer writes it (one step under the lock: a check counts them once).
+    pub fn retire_shard(&self, shard: &Arc<DepositShard>) {
+        let mut g = self.shards.lock();
+        let Some(i) = g.iter().position(|s| Arc::ptr_eq(s, shard)) else {
+            return;
+        };
+        g.swap_remove(i);
+        for (slot, w) in self.slots[..self.n()].iter().zip(shard.words.iter()) {
+            let (e, c) = unpack(w.load(Ordering::Relaxed));
+            if c == 0 {
+                continue;
+            }
+            let mut cur = slot.load(Ordering::Relaxed);
+            loop {
+                let (se, sc) = unpack(cur);
+                // Same bucket: add; the cell's is older: the shard's replaces it; newer: the shard's expired.
+                let next = match se.cmp(&e) {
+                    std::cmp::Ordering::Equal => pack(e, sc + c),
+                    std::cmp::Ordering::Less => pack(e, c),
+                    std::cmp::Ordering::Greater => break,
+                };
+                match slot.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(seen) => cur = seen,
+                }
+            }
+        }
+    }
+
+    /// Requests in the window ending at `epoch`: the cell's and its shards'.
+    fn requests(&self, epoch: u64) -> u64 {
+        let own = Self::window_sum(&self.slots[..self.n()], epoch);
+        let g = self.shards.lock();
+        own + g.iter().map(|s| Self::window_sum(&s.words, epoch)).sum::<u64>()
     }
 
     /// Counts one request (a first attempt) at `now_ms`.
@@ -244,13 +355,13 @@ impl BudgetCell {
             return false;
         }
         let epoch = params.epoch(now_ms);
-        let (requests, retries) = (&self.slots[..n], &self.slots[n..]);
+        let retries = &self.slots[n..];
         let slot = &retries[(epoch % n as u64) as usize];
         loop {
             let cur = slot.load(Ordering::Acquire);
             let allowed = params
                 .ratio_milli
-                .saturating_mul(Self::window_sum(requests, epoch))
+                .saturating_mul(self.requests(epoch))
                 .saturating_add(params.floor_milli);
             if (Self::window_sum(retries, epoch) + 1).saturating_mul(1000) > allowed {
                 return false;
@@ -298,12 +409,13 @@ impl BudgetCell {
 
     /// `(requests, retries)` in the window at `now_ms`.
     pub fn counts(&self, params: &BudgetParams, now_ms: u64) -> (u64, u64) {
-        let _g = self.lock.lock();
-        self.sync_params(params);
+        let mut g = self.shards.lock();
+        self.sync_params(&mut g, params);
         let n = self.n();
         let epoch = params.epoch(now_ms);
+        let shards: u64 = g.iter().map(|s| Self::window_sum(&s.words, epoch)).sum();
         (
-            Self::window_sum(&self.slots[..n], epoch),
+            Self::window_sum(&self.slots[..n], epoch) + shards,
             Self::window_sum(&self.slots[n..], epoch),
         )
     }
@@ -383,6 +495,53 @@ mod tests {
         b.refund(&p, 0);
         assert_eq!(b.counts(&p, 0), (10, 1));
         assert_eq!(b.in_flight(), 0);
+    }
+
+    /// Requests deposited into threads' shards count exactly as the cell's
+    /// own, while the shards are live and once they are folded in; a fold
+    /// keeps each bucket's time, and a reload drops the old shards.
+    #[test]
+    fn shards_count_with_the_cell_and_fold_into_it() {
+        let p = params(0.3, 0.0);
+        let b = BudgetCell::new(p);
+        let (s1, s2) = (b.new_shard(&p), b.new_shard(&p));
+        assert!(s1.takes(&p));
+        for _ in 0..4 {
+            s1.deposit(&p, 0);
+        }
+        for _ in 0..3 {
+            s2.deposit(&p, 5_000);
+        }
+        for _ in 0..3 {
+            b.deposit(&p, 5_000);
+        }
+        assert_eq!(b.counts(&p, 5_000), (10, 0));
+        // The sum decides: 10 requests at 0.3 grant exactly 3 retries.
+        assert!(b.try_withdraw(&p, 5_000).is_ok());
+        b.retire_shard(&s2);
+        assert_eq!(b.counts(&p, 5_000), (10, 1));
+        b.retire_shard(&s1);
+        b.retire_shard(&s1); // a second retire changes nothing
+        assert_eq!(b.counts(&p, 5_000), (10, 1));
+        assert!(b.try_withdraw(&p, 5_000).is_ok());
+        assert!(b.try_withdraw(&p, 5_000).is_ok());
+        assert_eq!(b.try_withdraw(&p, 5_000), Err(Refusal::Exhausted));
+        // s1's bucket (t = 0) leaves the window before s2's and the cell's (t = 5 s).
+        assert_eq!(b.counts(&p, 10_000), (6, 3));
+        // A shard folded later than its bucket's time is not counted again.
+        let s3 = b.new_shard(&p);
+        s3.deposit(&p, 0);
+        assert_eq!(b.counts(&p, 10_000), (6, 3));
+        b.retire_shard(&s3);
+        assert_eq!(b.counts(&p, 10_000), (6, 3));
+        // New parameters restart the scope: old shards no longer count.
+        let q = params(0.5, 0.0);
+        let s4 = b.new_shard(&p);
+        s4.deposit(&p, 10_000);
+        assert!(!s4.takes(&q));
+        assert_eq!(b.counts(&q, 10_000), (0, 0));
+        b.retire_shard(&s4);
+        assert_eq!(b.counts(&q, 10_000), (0, 0));
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //!
 //! Cost model: a call reads the clock once per step, finds its upstream's
 //! shared state once ([`crate::upstream`]) and borrows its thread's
-//! reference to it, touches the breaker and budget cells without locks while
-//! they are closed and unexhausted, counts into its thread's own counter
+//! reference to it, touches the breaker cell without locks while it is
+//! closed, counts its request into its thread's own budget shard (a retry's
+//! budget check takes the cell's short lock to add the threads' shards up)
+//! and everything else into its thread's own counter
 //! block ([`crate::local`]) and records events as compact records into its
 //! thread's own event ring ([`crate::ring`]). The common call (one named
 //! upstream, a plain policy, a success) takes straight-line steps
@@ -160,7 +162,7 @@ pub(crate) struct Compiled {
     version_idx: u32,
     pub(crate) version_stats: Arc<VersionStats>,
     classifier: Classifier,
-    budget: BudgetParams,
+    pub(crate) budget: BudgetParams,
     breaker: BreakerParams,
     throttle: ThrottleParams,
     min_attempt: Nanos,

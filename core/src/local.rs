@@ -22,11 +22,13 @@
 //! forgets a block (eviction, reload, thread exit) the block is folded into
 //! the shared one, so no count is lost.
 
+use crate::budget::DepositShard;
 use crate::clock::EngineClock;
 use crate::engine::{Compiled, Up};
 use crate::registry::evictions;
 use crate::ring::ThreadRing;
 use crate::stats::{CounterSink, OwnedCounters};
+use crate::upstream::BudgetScope;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -156,6 +158,10 @@ pub(crate) struct ThreadUp {
     pub(crate) lane: bool,
     /// The last millisecond [`ThreadUp::touch`] marked the cells used in.
     touched_ms: AtomicU64,
+    /// This thread's deposit shard in each of the upstream's budget scopes
+    /// that depends on the upstream alone (by the index of `up.budgets`);
+    /// empty without `counters`, whose ownership they share.
+    deposits: Box<[Option<Arc<DepositShard>>]>,
 }
 
 /// Where one step of a call counts and records on the current thread,
@@ -167,6 +173,8 @@ pub(crate) struct Here<'a> {
     pub(crate) upstream: CounterSink<'a>,
     /// The thread's own event ring, when the call may write it here ([`Handle::ring_here`]).
     pub(crate) ring: Option<&'a ThreadRing>,
+    /// The thread's deposit shards (see [`ThreadUp`]), when it may write them here.
+    pub(crate) deposits: &'a [Option<Arc<DepositShard>>],
 }
 
 impl ThreadUp {
@@ -188,19 +196,30 @@ impl ThreadUp {
     #[inline]
     pub(crate) fn here(&self) -> Here<'_> {
         match self.handle.counters.writable() {
-            Some(v) => Here {
-                version: CounterSink::Owned(v),
-                upstream: match &self.counters {
-                    Some(c) if c.current.load(Ordering::Relaxed) => CounterSink::Owned(&c.block),
-                    _ => CounterSink::Shared(self.up.value.counters.value.shared()),
-                },
-                ring: self.handle.ring.as_deref(),
-            },
-            None => Here {
-                version: self.handle.sink(),
-                upstream: self.sink(),
-                ring: None,
-            },
+            Some(v) => {
+                let (upstream, deposits) = match &self.counters {
+                    Some(c) if c.current.load(Ordering::Relaxed) => (CounterSink::Owned(&c.block), &self.deposits[..]),
+                    _ => (CounterSink::Shared(self.up.value.counters.value.shared()), &[][..]),
+                };
+                Here {
+                    version: CounterSink::Owned(v),
+                    upstream,
+                    ring: self.handle.ring.as_deref(),
+                    deposits,
+                }
+            }
+            None => {
+                let upstream = self.sink();
+                Here {
+                    version: self.handle.sink(),
+                    deposits: match upstream {
+                        CounterSink::Owned(_) => &self.deposits[..],
+                        CounterSink::Shared(_) => &[],
+                    },
+                    upstream,
+                    ring: None,
+                }
+            }
         }
     }
 
@@ -217,6 +236,11 @@ impl ThreadUp {
         if let Some(c) = &self.counters {
             c.current.store(false, Ordering::Relaxed);
             self.up.value.counters.value.retire_block(&c.block);
+        }
+        for (b, d) in self.up.value.budgets.iter().zip(self.deposits.iter()) {
+            if let (BudgetScope::Fixed(cell), Some(d)) = (b, d) {
+                cell.value.retire_shard(d);
+            }
         }
     }
 
@@ -497,6 +521,15 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
         }
         let up = handle.pol.upstream(upstream, now_ms);
         let block = up.value.counters.value.new_block();
+        let deposits = up
+            .value
+            .budgets
+            .iter()
+            .map(|b| match b {
+                BudgetScope::Fixed(cell) => Some(cell.value.new_shard(&handle.pol.budget)),
+                BudgetScope::PerCall(_) => None,
+            })
+            .collect();
         let tu = Arc::new(ThreadUp {
             handle: handle.clone(),
             lane: handle.pol.lane_for(&up.value),
@@ -505,6 +538,7 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
             counters: Some(Owned::new(block)),
             checked: AtomicU64::new(u64::MAX),
             touched_ms: AtomicU64::new(u64::MAX),
+            deposits,
         });
         l.cache(&tu);
         Some(tu)
@@ -521,6 +555,7 @@ pub(crate) fn thread_up(engine_id: u64, handle: &Arc<Handle>, upstream: &str, no
                 counters: None,
                 checked: AtomicU64::new(u64::MAX),
                 touched_ms: AtomicU64::new(u64::MAX),
+                deposits: Box::new([]),
             })
         }
     }

@@ -506,6 +506,46 @@ fn budget_refuses_and_names_the_scope() {
     assert_eq!(c.report(&Outcome::status(503)).action, Action::Retry);
 }
 
+/// Requests a thread counts on its own (no locked instruction) earn
+/// retries for every thread: while it runs, and after it has exited.
+#[test]
+fn requests_counted_on_other_threads_earn_retries_exactly() {
+    let (e, _) = engine("budget: {ratio: 0.1, min_per_sec: 0, window_ms: 10000}");
+    let e = Arc::new(e);
+    let failures = |e: &Engine, n: usize| {
+        (0..n)
+            .filter(|_| {
+                let mut c = e.begin(CallSpec::new("up"));
+                c.next_attempt().unwrap();
+                c.report(&Outcome::status(503)).action == Action::Retry
+            })
+            .count()
+    };
+    let (go, done) = (std::sync::mpsc::channel::<()>(), std::sync::mpsc::channel::<()>());
+    let (go_tx, done_rx) = (go.0, done.1);
+    let (go_rx, done_tx) = (go.1, done.0);
+    let worker = {
+        let e = e.clone();
+        std::thread::spawn(move || {
+            for _ in 0..30 {
+                let mut c = e.begin(CallSpec::new("up"));
+                c.next_attempt().unwrap();
+                c.report(&Outcome::success());
+            }
+            done_tx.send(()).unwrap();
+            // Still alive (its counts not folded) until told to exit.
+            go_rx.recv().unwrap();
+        })
+    };
+    done_rx.recv().unwrap();
+    // 30 requests there, 10 here (each failure is a request): 4 retries.
+    assert_eq!(failures(&e, 10), 4);
+    go_tx.send(()).unwrap();
+    worker.join().unwrap();
+    // After the thread exited: 50 requests in all, 5 retries, one more now.
+    assert_eq!(failures(&e, 10), 1);
+}
+
 #[test]
 fn tenant_scoped_budgets_isolate_a_noisy_tenant() {
     let (e, _) = engine("budget: {ratio: 0.2, min_per_sec: 0, scopes: [[upstream], [tenant]]}");

@@ -113,9 +113,13 @@ impl Call {
         here.upstream.bump(c);
         // The budget counts requests: one per first attempt, in every scope.
         if !retry {
-            for b in tu.up.value.budgets.iter() {
+            for (i, b) in tu.up.value.budgets.iter().enumerate() {
                 if let BudgetScope::Fixed(cell) = b {
-                    cell.value.deposit(&pol.budget, now_ms);
+                    // Into this thread's shard when it may write it: no locked instruction.
+                    match here.deposits.get(i) {
+                        Some(Some(d)) if d.takes(&pol.budget) => d.deposit(&pol.budget, now_ms),
+                        _ => cell.value.deposit(&pol.budget, now_ms),
+                    }
                 }
             }
         }
