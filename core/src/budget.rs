@@ -129,8 +129,8 @@ fn unpack(w: u64) -> (u64, u64) {
 /// let p = BudgetParams::new(&Budget { ratio: 0.5, min_per_sec: 0.0, ..Budget::default() });
 /// let cell = BudgetCell::new(p);
 /// let shard = cell.new_shard(&p); // one per thread
-/// shard.deposit(&p, 0);
-/// cell.deposit(&p, 0);
+/// cell.deposit_via(&shard, &p, 0); // only on that thread
+/// cell.deposit(&p, 0); // on any thread
 /// assert_eq!(cell.counts(&p, 0), (2, 0));
 /// assert!(cell.try_withdraw(&p, 0).is_ok()); // 2 requests at 0.5: one retry
 /// cell.retire_shard(&shard); // its thread is done: its request stays counted
@@ -139,21 +139,17 @@ fn unpack(w: u64) -> (u64, u64) {
 #[derive(Debug)]
 pub struct DepositShard {
     words: Box<[AtomicU64]>,
-    /// The parameters it counts under: a shard made under others is not used.
+    /// The parameters it counts under.
     params_id: u64,
+    /// Its cell's generation when it was made: a reset since (new
+    /// parameters) stopped counting it.
+    generation: u64,
 }
 
 impl DepositShard {
-    /// Whether deposits under `params` may go here (else they go to the cell).
+    /// Counts one request at `now_ms` (see [`BudgetCell::deposit_via`]).
     #[inline]
-    pub fn takes(&self, params: &BudgetParams) -> bool {
-        self.params_id == params.id()
-    }
-
-    /// Counts one request at `now_ms`. Only the shard's thread may call
-    /// this, and only when [`DepositShard::takes`] `params`.
-    #[inline]
-    pub fn deposit(&self, params: &BudgetParams, now_ms: u64) {
+    fn deposit(&self, params: &BudgetParams, now_ms: u64) {
         let n = self.words.len() as u64;
         if n == 0 {
             return;
@@ -182,6 +178,8 @@ pub struct BudgetCell {
     /// serializes resets after a reload changed the parameters, and makes
     /// folding a retired shard in one step for whoever sums the requests.
     shards: Mutex<Vec<Arc<DepositShard>>>,
+    /// Resets so far: shards made before the last one are no longer counted.
+    generation: AtomicU64,
 }
 
 impl BudgetCell {
@@ -192,6 +190,7 @@ impl BudgetCell {
             params_id: AtomicU64::new(params.id()),
             in_flight: AtomicU32::new(0),
             shards: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -222,6 +221,7 @@ impl BudgetCell {
                 s.store(0, Ordering::Relaxed);
             }
             shards.clear();
+            self.generation.fetch_add(1, Ordering::Relaxed);
             self.params_id.store(id, Ordering::Release);
         }
     }
@@ -233,9 +233,22 @@ impl BudgetCell {
         let shard = Arc::new(DepositShard {
             words: (0..self.n()).map(|_| AtomicU64::new(0)).collect(),
             params_id: params.id(),
+            generation: self.generation.load(Ordering::Relaxed),
         });
         g.push(shard.clone());
         shard
+    }
+
+    /// Counts one request at `now_ms` into `shard` (no locked instruction)
+    /// while this cell counts it under `params`, else into the cell itself.
+    /// Only the thread `shard` was made for may pass it.
+    #[inline]
+    pub fn deposit_via(&self, shard: &DepositShard, params: &BudgetParams, now_ms: u64) {
+        if shard.params_id == params.id() && shard.generation == self.generation.load(Ordering::Relaxed) {
+            shard.deposit(params, now_ms);
+        } else {
+            self.deposit(params, now_ms);
+        }
     }
 
     /// Folds `shard`'s requests into the cell's own once its thread no
@@ -499,18 +512,18 @@ mod tests {
 
     /// Requests deposited into threads' shards count exactly as the cell's
     /// own, while the shards are live and once they are folded in; a fold
-    /// keeps each bucket's time, and a reload drops the old shards.
+    /// keeps each bucket's time; new parameters stop counting old shards,
+    /// whose deposits then go to the cell.
     #[test]
     fn shards_count_with_the_cell_and_fold_into_it() {
         let p = params(0.3, 0.0);
         let b = BudgetCell::new(p);
         let (s1, s2) = (b.new_shard(&p), b.new_shard(&p));
-        assert!(s1.takes(&p));
         for _ in 0..4 {
-            s1.deposit(&p, 0);
+            b.deposit_via(&s1, &p, 0);
         }
         for _ in 0..3 {
-            s2.deposit(&p, 5_000);
+            b.deposit_via(&s2, &p, 5_000);
         }
         for _ in 0..3 {
             b.deposit(&p, 5_000);
@@ -530,18 +543,22 @@ mod tests {
         assert_eq!(b.counts(&p, 10_000), (6, 3));
         // A shard folded later than its bucket's time is not counted again.
         let s3 = b.new_shard(&p);
-        s3.deposit(&p, 0);
+        b.deposit_via(&s3, &p, 0);
         assert_eq!(b.counts(&p, 10_000), (6, 3));
         b.retire_shard(&s3);
         assert_eq!(b.counts(&p, 10_000), (6, 3));
-        // New parameters restart the scope: old shards no longer count.
+        // New parameters restart the scope and stop counting old shards; a
+        // deposit through one (even back under its own parameters) reaches the cell.
         let q = params(0.5, 0.0);
         let s4 = b.new_shard(&p);
-        s4.deposit(&p, 10_000);
-        assert!(!s4.takes(&q));
+        b.deposit_via(&s4, &p, 10_000);
         assert_eq!(b.counts(&q, 10_000), (0, 0));
+        b.deposit_via(&s4, &q, 10_000);
+        assert_eq!(b.counts(&q, 10_000), (1, 0));
+        b.deposit_via(&s4, &p, 10_000);
+        assert_eq!(b.counts(&p, 10_000), (1, 0));
         b.retire_shard(&s4);
-        assert_eq!(b.counts(&q, 10_000), (0, 0));
+        assert_eq!(b.counts(&p, 10_000), (1, 0));
     }
 
     #[test]

@@ -117,7 +117,7 @@ impl Call {
                 if let BudgetScope::Fixed(cell) = b {
                     // Into this thread's shard when it may write it: no locked instruction.
                     match here.deposits.get(i) {
-                        Some(Some(d)) if d.takes(&pol.budget) => d.deposit(&pol.budget, now_ms),
+                        Some(Some(d)) => cell.value.deposit_via(d, &pol.budget, now_ms),
                         _ => cell.value.deposit(&pol.budget, now_ms),
                     }
                 }
