@@ -546,6 +546,49 @@ fn requests_counted_on_other_threads_earn_retries_exactly() {
     assert_eq!(failures(&e, 10), 1);
 }
 
+/// Threads retrying at once on one upstream, each counting its requests on
+/// its own, never get more retries than the budget allows; once they have
+/// exited, none of their requests is lost: the grants catch up to exactly
+/// ratio × requests.
+#[test]
+fn concurrent_threads_never_exceed_the_budget_and_lose_no_request() {
+    const THREADS: usize = 4;
+    const CALLS: usize = 20_000;
+    let (e, _) = engine(
+        "budget: {ratio: 0.1, min_per_sec: 0, window_ms: 10000}
+breaker: {enabled: false}
+backoff: {base_ms: 0, cap_ms: 0}",
+    );
+    let e = Arc::new(e);
+    // Every call fails once; a granted retry then succeeds.
+    let call = |e: &Engine| {
+        let mut c = e.begin(CallSpec::new("up"));
+        c.next_attempt().unwrap();
+        let d = c.report(&Outcome::status(503));
+        if d.action == Action::Retry {
+            c.next_attempt().unwrap();
+            assert_eq!(c.report(&Outcome::success()).action, Action::Succeeded);
+            return 1;
+        }
+        assert_eq!(d.reason, Reason::BudgetExhausted);
+        0
+    };
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let e = e.clone();
+            std::thread::spawn(move || (0..CALLS).map(|_| call(&e)).sum::<usize>())
+        })
+        .collect();
+    let granted: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let requests = THREADS * CALLS;
+    assert!(granted * 10 <= requests, "{granted} retries for {requests} requests");
+    assert!(granted > 0);
+    // The clock stood still: the window holds every request. A thousand more
+    // calls here end with exactly a tenth of all requests granted.
+    let more: usize = (0..1_000).map(|_| call(&e)).sum();
+    assert_eq!(granted + more, (requests + 1_000) / 10);
+}
+
 #[test]
 fn tenant_scoped_budgets_isolate_a_noisy_tenant() {
     let (e, _) = engine("budget: {ratio: 0.2, min_per_sec: 0, scopes: [[upstream], [tenant]]}");
