@@ -54,7 +54,7 @@ impl Default for SystemClock {
 
 impl SystemClock {
     /// [`Clock::now`] in nanoseconds, without building a `Duration`.
-    #[inline]
+    #[inline(always)]
     fn now_ns(&self) -> u64 {
         self.clock.delta_as_nanos(self.origin_raw, self.clock.raw())
     }
@@ -88,7 +88,7 @@ impl EngineClock {
     }
 
     /// The reading as [`Nanos`], what a call's steps compute with.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn now_ns(&self) -> Nanos {
         match self {
             EngineClock::System(c) => Nanos(c.now_ns()),

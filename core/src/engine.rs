@@ -244,7 +244,7 @@ impl Compiled {
     }
 
     /// One attempt's timeouts (see [`attempt_timeouts`]), without recomputing the policy's durations.
-    #[inline]
+    #[inline(always)]
     fn timeouts(&self, remaining: Duration, tokens: TokenEstimate) -> AttemptTimeouts {
         if self.policy.timeouts.dynamic.is_some() && (tokens.input.is_some() || tokens.max_output.is_some()) {
             return attempt_timeouts(&self.policy.timeouts, remaining, tokens);
@@ -1821,7 +1821,7 @@ impl Call {
         &self.tu.handle.pol.shared
     }
 
-    #[inline]
+    #[inline(always)]
     fn now(&self) -> Nanos {
         self.tu.clock.now_ns()
     }

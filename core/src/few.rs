@@ -54,7 +54,7 @@ impl<T> Few<T> {
         self.first.is_some() as usize + self.rest.len()
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&mut self, v: T) {
         self.push_mut(v);
     }
@@ -70,7 +70,12 @@ impl<T> Few<T> {
     #[inline(always)]
     pub(crate) fn push_with(&mut self, make: impl FnOnce() -> T) -> &mut T {
         if self.first.is_none() {
-            self.first.get_or_insert_with(make)
+            // Written out: the std helpers are left out of line in some binaries.
+            self.first = Some(make());
+            match &mut self.first {
+                Some(v) => v,
+                None => unreachable!("just filled"),
+            }
         } else {
             self.rest.push(make());
             let n = self.rest.len() - 1;

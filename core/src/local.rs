@@ -193,7 +193,7 @@ impl ThreadUp {
     /// that owns its handle, and is retired no later than that handle: so
     /// when the handle is this thread's and current, the state's own block
     /// is writable exactly while it is current.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn here(&self) -> Here<'_> {
         match self.handle.counters.writable() {
             Some(v) => {
