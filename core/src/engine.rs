@@ -1309,7 +1309,7 @@ impl Engine {
     /// Begins one logical request and asks for its first attempt, with one
     /// clock reading for both: exactly `begin` followed at once by
     /// [`Call::next_attempt`]. The returned pair is built and then copied
-    /// (a call is about 600 bytes), which costs more than the clock reading
+    /// (a call is about 400 bytes), which costs more than the clock reading
     /// it saves: a binding that stores the call does better to store what
     /// `begin` returns and ask for the attempt on it (as the Node binding does).
     ///
