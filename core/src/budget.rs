@@ -16,8 +16,9 @@
 
 use crate::policy::{to_milli, Budget as BudgetPolicy};
 use crate::sync::{AtomicU32, AtomicU64, Mutex};
+use arc_swap::ArcSwapOption;
 use smallvec::SmallVec;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Budget parameters compiled from the policy.
@@ -141,9 +142,9 @@ pub struct DepositShard {
     words: Box<[AtomicU64]>,
     /// The parameters it counts under.
     params_id: u64,
-    /// Its cell's generation when it was made: a reset since (new
-    /// parameters) stopped counting it.
-    generation: u64,
+    /// Whether its cell counts it: a reset for new parameters, or its
+    /// retirement, stops that for good.
+    counted: AtomicBool,
 }
 
 impl DepositShard {
@@ -174,12 +175,14 @@ pub struct BudgetCell {
     /// Fingerprint of the parameters the counts were made under.
     params_id: AtomicU64,
     in_flight: AtomicU32,
-    /// The threads' deposit shards counted with the cell. Its lock also
-    /// serializes resets after a reload changed the parameters, and makes
-    /// folding a retired shard in one step for whoever sums the requests.
-    shards: Mutex<Vec<Arc<DepositShard>>>,
-    /// Resets so far: shards made before the last one are no longer counted.
-    generation: AtomicU64,
+    /// The threads' deposit shards counted with the cell, when it has any
+    /// (most cells, scoped by tenant, never do): one pointer, as a key's
+    /// bytes count. Read and changed only under `lock`.
+    shards: ArcSwapOption<Vec<Arc<DepositShard>>>,
+    /// Serializes resets after a reload changed the parameters and changes
+    /// to `shards`, and makes folding a retired shard one step for whoever
+    /// sums the requests.
+    lock: Mutex<()>,
 }
 
 impl BudgetCell {
@@ -189,8 +192,8 @@ impl BudgetCell {
             slots: (0..2 * params.buckets as usize).map(|_| AtomicU64::new(0)).collect(),
             params_id: AtomicU64::new(params.id()),
             in_flight: AtomicU32::new(0),
-            shards: Mutex::new(Vec::new()),
-            generation: AtomicU64::new(0),
+            shards: ArcSwapOption::empty(),
+            lock: Mutex::new(()),
         }
     }
 
@@ -207,35 +210,38 @@ impl BudgetCell {
     #[cold]
     #[inline(never)]
     fn resync(&self, params: &BudgetParams) {
-        let mut g = self.shards.lock();
-        self.sync_params(&mut g, params);
+        let _g = self.lock.lock();
+        self.sync_params(params);
     }
 
     /// A reload changed the parameters: this scope restarts fresh, and the
     /// shards made under the old ones are no longer counted (their threads
     /// make new ones with the new policy). Caller holds the lock.
-    fn sync_params(&self, shards: &mut Vec<Arc<DepositShard>>, params: &BudgetParams) {
+    fn sync_params(&self, params: &BudgetParams) {
         let id = params.id();
         if self.params_id.load(Ordering::Acquire) != id {
             for s in self.slots.iter() {
                 s.store(0, Ordering::Relaxed);
             }
-            shards.clear();
-            self.generation.fetch_add(1, Ordering::Relaxed);
+            for s in self.shards.swap(None).iter().flat_map(|v| v.iter()) {
+                s.counted.store(false, Ordering::Relaxed);
+            }
             self.params_id.store(id, Ordering::Release);
         }
     }
 
     /// A deposit shard for one thread, counted with this cell from now on.
     pub fn new_shard(&self, params: &BudgetParams) -> Arc<DepositShard> {
-        let mut g = self.shards.lock();
-        self.sync_params(&mut g, params);
+        let _g = self.lock.lock();
+        self.sync_params(params);
         let shard = Arc::new(DepositShard {
             words: (0..self.n()).map(|_| AtomicU64::new(0)).collect(),
             params_id: params.id(),
-            generation: self.generation.load(Ordering::Relaxed),
+            counted: AtomicBool::new(true),
         });
-        g.push(shard.clone());
+        let mut v = self.shards.load().as_deref().cloned().unwrap_or_default();
+        v.push(shard.clone());
+        self.shards.store(Some(Arc::new(v)));
         shard
     }
 
@@ -244,7 +250,7 @@ impl BudgetCell {
     /// Only the thread `shard` was made for may pass it.
     #[inline]
     pub fn deposit_via(&self, shard: &DepositShard, params: &BudgetParams, now_ms: u64) {
-        if shard.params_id == params.id() && shard.generation == self.generation.load(Ordering::Relaxed) {
+        if shard.params_id == params.id() && shard.counted.load(Ordering::Relaxed) {
             shard.deposit(params, now_ms);
         } else {
             self.deposit(params, now_ms);
@@ -254,11 +260,16 @@ impl BudgetCell {
     /// Folds `shard`'s requests into the cell's own once its thread no
     /// longer writes it (one step under the lock: a check counts them once).
     pub fn retire_shard(&self, shard: &Arc<DepositShard>) {
-        let mut g = self.shards.lock();
-        let Some(i) = g.iter().position(|s| Arc::ptr_eq(s, shard)) else {
+        let _g = self.lock.lock();
+        let Some(mut v) = self.shards.load().as_deref().cloned() else {
             return;
         };
-        g.swap_remove(i);
+        let Some(i) = v.iter().position(|s| Arc::ptr_eq(s, shard)) else {
+            return;
+        };
+        v.swap_remove(i);
+        self.shards.store((!v.is_empty()).then(|| Arc::new(v)));
+        shard.counted.store(false, Ordering::Relaxed);
         for (slot, w) in self.slots[..self.n()].iter().zip(shard.words.iter()) {
             let (e, c) = unpack(w.load(Ordering::Relaxed));
             if c == 0 {
@@ -281,11 +292,22 @@ impl BudgetCell {
         }
     }
 
+    /// Requests the shards hold in the window ending at `epoch`.
+    /// Caller holds the lock.
+    fn shards_sum(&self, epoch: u64) -> u64 {
+        let shards = self.shards.load();
+        shards
+            .iter()
+            .flat_map(|v| v.iter())
+            .map(|s| Self::window_sum(&s.words, epoch))
+            .sum()
+    }
+
     /// Requests in the window ending at `epoch`: the cell's and its shards'.
     fn requests(&self, epoch: u64) -> u64 {
         let own = Self::window_sum(&self.slots[..self.n()], epoch);
-        let g = self.shards.lock();
-        own + g.iter().map(|s| Self::window_sum(&s.words, epoch)).sum::<u64>()
+        let _g = self.lock.lock();
+        own + self.shards_sum(epoch)
     }
 
     /// Counts one request (a first attempt) at `now_ms`.
@@ -422,11 +444,11 @@ impl BudgetCell {
 
     /// `(requests, retries)` in the window at `now_ms`.
     pub fn counts(&self, params: &BudgetParams, now_ms: u64) -> (u64, u64) {
-        let mut g = self.shards.lock();
-        self.sync_params(&mut g, params);
+        let _g = self.lock.lock();
+        self.sync_params(params);
         let n = self.n();
         let epoch = params.epoch(now_ms);
-        let shards: u64 = g.iter().map(|s| Self::window_sum(&s.words, epoch)).sum();
+        let shards = self.shards_sum(epoch);
         (
             Self::window_sum(&self.slots[..n], epoch) + shards,
             Self::window_sum(&self.slots[n..], epoch),
