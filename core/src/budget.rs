@@ -303,11 +303,14 @@ impl BudgetCell {
             .sum()
     }
 
-    /// Requests in the window ending at `epoch`: the cell's and its shards'.
+    /// Requests in the window ending at `epoch`: the cell's and its shards',
+    /// both read under the lock. A retired shard is folded under it, so
+    /// its requests are counted once, never missed: reading the cell's words
+    /// before the lock could see them neither there nor in the shard, and
+    /// refuse a retry the budget has room for.
     fn requests(&self, epoch: u64) -> u64 {
-        let own = Self::window_sum(&self.slots[..self.n()], epoch);
         let _g = self.lock.lock();
-        own + self.shards_sum(epoch)
+        Self::window_sum(&self.slots[..self.n()], epoch) + self.shards_sum(epoch)
     }
 
     /// Counts one request (a first attempt) at `now_ms`.

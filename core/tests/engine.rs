@@ -589,6 +589,45 @@ backoff: {base_ms: 0, cap_ms: 0}",
     assert_eq!(granted + more, (requests + 1_000) / 10);
 }
 
+/// A thread that exits folds the requests it counted into the budget while
+/// others are deciding retries: no check in between may miss them. Every
+/// tenth call fails once, and the budget (a tenth plus a floor of ten) always
+/// has room, so every call must succeed, in every round.
+#[test]
+fn threads_exiting_while_others_retry_never_hide_requests() {
+    for _ in 0..40 {
+        let (e, _) = engine("backoff: {base_ms: 0, cap_ms: 0}");
+        let e = Arc::new(e);
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let e = e.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200 {
+                        let mut c = e.begin(CallSpec::new("up").tenant("t"));
+                        let a = c.next_attempt().unwrap();
+                        if i % 10 == 0 {
+                            let d = c.report(&Outcome::status(503));
+                            assert_eq!(
+                                (d.action, d.reason),
+                                (Action::Retry, Reason::RetryableStatus),
+                                "call {i}"
+                            );
+                            let a = c.next_attempt().unwrap();
+                            assert_eq!(a.number, 2);
+                        } else {
+                            assert_eq!(a.number, 1);
+                        }
+                        assert_eq!(c.report(&Outcome::success()).action, Action::Succeeded);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    }
+}
+
 #[test]
 fn tenant_scoped_budgets_isolate_a_noisy_tenant() {
     let (e, _) = engine("budget: {ratio: 0.2, min_per_sec: 0, scopes: [[upstream], [tenant]]}");
