@@ -118,6 +118,25 @@ fn unpack(w: u64) -> (u64, u64) {
     (w >> COUNT_BITS, w & COUNT_MAX)
 }
 
+/// The request word of the `n` buckets (`n` > 0) that `epoch` counts in.
+#[inline(always)]
+fn bucket(epoch: u64, n: u64) -> usize {
+    (if epoch < n { epoch } else { epoch % n }) as usize
+}
+
+/// Request word `w` with one more request at `epoch`: a bucket of this
+/// epoch (or, from a thread that read the clock a little later, a newer
+/// one) counts one more; an older one restarts.
+#[inline(always)]
+fn one_more(w: u64, epoch: u64) -> u64 {
+    let (e, c) = unpack(w);
+    if e >= epoch {
+        pack(e, c + 1)
+    } else {
+        pack(epoch, 1)
+    }
+}
+
 /// One thread's request counts in one budget scope: bucket words laid out
 /// as the cell's, written only by the thread it was made for, with a plain
 /// load and store. Its cell adds them to its own in every check; when the
@@ -156,14 +175,8 @@ impl DepositShard {
             return;
         }
         let epoch = params.epoch(now_ms);
-        let slot = &self.words[(if epoch < n { epoch } else { epoch % n }) as usize];
-        let (e, c) = unpack(slot.load(Ordering::Relaxed));
-        // As the cell's deposit: a newer bucket than this epoch's only comes
-        // from a later clock reading; an older one restarts.
-        slot.store(
-            if e >= epoch { pack(e, c + 1) } else { pack(epoch, 1) },
-            Ordering::Relaxed,
-        );
+        let slot = &self.words[bucket(epoch, n)];
+        slot.store(one_more(slot.load(Ordering::Relaxed), epoch), Ordering::Relaxed);
     }
 }
 
@@ -292,25 +305,19 @@ impl BudgetCell {
         }
     }
 
-    /// Requests the shards hold in the window ending at `epoch`.
-    /// Caller holds the lock.
-    fn shards_sum(&self, epoch: u64) -> u64 {
+    /// Requests in the window ending at `epoch`: the cell's and its shards'.
+    /// Caller holds the lock: a retired shard is folded under it, so its
+    /// requests are counted once, never missed (reading the cell's words
+    /// outside it could see them neither there nor in the shard, and refuse
+    /// a retry the budget has room for).
+    fn requests_locked(&self, epoch: u64) -> u64 {
         let shards = self.shards.load();
-        shards
+        let in_shards: u64 = shards
             .iter()
             .flat_map(|v| v.iter())
             .map(|s| Self::window_sum(&s.words, epoch))
-            .sum()
-    }
-
-    /// Requests in the window ending at `epoch`: the cell's and its shards',
-    /// both read under the lock. A retired shard is folded under it, so
-    /// its requests are counted once, never missed: reading the cell's words
-    /// before the lock could see them neither there nor in the shard, and
-    /// refuse a retry the budget has room for.
-    fn requests(&self, epoch: u64) -> u64 {
-        let _g = self.lock.lock();
-        Self::window_sum(&self.slots[..self.n()], epoch) + self.shards_sum(epoch)
+            .sum();
+        Self::window_sum(&self.slots[..self.n()], epoch) + in_shards
     }
 
     /// Counts one request (a first attempt) at `now_ms`.
@@ -324,14 +331,11 @@ impl BudgetCell {
             return;
         }
         let epoch = params.epoch(now_ms);
-        let i = if epoch < n { epoch } else { epoch % n };
-        let slot = &self.slots[i as usize];
+        let slot = &self.slots[bucket(epoch, n)];
         let mut cur = slot.load(Ordering::Relaxed);
         loop {
-            let (e, c) = unpack(cur);
-            // A bucket of this epoch (or, from a thread that read the clock a
-            // little later, a newer one) counts one more; an older one restarts.
-            let next = if e >= epoch { pack(e, c + 1) } else { pack(epoch, 1) };
+            let next = one_more(cur, epoch);
+            // A saturated bucket stays as it is.
             if next == cur {
                 return;
             }
@@ -399,7 +403,10 @@ impl BudgetCell {
             let cur = slot.load(Ordering::Acquire);
             let allowed = params
                 .ratio_milli
-                .saturating_mul(self.requests(epoch))
+                .saturating_mul({
+                    let _g = self.lock.lock();
+                    self.requests_locked(epoch)
+                })
                 .saturating_add(params.floor_milli);
             if (Self::window_sum(retries, epoch) + 1).saturating_mul(1000) > allowed {
                 return false;
@@ -451,11 +458,7 @@ impl BudgetCell {
         self.sync_params(params);
         let n = self.n();
         let epoch = params.epoch(now_ms);
-        let shards = self.shards_sum(epoch);
-        (
-            Self::window_sum(&self.slots[..n], epoch) + shards,
-            Self::window_sum(&self.slots[n..], epoch),
-        )
+        (self.requests_locked(epoch), Self::window_sum(&self.slots[n..], epoch))
     }
 
     /// Retries in flight now.
