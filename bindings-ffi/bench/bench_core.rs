@@ -26,7 +26,7 @@ fn core_cycle(e: &Engine, fail_first: bool) -> bool {
         a.for_each_header(|name, value| {
             black_box((name, value));
         });
-        black_box(a.timeouts.total);
+        black_box(a.timeouts().total);
         let status = if fail_first && a.number == 1 { 503 } else { 200 };
         let d = call.report(&Outcome::status(status));
         match d.action {

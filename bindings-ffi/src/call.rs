@@ -294,15 +294,16 @@ impl AttemptStrings {
             _ => self.more.as_ptr(),
         };
         self.upstream = Some(a.upstream.clone());
+        let t = a.timeouts();
         rw_attempt {
             number: a.number,
             upstream: rw_str::of(self.upstream.as_deref().unwrap_or("")),
             request_id,
-            connect_timeout_ms: ms(a.timeouts.connect),
-            first_byte_timeout_ms: ms(a.timeouts.first_byte),
-            idle_timeout_ms: ms(a.timeouts.idle),
-            total_timeout_ms: ms(a.timeouts.total),
-            remaining_ms: ms(a.remaining),
+            connect_timeout_ms: ms(t.connect),
+            first_byte_timeout_ms: ms(t.first_byte),
+            idle_timeout_ms: ms(t.idle),
+            total_timeout_ms: ms(t.total),
+            remaining_ms: ms(a.remaining()),
             headers,
             headers_len: n,
             hedge: a.hedge,

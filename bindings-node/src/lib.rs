@@ -274,11 +274,12 @@ impl Entry {
     fn put_attempt(&mut self, s: &Scratch, names: &mut Names, a: Attempt) {
         s.set(1, a.number as f64);
         s.set(2, names.index(&a.upstream));
-        s.set(3, ms_f64(a.timeouts.connect));
-        s.set(4, ms_f64(a.timeouts.first_byte));
-        s.set(5, ms_f64(a.timeouts.idle));
-        s.set(6, ms_f64(a.timeouts.total));
-        s.set(7, ms_f64(a.remaining));
+        let t = a.timeouts();
+        s.set(3, ms_f64(t.connect));
+        s.set(4, ms_f64(t.first_byte));
+        s.set(5, ms_f64(t.idle));
+        s.set(6, ms_f64(t.total));
+        s.set(7, ms_f64(a.remaining()));
         s.set(8, (a.hedge as u8 | (a.fallback as u8) << 1) as f64);
         if self.attempts.len() >= 4 {
             self.attempts.remove(0);
@@ -300,7 +301,7 @@ impl Entry {
         match r {
             Ok(a) => {
                 if stamp {
-                    s.set(9, attempt_stamp(rt_offset_ms, a.started_at));
+                    s.set(9, attempt_stamp(rt_offset_ms, a.started_at()));
                 }
                 self.put_attempt(s, names, a);
                 ATTEMPT

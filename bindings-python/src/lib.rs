@@ -913,7 +913,7 @@ impl PyAttempt {
     #[getter]
     fn timeouts(&self) -> PyTimeouts {
         PyTimeouts {
-            t: self.attempt.timeouts,
+            t: self.attempt.timeouts(),
         }
     }
     /// Propagation headers to send with this attempt.
@@ -942,8 +942,8 @@ impl PyAttempt {
     }
     /// Logical request id.
     #[getter]
-    fn request_id(&self) -> &str {
-        self.attempt.request_id.as_str()
+    fn request_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        self.attempt.request_id.with_str(|id| PyString::new(py, id))
     }
     /// Business idempotency key, unchanged across attempts.
     #[getter]
@@ -953,19 +953,19 @@ impl PyAttempt {
     /// Seconds left before the deadline when the attempt started.
     #[getter]
     fn remaining_s(&self) -> f64 {
-        self.attempt.remaining.as_secs_f64()
+        self.attempt.remaining().as_secs_f64()
     }
     /// Milliseconds left before the deadline when the attempt started.
     #[getter]
     fn remaining_ms(&self) -> u64 {
-        ms_of(self.attempt.remaining)
+        ms_of(self.attempt.remaining())
     }
     fn __repr__(&self) -> String {
         format!(
             "<retrywise.Attempt number={} upstream={:?} remaining_s={:.3}>",
             self.attempt.number,
             &*self.attempt.upstream,
-            self.attempt.remaining.as_secs_f64()
+            self.attempt.remaining().as_secs_f64()
         )
     }
 }

@@ -37,6 +37,59 @@ fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(d.as_millis() as u64)
 }
 
+/// [`AttemptTimeouts`] as an attempt carries them: whole milliseconds
+/// (floored, so never past the deadline; saturating at `u32::MAX`, 49 days)
+/// in 16 bytes instead of 64, which keeps an [`crate::Attempt`] small enough
+/// to move in registers-wide stores rather than a `memcpy` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimeoutsMs {
+    connect: u32,
+    first_byte: u32,
+    idle: u32,
+    total: u32,
+}
+
+#[inline(always)]
+fn ms32(ms: u64) -> u32 {
+    ms.min(u32::MAX as u64) as u32
+}
+
+impl TimeoutsMs {
+    /// The fixed timeouts `[connect, first_byte, idle]` (ms), each clamped to `total` (ms).
+    #[inline(always)]
+    pub(crate) fn clamped(fixed: &[u64; 3], total: u64) -> TimeoutsMs {
+        TimeoutsMs {
+            connect: ms32(fixed[0].min(total)),
+            first_byte: ms32(fixed[1].min(total)),
+            idle: ms32(fixed[2].min(total)),
+            total: ms32(total),
+        }
+    }
+
+    /// `t` in whole milliseconds.
+    pub(crate) fn of(t: &AttemptTimeouts) -> TimeoutsMs {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        TimeoutsMs {
+            connect: ms32(ms(t.connect)),
+            first_byte: ms32(ms(t.first_byte)),
+            idle: ms32(ms(t.idle)),
+            total: ms32(ms(t.total)),
+        }
+    }
+
+    /// As durations.
+    #[inline]
+    pub(crate) fn timeouts(&self) -> AttemptTimeouts {
+        let d = |ms: u32| Duration::from_millis(u64::from(ms));
+        AttemptTimeouts {
+            connect: d(self.connect),
+            first_byte: d(self.first_byte),
+            idle: d(self.idle),
+            total: d(self.total),
+        }
+    }
+}
+
 /// Token counts a caller may give so the attempt timeout scales with the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TokenEstimate {

@@ -27,7 +27,8 @@ use crate::budget::{BudgetCell, BudgetParams, Refusal};
 use crate::classify::{Classifier, Disposition};
 use crate::clock::{Clock, EngineClock, Nanos, SystemClock};
 use crate::deadline::{
-    attempt_timeouts, AttemptTimeouts, Inbound, TokenEstimate, H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY, H_REQUEST_ID,
+    attempt_timeouts, AttemptTimeouts, Inbound, TimeoutsMs, TokenEstimate, H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY,
+    H_REQUEST_ID,
 };
 use crate::fallback::{match_candidates, Exclusion, MatchResult, Needs};
 use crate::few::Few;
@@ -35,6 +36,7 @@ use crate::gate::{GateCell, PoolCell};
 use crate::id::RequestId;
 use crate::idempotency::Ledger;
 use crate::local::{thread_up, Begin, EngineLocal, Lent, Start, ThreadUp};
+use crate::name::IntoName;
 use crate::outcome::Outcome;
 use crate::policy::{
     BreakerOverride, FallbackMode, OnExceed, OnFailure, Policy, PolicyError, PolicyErrors, Route, ScopeDim,
@@ -172,9 +174,10 @@ pub(crate) struct Compiled {
     gated: bool,
     /// Propagation safety margin, ms.
     margin_ms: u32,
-    /// `timeouts` as durations, for attempts without a token-based timeout.
-    fixed_timeouts: AttemptTimeouts,
-    attempt_cap: Option<Duration>,
+    /// `timeouts` (connect, first byte, idle; ms), for attempts without a token-based timeout.
+    fixed_timeouts_ms: [u64; 3],
+    /// `timeouts.attempt_ms`; `u64::MAX` when unset.
+    attempt_cap_ms: u64,
     /// The route of a call whose `route` names an upstream rather than a policy route.
     adhoc: Route,
     /// Per-upstream state under this version.
@@ -213,13 +216,12 @@ impl Compiled {
                 || policy.concurrency.max_retries.is_some()
                 || !policy.concurrency.pools.is_empty(),
             margin_ms: policy.propagation.safety_margin_ms.min(u32::MAX as u64) as u32,
-            fixed_timeouts: AttemptTimeouts {
-                connect: Duration::from_millis(policy.timeouts.connect_ms),
-                first_byte: Duration::from_millis(policy.timeouts.first_byte_ms),
-                idle: Duration::from_millis(policy.timeouts.idle_ms),
-                total: Duration::MAX,
-            },
-            attempt_cap: policy.timeouts.attempt_ms.map(Duration::from_millis),
+            fixed_timeouts_ms: [
+                policy.timeouts.connect_ms,
+                policy.timeouts.first_byte_ms,
+                policy.timeouts.idle_ms,
+            ],
+            attempt_cap_ms: policy.timeouts.attempt_ms.unwrap_or(u64::MAX),
             upstreams: Registry::new(),
             lane: shared.lane
                 && !policy.throttle.enabled
@@ -245,18 +247,11 @@ impl Compiled {
 
     /// One attempt's timeouts (see [`attempt_timeouts`]), without recomputing the policy's durations.
     #[inline(always)]
-    fn timeouts(&self, remaining: Duration, tokens: TokenEstimate) -> AttemptTimeouts {
+    fn timeouts(&self, remaining: Nanos, tokens: TokenEstimate) -> TimeoutsMs {
         if self.policy.timeouts.dynamic.is_some() && (tokens.input.is_some() || tokens.max_output.is_some()) {
-            return attempt_timeouts(&self.policy.timeouts, remaining, tokens);
+            return TimeoutsMs::of(&attempt_timeouts(&self.policy.timeouts, remaining.dur(), tokens));
         }
-        let total = self.attempt_cap.map_or(remaining, |a| remaining.min(a));
-        let t = &self.fixed_timeouts;
-        AttemptTimeouts {
-            connect: t.connect.min(total),
-            first_byte: t.first_byte.min(total),
-            idle: t.idle.min(total),
-            total,
-        }
+        TimeoutsMs::clamped(&self.fixed_timeouts_ms, remaining.ms().min(self.attempt_cap_ms))
     }
 
     /// The shared state of `upstream` under this version.
@@ -536,9 +531,9 @@ impl CallSpec {
     }
 
     /// A spec for `route` with every other field at its default.
-    pub fn new(route: impl Into<SmolStr>) -> Self {
+    pub fn new(route: impl IntoName) -> Self {
         CallSpec {
-            route: route.into(),
+            route: route.into_name(),
             ..CallSpec::default()
         }
     }
@@ -557,18 +552,18 @@ impl CallSpec {
         self
     }
     /// Sets the tenant.
-    pub fn tenant(mut self, t: impl Into<SmolStr>) -> Self {
-        self.tenant = Some(t.into());
+    pub fn tenant(mut self, t: impl IntoName) -> Self {
+        self.tenant = Some(t.into_name());
         self
     }
     /// Sets the task.
-    pub fn task(mut self, t: impl Into<SmolStr>) -> Self {
-        self.task = Some(t.into());
+    pub fn task(mut self, t: impl IntoName) -> Self {
+        self.task = Some(t.into_name());
         self
     }
     /// Sets the priority.
-    pub fn priority(mut self, p: impl Into<SmolStr>) -> Self {
-        self.priority = Some(p.into());
+    pub fn priority(mut self, p: impl IntoName) -> Self {
+        self.priority = Some(p.into_name());
         self
     }
     /// Sets the idempotency key.
@@ -594,36 +589,82 @@ impl CallSpec {
 }
 
 /// One physical attempt the caller should make now.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Kept under 128 bytes, so handing it back (`next_attempt()?`) moves it in
+/// a few vector stores rather than a `memcpy` call: times are stored as
+/// integers and read through [`Attempt::timeouts`], [`Attempt::remaining`]
+/// and [`Attempt::started_at`].
+#[derive(Clone, PartialEq)]
 pub struct Attempt {
     /// 1-based attempt number (hedges and fallbacks included).
     pub number: u32,
-    /// Upstream to call.
-    pub upstream: SmolStr,
-    /// Timeouts for this attempt, clamped to the deadline.
-    pub timeouts: AttemptTimeouts,
-    /// Time left before the deadline when the attempt started.
-    pub remaining: Duration,
-    /// Logical request id.
-    pub request_id: RequestId,
-    /// Business idempotency key, unchanged across attempts.
-    pub idempotency_key: Option<SmolStr>,
+    /// Attempt number sent downstream: the owner's attempt number for a non-owner call.
+    wire_number: u32,
+    /// Propagation safety margin, ms.
+    margin_ms: u32,
     /// True for a hedged (parallel) attempt.
     pub hedge: bool,
     /// True when this attempt goes to another upstream than the first one.
     pub fallback: bool,
-    /// The engine clock's reading when the attempt was granted (see
-    /// [`Engine::now`]): bindings time the attempt from it without reading
-    /// a clock of their own.
-    pub started_at: Duration,
-    /// Propagation safety margin, ms.
-    margin_ms: u32,
     propagate: bool,
-    /// Attempt number sent downstream: the owner's attempt number for a non-owner call.
-    wire_number: u32,
+    /// Upstream to call.
+    pub upstream: SmolStr,
+    timeouts: TimeoutsMs,
+    remaining_ns: u64,
+    started_ns: u64,
+    /// Logical request id.
+    pub request_id: RequestId,
+    /// Business idempotency key, unchanged across attempts.
+    pub idempotency_key: Option<SmolStr>,
+}
+
+impl std::fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempt")
+            .field("number", &self.number)
+            .field("upstream", &self.upstream)
+            .field("timeouts", &self.timeouts())
+            .field("remaining", &self.remaining())
+            .field("request_id", &self.request_id)
+            .field("idempotency_key", &self.idempotency_key)
+            .field("hedge", &self.hedge)
+            .field("fallback", &self.fallback)
+            .field("started_at", &self.started_at())
+            .finish()
+    }
 }
 
 impl Attempt {
+    /// Timeouts for this attempt, clamped to the deadline, in whole
+    /// milliseconds (floored: never past the deadline).
+    ///
+    /// ```
+    /// use retrywise::{CallSpec, Engine, Policy};
+    /// let engine = Engine::new(Policy::default()).unwrap();
+    /// let mut call = engine.begin(CallSpec::new("openai/gpt-4o"));
+    /// let attempt = call.next_attempt().unwrap();
+    /// let t = attempt.timeouts();
+    /// assert!(t.connect <= t.total && t.total <= attempt.remaining());
+    /// ```
+    #[inline]
+    pub fn timeouts(&self) -> AttemptTimeouts {
+        self.timeouts.timeouts()
+    }
+
+    /// Time left before the deadline when the attempt started.
+    #[inline]
+    pub fn remaining(&self) -> Duration {
+        Duration::from_nanos(self.remaining_ns)
+    }
+
+    /// The engine clock's reading when the attempt was granted (see
+    /// [`Engine::now`]): bindings time the attempt from it without reading
+    /// a clock of their own.
+    #[inline]
+    pub fn started_at(&self) -> Duration {
+        Duration::from_nanos(self.started_ns)
+    }
+
     /// Outbound propagation headers (`retrywise-deadline-ms`, `retrywise-request-id`,
     /// `retrywise-attempt`, `idempotency-key`); empty when propagation is off.
     /// Allocates the values; transports use [`Attempt::for_each_header`].
@@ -651,7 +692,7 @@ impl Attempt {
             let mut n = itoa::Buffer::new();
             f(
                 H_DEADLINE,
-                n.format(ms(self.remaining).saturating_sub(u64::from(self.margin_ms))),
+                n.format((self.remaining_ns / 1_000_000).saturating_sub(u64::from(self.margin_ms))),
             );
             self.request_id.with_str(|id| f(H_REQUEST_ID, id));
             f(H_ATTEMPT, n.format(self.wire_number));
@@ -665,7 +706,7 @@ impl Attempt {
     /// deadline, ids and key. Such a call is a non-owner: one attempt per outer attempt.
     pub fn inbound(&self) -> Inbound {
         Inbound {
-            deadline: Some(self.remaining),
+            deadline: Some(self.remaining()),
             request_id: Some(self.request_id.to_string()),
             attempt: Some(self.number),
             idempotency_key: self.idempotency_key.as_deref().map(str::to_string),
@@ -997,6 +1038,8 @@ pub struct Call {
     /// it; through it, the policy handle.
     tu: Lent,
     id: RequestId,
+    /// The id's text, printed when [`Call::id`] first asks.
+    id_text: std::cell::OnceCell<SmolStr>,
     tenant: Option<SmolStr>,
     task: Option<SmolStr>,
     idem: Idempotency,
@@ -1078,6 +1121,7 @@ impl Call {
     fn assemble(tu: Arc<ThreadUp>, b: Begun, x: Option<Box<Ext>>) -> Call {
         Call {
             id: b.id,
+            id_text: std::cell::OnceCell::new(),
             tenant: b.tenant,
             task: b.task,
             idem: b.idem,
@@ -1707,7 +1751,7 @@ pub(crate) fn display_key(key: &str) -> &str {
 impl Call {
     /// Logical request id.
     pub fn id(&self) -> &str {
-        self.id.as_str()
+        self.id_text.get_or_init(|| self.id.to_smol_str())
     }
 
     /// Physical attempts started so far (hedges and fallbacks included).
@@ -2327,7 +2371,6 @@ impl Call {
             },
             None => TokenEstimate::default(),
         };
-        let remaining = remaining.dur();
         Ok(Attempt {
             number,
             fallback: self
@@ -2336,11 +2379,11 @@ impl Call {
                 .is_some_and(|e| e.route_key.is_some() && target != e.first_upstream),
             upstream: target,
             timeouts: pol.timeouts(remaining, tokens),
-            remaining,
-            request_id: self.id.for_attempt(),
+            remaining_ns: remaining.0,
+            request_id: self.id.clone(),
             idempotency_key: self.key.clone(),
             hedge: is_hedge,
-            started_at: now.dur(),
+            started_ns: now.0,
             margin_ms: pol.margin_ms,
             propagate: pol.policy.propagation.enabled,
             wire_number: self.x.as_ref().and_then(|e| e.inbound_attempt).unwrap_or(number),

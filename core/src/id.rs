@@ -3,11 +3,10 @@
 //! hex digits; an id inherited from an upstream owner is kept as given.
 //!
 //! Most calls never print their id (no event is kept, no header is built),
-//! so the text is made only when first read, and then kept.
+//! so the text is made only when read.
 
 use smol_str::SmolStr;
 use std::fmt;
-use std::sync::OnceLock;
 
 /// The id as stored: numbers for an id made here, text for an inherited one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,29 +54,29 @@ impl CallId {
     }
 }
 
-/// A logical request id: reads as `&str` (it derefs to one), printed on first use.
+/// A logical request id, as an attempt carries it: 24 bytes, printed when
+/// read ([`RequestId::with_str`], `Display`, [`RequestId::to_smol_str`]).
+/// An id made here is kept as its numbers, so handing one to every
+/// attempt copies two words and prints nothing.
 #[derive(Clone)]
 pub struct RequestId {
     id: CallId,
-    text: OnceLock<SmolStr>,
 }
 
 impl RequestId {
+    #[inline(always)]
     pub(crate) fn local(prefix: u32, seq: u64) -> Self {
         RequestId {
             id: CallId::Local {
                 prefix,
                 seq: seq & ((1 << 60) - 1),
             },
-            text: OnceLock::new(),
         }
     }
 
     pub(crate) fn remote(text: &str) -> Self {
-        let s = SmolStr::new(text);
         RequestId {
-            text: OnceLock::from(s.clone()),
-            id: CallId::Remote(s),
+            id: CallId::Remote(SmolStr::new(text)),
         }
     }
 
@@ -85,30 +84,7 @@ impl RequestId {
         &self.id
     }
 
-    /// The same id, for an attempt: an id made here is copied as its
-    /// numbers (its text is printed again if read), which is cheaper than
-    /// cloning the text kept with it.
-    #[inline]
-    pub(crate) fn for_attempt(&self) -> RequestId {
-        match &self.id {
-            CallId::Local { prefix, seq } => RequestId {
-                id: CallId::Local {
-                    prefix: *prefix,
-                    seq: *seq,
-                },
-                text: OnceLock::new(),
-            },
-            CallId::Remote(_) => self.clone(),
-        }
-    }
-
-    /// The id's text (printed on first use, then kept).
-    pub fn as_str(&self) -> &str {
-        self.text.get_or_init(|| self.id.text())
-    }
-
-    /// Hands the id's text to `f` without keeping it: cheaper than
-    /// [`RequestId::as_str`] for an id printed once (into a header, say).
+    /// Hands the id's text to `f`, printed on the stack (no allocation).
     ///
     /// ```
     /// # use retrywise::{CallSpec, Engine, Policy};
@@ -116,27 +92,17 @@ impl RequestId {
     /// let mut call = engine.begin(CallSpec::new("openai/gpt-4o"));
     /// let id = call.next_attempt().unwrap().request_id;
     /// assert_eq!(id.with_str(str::len), 23);
-    /// assert_eq!(id.with_str(str::to_string), id.as_str());
+    /// assert_eq!(id.with_str(str::to_string), call.id());
+    /// assert_eq!(id, call.id());
     /// ```
     #[inline]
     pub fn with_str<R>(&self, f: impl FnOnce(&str) -> R) -> R {
-        match self.text.get() {
-            Some(t) => f(t),
-            None => self.id.with_str(f),
-        }
+        self.id.with_str(f)
     }
-}
 
-impl std::ops::Deref for RequestId {
-    type Target = str;
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl AsRef<str> for RequestId {
-    fn as_ref(&self) -> &str {
-        self.as_str()
+    /// The id's text as a [`SmolStr`] (inline: an id made here is 23 bytes).
+    pub fn to_smol_str(&self) -> SmolStr {
+        self.id.text()
     }
 }
 
@@ -144,7 +110,7 @@ impl PartialEq for RequestId {
     fn eq(&self, other: &Self) -> bool {
         match (&self.id, &other.id) {
             (CallId::Local { .. }, CallId::Local { .. }) => self.id == other.id,
-            _ => self.as_str() == other.as_str(),
+            _ => self.with_str(|a| other.with_str(|b| a == b)),
         }
     }
 }
@@ -153,25 +119,25 @@ impl Eq for RequestId {}
 
 impl PartialEq<str> for RequestId {
     fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
+        self.with_str(|s| s == other)
     }
 }
 
 impl PartialEq<&str> for RequestId {
     fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
+        self.with_str(|s| s == *other)
     }
 }
 
 impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        self.with_str(|s| f.write_str(s))
     }
 }
 
 impl fmt::Debug for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
+        self.with_str(|s| fmt::Debug::fmt(s, f))
     }
 }
 
@@ -194,20 +160,24 @@ mod tests {
         }
         for (prefix, seq) in [(0, 0), (u32::MAX, (1 << 60) - 1), (0x1234_5678, 0x0fed_cba9_8765_4321)] {
             let id = RequestId::local(prefix, seq);
-            assert_eq!(id.as_str(), format!("{prefix:08x}{:015x}", seq & ((1 << 60) - 1)));
+            assert_eq!(id.to_string(), format!("{prefix:08x}{:015x}", seq & ((1 << 60) - 1)));
         }
     }
 
     #[test]
-    fn local_ids_print_23_hex_digits_once() {
+    fn local_ids_print_23_hex_digits_and_compare_by_text() {
         let id = RequestId::local(0xdead_beef, 42);
-        assert_eq!(id.as_str(), "deadbeef00000000000002a");
-        assert_eq!(id.len(), 23);
+        assert_eq!(id.to_smol_str(), "deadbeef00000000000002a");
+        assert_eq!(id.with_str(str::len), 23);
         assert_eq!(id.clone(), id);
         assert_ne!(RequestId::local(1, 1), RequestId::local(1, 2));
         let remote = RequestId::remote("upstream-id-7");
-        assert_eq!(&*remote, "upstream-id-7");
+        assert_eq!(remote, "upstream-id-7");
+        assert_eq!(format!("{remote:?}"), "\"upstream-id-7\"");
         assert_eq!(remote, RequestId::remote("upstream-id-7"));
         assert_eq!(format!("{remote}"), "upstream-id-7");
+        // An inherited id equals a local one with the same text.
+        assert_eq!(RequestId::remote("deadbeef00000000000002a"), id);
+        assert_ne!(remote, id);
     }
 }

@@ -50,6 +50,7 @@ pub mod gate;
 pub mod id;
 pub mod idempotency;
 mod local;
+pub mod name;
 pub mod outcome;
 pub mod policy;
 pub mod registry;
@@ -68,6 +69,7 @@ pub use deadline::{AttemptTimeouts, Inbound, InboundError};
 pub use engine::{Attempt, Call, CallSpec, Decision, Engine, EngineBuilder, HedgePlan, Mode, ReconcileItem, Stopped};
 pub use fallback::Needs;
 pub use id::RequestId;
+pub use name::IntoName;
 pub use outcome::{json_media_type, vendor_code_from_body, Headers, Outcome};
 pub use policy::{Format, OnFailure, Policy, PolicyError, PolicyErrors};
 /// Inline small strings, used for upstream names, tenants, tasks and ids (re-exported for bindings).

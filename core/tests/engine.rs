@@ -55,8 +55,8 @@ fn a_deadline_beyond_the_nanosecond_range_saturates() {
     let a = c.next_attempt().unwrap();
     let max = Duration::from_nanos(u64::MAX);
     // The deadline saturates at u64::MAX ns on the engine clock, 5 s of which have passed.
-    assert_eq!(a.remaining, max - Duration::from_secs(5));
-    assert!(a.timeouts.total <= a.remaining, "{:?}", a.timeouts);
+    assert_eq!(a.remaining(), max - Duration::from_secs(5));
+    assert!(a.timeouts().total <= a.remaining(), "{:?}", a.timeouts());
     let mut headers = Vec::new();
     a.for_each_header(|name, value| headers.push((name, value.to_string())));
     let deadline: u64 = headers[0].1.parse().unwrap();
@@ -230,8 +230,8 @@ fn jitter_is_clamped_to_the_deadline_and_min_attempt_is_enforced() {
     clock.advance(d.delay);
     // The wait ends no later than deadline - min_attempt, so the attempt may start.
     let a = c.next_attempt().unwrap();
-    assert!(a.remaining >= Duration::from_millis(300));
-    assert!(a.timeouts.total <= a.remaining);
+    assert!(a.remaining() >= Duration::from_millis(300));
+    assert!(a.timeouts().total <= a.remaining());
     // Time passes beyond the window: the next decision stops.
     clock.advance_ms(500);
     let d = c.report(&Outcome::status(503));
@@ -384,7 +384,7 @@ fn propagation_off_sends_only_the_key_and_attempts_carry_their_start() {
     assert_eq!(e.now(), Duration::from_millis(1_234));
     let mut c = e.begin(CallSpec::new("up").idempotency_key("k-1"));
     let a = c.next_attempt().unwrap();
-    assert_eq!(a.started_at, Duration::from_millis(1_234));
+    assert_eq!(a.started_at(), Duration::from_millis(1_234));
     let mut seen = Vec::new();
     a.for_each_header(|k, v| seen.push((k, v.to_string())));
     assert_eq!(seen, vec![("idempotency-key", "k-1".to_string())]);
@@ -397,7 +397,7 @@ fn propagation_off_sends_only_the_key_and_attempts_carry_their_start() {
     clock.advance_ms(10);
     let d = c.report(&Outcome::status(503));
     clock.advance(d.delay);
-    assert_eq!(c.next_attempt().unwrap().started_at, e.now());
+    assert_eq!(c.next_attempt().unwrap().started_at(), e.now());
 }
 
 /// A downstream engine that receives propagation headers makes exactly one
@@ -429,7 +429,7 @@ fn downstream_engine_is_a_non_owner() {
         assert!(!inner.is_owner());
         assert_eq!(inner.id(), outer.id());
         let ia = inner.next_attempt().unwrap();
-        assert!(ia.remaining <= a.remaining - Duration::from_millis(50));
+        assert!(ia.remaining() <= a.remaining() - Duration::from_millis(50));
         // Downstream sees the owner's attempt number, not a fresh 1.
         let wire: std::collections::BTreeMap<_, _> = ia.headers().into_iter().collect();
         assert_eq!(wire["retrywise-attempt"], a.number.to_string());
@@ -460,8 +460,8 @@ fn inherited_deadline_is_the_shorter_one() {
     };
     let mut c = e.begin(CallSpec::new("up").deadline_ms(20_000).inbound(inbound));
     let a = c.next_attempt().unwrap();
-    assert_eq!(a.remaining, Duration::from_millis(1_000));
-    assert_eq!(a.timeouts.total, Duration::from_millis(1_000));
+    assert_eq!(a.remaining(), Duration::from_millis(1_000));
+    assert_eq!(a.timeouts().total, Duration::from_millis(1_000));
 }
 
 #[test]
@@ -1069,7 +1069,7 @@ fn dynamic_timeout_from_token_counts() {
         ..Needs::default()
     }));
     let a = c.next_attempt().unwrap();
-    assert_eq!(a.timeouts.total, Duration::from_millis(13_000));
+    assert_eq!(a.timeouts().total, Duration::from_millis(13_000));
 }
 
 #[test]
@@ -1164,7 +1164,7 @@ fn begin_attempt_is_begin_then_next_attempt() {
                 (c, a)
             };
             let a = a.unwrap();
-            out.push(format!("{} {} {} {:?}", c.id(), a.number, a.upstream, a.timeouts));
+            out.push(format!("{} {} {} {:?}", c.id(), a.number, a.upstream, a.timeouts()));
             clock.advance_ms(10);
             let d = c.report(&Outcome::status(503));
             out.push(format!("{:?} {} {:?}", d.action, d.delay_ms(), d.upstream));
@@ -1217,4 +1217,16 @@ fn an_evicted_breaker_restarts_fresh_for_a_thread_that_cached_it() {
     let a = c.next_attempt().expect("a fresh breaker admits");
     assert_eq!(&*a.upstream, "up");
     assert_eq!(e.breaker_state("up"), retrywise::BreakerState::Closed);
+}
+
+/// `Attempt` promises (in its doc) to stay under 128 bytes, so returning one
+/// is a few vector stores rather than a `memcpy` call; its id stays two words.
+#[test]
+fn an_attempt_fits_in_128_bytes() {
+    assert!(
+        std::mem::size_of::<retrywise::Attempt>() <= 128,
+        "{}",
+        std::mem::size_of::<retrywise::Attempt>()
+    );
+    assert!(std::mem::size_of::<retrywise::RequestId>() <= 24);
 }

@@ -77,8 +77,8 @@ proptest! {
                     started += 1;
                     // No attempt starts with less than min_attempt left.
                     prop_assert!(deadline_at - clock.now_ms() >= policy.min_attempt_ms);
-                    prop_assert!(a.timeouts.total <= a.remaining);
-                    prop_assert!(a.timeouts.connect <= a.timeouts.total);
+                    prop_assert!(a.timeouts().total <= a.remaining());
+                    prop_assert!(a.timeouts().connect <= a.timeouts().total);
                 }
                 Err(_) => break,
             }

@@ -127,13 +127,13 @@ fn canon_attempt(a: &Attempt) -> Value {
         "upstream": &*a.upstream,
         "fallback": a.fallback,
         "hedge": a.hedge,
-        "remaining_ms": ms(a.remaining),
+        "remaining_ms": ms(a.remaining()),
         "idempotency_key": a.idempotency_key.as_deref(),
         "timeouts_ms": {
-            "connect": ms(a.timeouts.connect),
-            "first_byte": ms(a.timeouts.first_byte),
-            "idle": ms(a.timeouts.idle),
-            "total": ms(a.timeouts.total),
+            "connect": ms(a.timeouts().connect),
+            "first_byte": ms(a.timeouts().first_byte),
+            "idle": ms(a.timeouts().idle),
+            "total": ms(a.timeouts().total),
         },
         "headers": headers,
     })

@@ -324,14 +324,14 @@ fn check_attempt(l: &Live, a: &Attempt, trace: &mut String) {
     );
     assert!(l.call.attempts() <= l.max_attempts);
     assert!(
-        a.remaining >= l.min_attempt && !a.remaining.is_zero(),
+        a.remaining() >= l.min_attempt && !a.remaining().is_zero(),
         "attempt started with {:?} left, min_attempt {:?}",
-        a.remaining,
+        a.remaining(),
         l.min_attempt
     );
-    assert_eq!(a.remaining, l.call.remaining());
-    let t = a.timeouts;
-    assert!(t.total <= a.remaining, "{t:?} vs {:?}", a.remaining);
+    assert_eq!(a.remaining(), l.call.remaining());
+    let t = a.timeouts();
+    assert!(t.total <= a.remaining(), "{t:?} vs {:?}", a.remaining());
     assert!(
         t.connect <= t.total && t.first_byte <= t.total && t.idle <= t.total,
         "{t:?}"
@@ -341,7 +341,7 @@ fn check_attempt(l: &Live, a: &Attempt, trace: &mut String) {
         "attempt {} {} {:?} {} {:?}",
         a.number,
         a.upstream,
-        a.remaining,
+        a.remaining(),
         a.request_id,
         a.headers()
     );

@@ -396,6 +396,10 @@ fn run(policy: &[u8], ops: Vec<Op<'_>>) {
                         vendor_code: vendor_code.raw(),
                         input_tokens: u64::from(input_tokens),
                         ok,
+                        body: rw_str {
+                            ptr: ptr::null(),
+                            len: 0,
+                        },
                     };
                     let mut d = rw_decision::default();
                     let r = rw_call_report(l.call, if null_outcome { ptr::null() } else { &o }, &mut d);

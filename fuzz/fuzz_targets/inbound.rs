@@ -85,10 +85,10 @@ fuzz_target!(|data: &[u8]| {
         Ok(a) => {
             assert_eq!(a.number, 1);
             if let Some(d) = inbound.deadline {
-                assert!(a.remaining <= d);
+                assert!(a.remaining() <= d);
             }
             if let Some(id) = &inbound.request_id {
-                assert_eq!(&*a.request_id, id.as_str());
+                assert_eq!(a.request_id, id.as_str());
             }
             let d = call.report(&Outcome::status(503));
             assert_ne!(d.action, Action::Retry);

@@ -45,7 +45,7 @@ fn exercise(p: Policy) {
     for _ in 0..8 {
         let Ok(a) = call.next_attempt() else { break };
         assert!(a.number <= max, "attempt {} > max_attempts {max}", a.number);
-        assert!(a.remaining >= min_attempt && !a.remaining.is_zero());
+        assert!(a.remaining() >= min_attempt && !a.remaining().is_zero());
         let d = call.report(&Outcome::status(503).header("retry-after-ms", "1"));
         match d.action {
             Action::Retry | Action::Fallback => {

@@ -63,7 +63,7 @@ impl Run<'_> {
             Ok(a) => {
                 self.next_token = self.next_token.wrapping_add(1);
                 slot.token = self.next_token;
-                let timeout_at = now + a.timeouts.total.as_micros() as u64;
+                let timeout_at = now + a.timeouts().total.as_micros() as u64;
                 self.m.attempt(now, slot.measured);
                 let cond = self.sc.conditions(now / 1000);
                 let r = self.up.send(now, &cond);

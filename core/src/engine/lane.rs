@@ -44,6 +44,7 @@ impl Engine {
         }
         Call {
             id: RequestId::local(pol.shared.id_prefix, seq),
+            id_text: std::cell::OnceCell::new(),
             tenant,
             task,
             idem: idempotency,
@@ -137,18 +138,17 @@ impl Call {
         self.attempts = number;
         self.target_attempts += 1;
         let pol = &*self.tu.handle.pol;
-        let remaining = remaining.dur();
         Some(Attempt {
             number,
             fallback: false,
             upstream: self.tu.up.key.clone(),
             timeouts: pol.timeouts(remaining, TokenEstimate::default()),
-            remaining,
+            remaining_ns: remaining.0,
             // A lane call's id is one made here: built in place, no match on its kind.
             request_id: RequestId::local(pol.shared.id_prefix, self.seq),
             idempotency_key: self.key.clone(),
             hedge: false,
-            started_at: now.dur(),
+            started_ns: now.0,
             margin_ms: pol.margin_ms,
             propagate: pol.policy.propagation.enabled,
             wire_number: number,
@@ -229,6 +229,9 @@ impl Call {
             }
         }
         let f = self.in_flight.take_one()?;
+        // Cloned before the breaker's locked update, which drains the stores:
+        // moving it into the decision then reads memory, not stores in flight.
+        let upstream = self.tu.up.key.clone();
         let now = self.now();
         let now_ms = now.ms();
         let elapsed_ms = now.0.saturating_sub(f.started_ns) / 1_000_000;
@@ -261,16 +264,24 @@ impl Call {
             t.value.bump(c);
         }
         here.upstream.bump(c);
-        let d = Decision::success(f.number, f.hedge, self.tu.up.key.clone());
         if !decided && active {
-            self.record_decision(&d, now);
+            self.record_success(f.number, f.hedge, now);
         }
         self.final_decision = Some(Final::Succeeded {
             attempt: f.number,
             hedge: f.hedge,
             upstream: None,
         });
-        Some(d)
+        // Built here, in the caller's slot: a decision built earlier and
+        // moved here is read back before its stores land (a stalled copy).
+        Some(Decision::success(f.number, f.hedge, upstream))
+    }
+
+    /// Records the success decision on its own (the end record could not take it).
+    #[cold]
+    #[inline(never)]
+    fn record_success(&self, number: u32, hedge: bool, now: Nanos) {
+        self.record_decision(&Decision::success(number, hedge, self.tu.up.key.clone()), now);
     }
 
     /// Records the end of successful attempt `f` with the success decision
