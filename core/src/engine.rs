@@ -531,6 +531,7 @@ impl CallSpec {
     }
 
     /// A spec for `route` with every other field at its default.
+    #[inline]
     pub fn new(route: impl IntoName) -> Self {
         CallSpec {
             route: route.into_name(),
