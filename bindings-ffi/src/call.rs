@@ -10,7 +10,7 @@ use crate::spare::Spares;
 use crate::types::*;
 use retrywise_core::deadline::H_REQUEST_ID;
 use retrywise_core::{
-    Attempt, Call, CallSpec, Decision, Engine, Headers, HedgePlan, Inbound, Outcome, SmolStr, Stopped,
+    Attempt, Call, CallSpec, Decision, Engine, Headers, HedgePlan, Inbound, IntoName, Outcome, SmolStr, Stopped,
 };
 use std::mem::MaybeUninit;
 use std::ptr::addr_of_mut;
@@ -70,16 +70,16 @@ const DETAIL_PANIC: &str = "a panic was caught inside this call; it is unusable:
 unsafe fn fill_spec(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), rw_result> {
     let owned = |x: Option<&str>| x.map(str::to_string);
     // SAFETY: pointers in `s` are valid per the caller's contract (so for every read below).
-    spec.route = SmolStr::from(unsafe { args::req_str(s.route) }?);
+    spec.route = unsafe { args::req_str(s.route) }?.into_name();
     spec.idempotency = rw_idempotency::core_from_code(s.idempotency).ok_or(rw_result::RwErrInvalidArg)?;
     if s.deadline_ms > 0 {
         spec.deadline = Some(Duration::from_millis(s.deadline_ms));
     }
     // SAFETY: as above.
     unsafe {
-        spec.tenant = args::opt_str(s.tenant)?.map(SmolStr::from);
-        spec.task = args::opt_str(s.task)?.map(SmolStr::from);
-        spec.priority = args::opt_str(s.priority)?.map(SmolStr::from);
+        spec.tenant = args::opt_str(s.tenant)?.map(IntoName::into_name);
+        spec.task = args::opt_str(s.task)?.map(IntoName::into_name);
+        spec.priority = args::opt_str(s.priority)?.map(IntoName::into_name);
         spec.idempotency_key = owned(args::opt_str(s.idempotency_key)?);
         spec.params_digest = owned(args::opt_str(s.params_digest)?);
     }

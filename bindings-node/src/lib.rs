@@ -50,8 +50,8 @@ use napi_derive::napi;
 use retrywise::idempotency::{derive_key, params_digest as core_params_digest};
 use retrywise::{
     Action, Attempt, Call, CallSpec, Clock, Decision, EffectState, Engine, ErrorClass, ErrorKind, Event, Headers,
-    HedgePlan, Idempotency, Inbound, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy, PolicyErrors, Reason,
-    SmolStr, Stopped, SystemClock, WaitSource,
+    HedgePlan, Idempotency, Inbound, IntoName, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy,
+    PolicyErrors, Reason, SmolStr, Stopped, SystemClock, WaitSource,
 };
 use std::cell::{RefCell, RefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -749,7 +749,7 @@ impl NativeEngine {
             let mut spec = CallSpec::new(route);
             spec.deadline = deadline(deadline_ms);
             spec.idempotency = idempotency_of(idempotency as f64).map_err(|f| f.into_error(&env))?;
-            spec.tenant = tenant.map(SmolStr::from);
+            spec.tenant = tenant.map(IntoName::into_name);
             let mut st = self.st(&env)?;
             st.start(spec, false).map(|(h, _)| h).map_err(|f| f.into_error(&env))
         })
@@ -784,9 +784,9 @@ impl NativeEngine {
             let x: serde_json::Value =
                 serde_json::from_str(&extra).map_err(|e| throw_type(&env, &format!("spec: {e}")))?;
             let s = |k: &str| x.get(k).and_then(|v| v.as_str()).map(str::to_string);
-            spec.tenant = s("tenant").map(SmolStr::from);
-            spec.task = s("task").map(SmolStr::from);
-            spec.priority = s("priority").map(SmolStr::from);
+            spec.tenant = s("tenant").map(IntoName::into_name);
+            spec.task = s("task").map(IntoName::into_name);
+            spec.priority = s("priority").map(IntoName::into_name);
             spec.idempotency_key = s("idempotencyKey");
             spec.params_digest = s("paramsDigest");
             if let Some(p) = x.get("params") {
