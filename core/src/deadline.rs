@@ -239,6 +239,44 @@ mod tests {
     use crate::policy::DynamicTimeout;
 
     #[test]
+    fn attempt_timeouts_in_ms_floor_clamp_and_saturate() {
+        let t = TimeoutsMs::clamped(&[2_000, 30_000, 60_000], 9_999).timeouts();
+        assert_eq!(
+            t,
+            AttemptTimeouts {
+                connect: Duration::from_millis(2_000),
+                first_byte: Duration::from_millis(9_999),
+                idle: Duration::from_millis(9_999),
+                total: Duration::from_millis(9_999),
+            }
+        );
+        // Floored: 1.9999 ms left is 1 ms, never more than what is left.
+        let t = TimeoutsMs::of(&AttemptTimeouts {
+            connect: Duration::from_micros(1_999),
+            first_byte: Duration::from_nanos(999_999),
+            idle: Duration::ZERO,
+            total: Duration::from_micros(1_999),
+        })
+        .timeouts();
+        assert_eq!(
+            (t.connect, t.first_byte, t.total),
+            (Duration::from_millis(1), Duration::ZERO, Duration::from_millis(1))
+        );
+        // Beyond u32::MAX ms (49.7 days) a timeout reads as u32::MAX ms.
+        let max = Duration::from_millis(u64::from(u32::MAX));
+        assert_eq!(TimeoutsMs::clamped(&[u64::MAX; 3], u64::MAX).timeouts().total, max);
+        assert_eq!(
+            TimeoutsMs::of(&AttemptTimeouts {
+                total: Duration::MAX,
+                ..t
+            })
+            .timeouts()
+            .total,
+            max
+        );
+    }
+
+    #[test]
     fn timeouts_are_clamped_to_remaining() {
         let p = TimeoutPolicy::default();
         let t = attempt_timeouts(&p, Duration::from_millis(2_000), TokenEstimate::default());

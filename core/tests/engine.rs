@@ -464,6 +464,28 @@ fn inherited_deadline_is_the_shorter_one() {
     assert_eq!(a.timeouts().total, Duration::from_millis(1_000));
 }
 
+/// An attempt's timeouts are whole milliseconds, floored (never past the
+/// deadline); `remaining()` and the deadline header keep what is really left.
+#[test]
+fn attempt_timeouts_are_whole_ms_within_what_is_left() {
+    let (e, clock) = engine("timeouts: {connect_ms: 2000}\npropagation: {safety_margin_ms: 0}");
+    let mut c = e.begin(CallSpec::new("up").deadline_ms(10_000));
+    clock.advance(Duration::from_micros(1_500));
+    let a = c.next_attempt().unwrap();
+    assert_eq!(a.remaining(), Duration::from_micros(9_998_500));
+    let t = a.timeouts();
+    assert_eq!(t.total, Duration::from_millis(9_998));
+    assert_eq!(t.connect, Duration::from_millis(2_000));
+    assert!(t.first_byte <= t.total && t.idle <= t.total);
+    let headers = a.headers();
+    assert!(
+        headers.contains(&("retrywise-deadline-ms", "9998".to_string())),
+        "{headers:?}"
+    );
+    assert_eq!(a.started_at(), e.now());
+    assert_eq!(a.request_id, c.id());
+}
+
 #[test]
 fn budget_refuses_and_names_the_scope() {
     let (e, clock) = engine("budget: {ratio: 0.1, min_per_sec: 0, window_ms: 10000}");
