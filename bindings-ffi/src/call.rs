@@ -133,8 +133,8 @@ unsafe fn simple_parts(s: &rw_call_spec) -> Result<(SmolStr, Option<SmolStr>), r
     // SAFETY: the spec's pointers are valid per the caller's contract.
     unsafe {
         Ok((
-            SmolStr::new(args::req_str(s.route)?),
-            args::opt_str(s.tenant)?.map(SmolStr::new),
+            args::req_str(s.route)?.into_name(),
+            args::opt_str(s.tenant)?.map(IntoName::into_name),
         ))
     }
 }
