@@ -40,7 +40,7 @@ fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 /// [`AttemptTimeouts`] as an attempt carries them: whole milliseconds
 /// (floored, so never past the deadline; saturating at `u32::MAX`, 49 days)
 /// in 16 bytes instead of 64, which keeps an [`crate::Attempt`] small enough
-/// to move in registers-wide stores rather than a `memcpy` call.
+/// to move with a few vector stores rather than a `memcpy` call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimeoutsMs {
     connect: u32,

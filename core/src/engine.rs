@@ -11,13 +11,13 @@
 //! ```
 //!
 //! Cost model: a call reads the clock once per step, finds its upstream's
-//! shared state once ([`crate::upstream`]) and borrows its thread's
+//! shared state once (`upstream.rs`) and borrows its thread's
 //! reference to it, touches the breaker cell without locks while it is
 //! closed, counts its request into its thread's own budget shard (a retry's
 //! budget check takes the cell's short lock to add the threads' shards up)
 //! and everything else into its thread's own counter
-//! block ([`crate::local`]) and records events as compact records into its
-//! thread's own event ring ([`crate::ring`]). The common call (one named
+//! block (`local.rs`) and records events as compact records into its
+//! thread's own event ring (`ring.rs`). The common call (one named
 //! upstream, a plain policy, a success) takes straight-line steps
 //! (`engine/lane.rs`); everything else, the general ones below.
 

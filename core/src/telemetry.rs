@@ -6,7 +6,7 @@
 //!
 //! The ring stores compact records (no allocation for the common events):
 //! each thread that runs calls records into a ring of its own, with plain
-//! stores ([`crate::ring`]); calls used off their thread, reloads and mode
+//! stores (`ring.rs`); calls used off their thread, reloads and mode
 //! changes go to one shared ring under a lock. An [`Event`] is built from a
 //! record only when a sink or a snapshot asks. Every ring keeps the last
 //! `ring_size` records and a snapshot merges them in time order and keeps the
