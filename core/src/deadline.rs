@@ -2,6 +2,7 @@
 //! propagation headers so a downstream engine inherits the caller's deadline
 //! (and knows it is not the retry owner) instead of starting a fresh one.
 
+use crate::clock::Nanos;
 use crate::outcome::Headers;
 use crate::policy::Timeouts as TimeoutPolicy;
 use std::time::Duration;
@@ -68,7 +69,7 @@ impl TimeoutsMs {
 
     /// `t` in whole milliseconds.
     pub(crate) fn of(t: &AttemptTimeouts) -> TimeoutsMs {
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let ms = |d: Duration| Nanos::of(d).ms();
         TimeoutsMs {
             connect: ms32(ms(t.connect)),
             first_byte: ms32(ms(t.first_byte)),

@@ -611,8 +611,8 @@ pub struct Attempt {
     /// Upstream to call.
     pub upstream: SmolStr,
     timeouts: TimeoutsMs,
-    remaining_ns: u64,
-    started_ns: u64,
+    remaining: Nanos,
+    started: Nanos,
     /// Logical request id.
     pub request_id: RequestId,
     /// Business idempotency key, unchanged across attempts.
@@ -655,7 +655,7 @@ impl Attempt {
     /// Time left before the deadline when the attempt started.
     #[inline]
     pub fn remaining(&self) -> Duration {
-        Duration::from_nanos(self.remaining_ns)
+        self.remaining.dur()
     }
 
     /// The engine clock's reading when the attempt was granted (see
@@ -663,7 +663,7 @@ impl Attempt {
     /// a clock of their own.
     #[inline]
     pub fn started_at(&self) -> Duration {
-        Duration::from_nanos(self.started_ns)
+        self.started.dur()
     }
 
     /// Outbound propagation headers (`retrywise-deadline-ms`, `retrywise-request-id`,
@@ -693,7 +693,7 @@ impl Attempt {
             let mut n = itoa::Buffer::new();
             f(
                 H_DEADLINE,
-                n.format((self.remaining_ns / 1_000_000).saturating_sub(u64::from(self.margin_ms))),
+                n.format(self.remaining.ms().saturating_sub(u64::from(self.margin_ms))),
             );
             self.request_id.with_str(|id| f(H_REQUEST_ID, id));
             f(H_ATTEMPT, n.format(self.wire_number));
@@ -2380,11 +2380,11 @@ impl Call {
                 .is_some_and(|e| e.route_key.is_some() && target != e.first_upstream),
             upstream: target,
             timeouts: pol.timeouts(remaining, tokens),
-            remaining_ns: remaining.0,
+            remaining,
             request_id: self.id.clone(),
             idempotency_key: self.key.clone(),
             hedge: is_hedge,
-            started_ns: now.0,
+            started: now,
             margin_ms: pol.margin_ms,
             propagate: pol.policy.propagation.enabled,
             wire_number: self.x.as_ref().and_then(|e| e.inbound_attempt).unwrap_or(number),
