@@ -1,17 +1,25 @@
 //! `retrywise-fault-server`: a fake OpenAI- and Anthropic-compatible upstream that
 //! injects the failures retrywise has to decide about (statuses, Retry-After in all
-//! three forms, hangs, dropped connections, malformed bodies, streams cut midway)
-//! and records every attempt it receives.
+//! three forms, hangs, resets, dropped connections, malformed bodies, streams cut or
+//! stalled midway) and records every attempt it receives.
 //!
-//! End-to-end tests in every binding point an unmodified SDK at
-//! `http://127.0.0.1:PORT/s/<spec>/v1` and then read `/control/requests` to check
-//! how many physical attempts a logical request cost and which propagation headers
-//! each carried. See `README.md` for the spec grammar and the control API.
+//! End-to-end tests in every binding point an unmodified SDK at the server and pick
+//! a fault per request by model name (`"model": "fb-stream-cut"`, see [`model`]) or
+//! for every request by path (`http://127.0.0.1:PORT/s/<spec>/v1`, see [`spec`]),
+//! then read `/control/requests` to check how many physical attempts each model got,
+//! when, and how each exchange ended. See `README.md` for both grammars, the exact
+//! bytes of every fault and the control API.
 //!
 //! Rust tests can run the server in-process with [`spawn_background`] (blocking
 //! code) or [`serve`] / [`serve_with_shutdown`] (inside a Tokio runtime).
 
+pub mod answer;
 mod body;
+mod conn;
+mod control;
+pub mod model;
+mod plan;
+mod request;
 mod service;
 pub mod shapes;
 pub mod spec;
@@ -31,8 +39,11 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
+use conn::{ConnControl, ConnIo};
+
+pub use model::ModelFault;
 pub use spec::{Fault, RetryAfterHint, SpecError};
-pub use state::{Counts, Record, State};
+pub use state::{Counts, Ending, Filter, Record, State};
 
 /// Serves on `listener` until the future is dropped, with fresh state.
 pub async fn serve(listener: TcpListener) -> io::Result<()> {
@@ -68,14 +79,14 @@ pub async fn serve_state(
                     connections.spawn(async move {
                         let _open = state.connection_guard();
                         let svc_state = Arc::clone(&state);
+                        let control = Arc::new(ConnControl::default());
+                        let io = TokioIo::new(ConnIo::new(stream, Arc::clone(&control)));
                         let svc = service_fn(move |req| {
-                            service::handle(Arc::clone(&svc_state), req)
+                            service::handle(Arc::clone(&svc_state), Arc::clone(&control), req)
                         });
-                        // Errors here are the faults themselves (drop, cut, hang cap)
-                        // or clients going away: nothing to report.
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), svc)
-                            .await;
+                        // Errors here are the faults themselves (drop, reset, cut, hang
+                        // cap) or clients going away: nothing to report.
+                        let _ = http1::Builder::new().serve_connection(io, svc).await;
                     });
                 }
                 Err(e) => {

@@ -1,24 +1,29 @@
-//! Request handling: routes control endpoints, parses the fault spec from the path,
-//! records the request and produces (or withholds) the response.
+//! Request handling: routes control endpoints, chooses the fault (from the path's
+//! `/s/<spec>` prefix, else from a fault model name), records the request and
+//! produces (or withholds) the response.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::http::request::Parts;
-use hyper::{Method, Request, Response, StatusCode};
-use serde::Serialize;
-use serde_json::{json, Value};
+use hyper::{Request, Response};
+use serde_json::Value;
 
-use crate::body::{full, End, ResBody, ScriptBody};
-use crate::shapes::{self, Chunk, Ctx, Shape, STREAM_CHUNKS};
-use crate::spec::{Fault, RetryAfterHint, MAX_WAIT_MS};
-use crate::state::{Arrival, State};
+use crate::answer::{self, Continuation};
+use crate::body::{full, json_response, End, ResBody, ScriptBody, Step};
+use crate::conn::ConnControl;
+use crate::control::control;
+use crate::model::{self, ModelFault};
+use crate::plan::{ApiError, Break, Plan, Script};
+use crate::request::{header_int, header_text, split_fault_path, BodyFields};
+use crate::shapes::{self, Ctx, Shape, Usage};
+use crate::spec::{Fault, MAX_WAIT_MS, STREAM_DELTAS};
+use crate::state::{Arrival, Ending, State, Tracker};
 
 /// Largest request body read; bigger ones get a 413 (the SDK tests never come close).
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -27,7 +32,7 @@ const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 const DEFAULT_MODEL: &str = "retrywise-fault-model";
 
 /// A service error that makes hyper close the connection without writing a
-/// response: the "result unknown" outcome of `drop` and the end of `hang`.
+/// response: the "result unknown" outcome of `drop`, `reset` and the end of `hang`.
 #[derive(Debug)]
 pub struct Abort(&'static str);
 
@@ -39,281 +44,29 @@ impl fmt::Display for Abort {
 
 impl std::error::Error for Abort {}
 
-/// What one request is answered with, decided before any waiting so the record
-/// can say what the client was sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Plan {
-    Success {
-        delay: Duration,
-    },
-    Error {
-        status: u16,
-        vendor_code: Option<String>,
-        header: Option<(&'static str, String)>,
-    },
-    Hang,
-    Drop,
-    /// Close the connection once this many request-body bytes arrived.
-    WriteCut(usize),
-    Malformed,
-    Stream {
-        chunks: u32,
-        gap: Duration,
-        /// Chunks sent before the first gap.
-        fast: u32,
-        end: End,
-    },
-}
-
-impl Plan {
-    /// `prior` is how many requests with the same (spec, logical id) came before.
-    fn decide(fault: &Fault, prior: u32) -> Plan {
-        let success = Plan::Success { delay: Duration::ZERO };
-        match fault {
-            Fault::Ok => success,
-            Fault::Delay { ms } => Plan::Success {
-                delay: Duration::from_millis(*ms),
-            },
-            Fault::Status { code, vendor_code } => Plan::Error {
-                status: *code,
-                vendor_code: vendor_code.clone(),
-                header: None,
-            },
-            Fault::Flaky {
-                failures,
-                code,
-                vendor_code,
-            } => {
-                if prior < *failures {
-                    Plan::Error {
-                        status: *code,
-                        vendor_code: vendor_code.clone(),
-                        header: None,
-                    }
-                } else {
-                    success
-                }
-            }
-            Fault::RetryAfter { hint, then_ok, status } => {
-                if *then_ok && prior > 0 {
-                    return success;
-                }
-                let header = match hint {
-                    RetryAfterHint::Secs(v) => ("retry-after", v.clone()),
-                    RetryAfterHint::Ms(v) => ("retry-after-ms", v.clone()),
-                    RetryAfterHint::Date(secs) => ("retry-after", http_date_in(*secs)),
-                };
-                Plan::Error {
-                    status: *status,
-                    vendor_code: None,
-                    header: Some(header),
-                }
-            }
-            Fault::Seq(steps) => match usize::try_from(prior).ok().and_then(|i| steps.get(i)) {
-                Some(step) => Plan::decide(step, 0),
-                None => success,
-            },
-            Fault::Hang => Plan::Hang,
-            Fault::Drop => Plan::Drop,
-            Fault::WriteCut { kib } => Plan::WriteCut(*kib as usize * 1024),
-            Fault::Malformed => Plan::Malformed,
-            Fault::SseCut { chunks } => Plan::Stream {
-                chunks: *chunks,
-                gap: Duration::ZERO,
-                fast: 0,
-                end: End::Cut,
-            },
-            Fault::SlowSse { gap_ms, fast } => Plan::Stream {
-                chunks: STREAM_CHUNKS,
-                gap: Duration::from_millis(*gap_ms),
-                fast: *fast,
-                end: End::Clean,
-            },
-        }
-    }
-
-    /// The status the client receives; `None` when it receives no response.
-    fn status(&self) -> Option<u16> {
-        match self {
-            Plan::Error { status, .. } => Some(*status),
-            Plan::Hang | Plan::Drop | Plan::WriteCut(_) => None,
-            Plan::Success { .. } | Plan::Malformed | Plan::Stream { .. } => Some(200),
-        }
-    }
-}
-
-/// IMF-fixdate `secs` seconds from now (in the past when negative). The format has
-/// one-second resolution, so the effective wait is up to a second shorter.
-fn http_date_in(secs: i64) -> String {
-    let now = SystemTime::now();
-    let offset = Duration::from_secs(secs.unsigned_abs());
-    let at = if secs >= 0 {
-        now.checked_add(offset)
-    } else {
-        now.checked_sub(offset)
-    };
-    httpdate::fmt_http_date(at.unwrap_or(now))
-}
-
-/// Decodes `%XX` escapes (and `+` as space in query strings). Malformed escapes are
-/// kept literally rather than rejected: the decoded text is only matched, never
-/// trusted.
-fn percent_decode(raw: &str, plus_as_space: bool) -> String {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        let hex = |j: usize| bytes.get(j).and_then(|c| (*c as char).to_digit(16));
-        match b {
-            b'%' => match (hex(i + 1), hex(i + 2)) {
-                (Some(hi), Some(lo)) => {
-                    // Two hex digits fit a byte by construction.
-                    out.push(u8::try_from(hi * 16 + lo).unwrap_or(b'?'));
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b),
-            },
-            b'+' if plus_as_space => out.push(b' '),
-            _ => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Splits `/s/<spec>/<api path>` into the decoded spec and the API path. Paths
-/// without the prefix are plain API calls and behave as `ok`.
-fn split_fault_path(path: &str) -> (String, String) {
-    match path.strip_prefix("/s/") {
-        Some(rest) => match rest.split_once('/') {
-            Some((raw, api)) => (percent_decode(raw, false), format!("/{api}")),
-            None => (percent_decode(rest, false), "/".to_owned()),
-        },
-        None => ("ok".to_owned(), path.to_owned()),
-    }
-}
-
-fn query_params(query: Option<&str>) -> BTreeMap<String, String> {
-    query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k, true), percent_decode(v, true))
-        })
-        .collect()
-}
-
-fn header_text(parts: &Parts, name: &str) -> Option<String> {
-    parts
-        .headers
-        .get(name)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-}
-
-fn header_int(parts: &Parts, name: &str) -> Option<i64> {
-    header_text(parts, name).and_then(|v| v.trim().parse().ok())
-}
-
-fn json_response(status: u16, value: &impl Serialize) -> Response<ResBody> {
-    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
-    let mut res = Response::new(full(body));
-    *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    res
-}
-
 /// Entry point for every request on a connection.
-pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<ResBody>, Abort> {
+pub async fn handle(
+    state: Arc<State>,
+    conn: Arc<ConnControl>,
+    req: Request<Incoming>,
+) -> Result<Response<ResBody>, Abort> {
     if let Some(endpoint) = req.uri().path().strip_prefix("/control/") {
         return Ok(control(&state, req.method(), endpoint, req.uri().query()));
     }
-    handle_api(state, req).await
+    handle_api(state, conn, req).await
 }
 
-fn control(state: &State, method: &Method, endpoint: &str, query: Option<&str>) -> Response<ResBody> {
-    let expected = match endpoint {
-        "reset" => Method::POST,
-        "health" | "requests" | "counts" | "closed-port" => Method::GET,
-        _ => {
-            return json_response(
-                404,
-                &json!({"error": format!("unknown control endpoint /control/{endpoint}")}),
-            )
-        }
-    };
-    if method != expected {
-        let mut res = json_response(405, &json!({"error": format!("/control/{endpoint} takes {expected}")}));
-        if let Ok(allow) = HeaderValue::from_str(expected.as_str()) {
-            res.headers_mut().insert(ALLOW, allow);
-        }
-        return res;
-    }
-    match endpoint {
-        "reset" => {
-            state.reset();
-            json_response(200, &json!({"reset": true}))
-        }
-        "health" => {
-            let counts = state.counts();
-            json_response(
-                200,
-                &json!({
-                    "status": "ok",
-                    "uptime_ms": state.now_ms(),
-                    "open_connections": state.open_connections(),
-                    "in_flight": state.in_flight(),
-                    "recorded": counts.total,
-                    "dropped": counts.dropped,
-                }),
-            )
-        }
-        "requests" => {
-            let params = query_params(query);
-            let records = state.records(
-                params.get("spec").map(String::as_str),
-                params.get("logical_id").map(String::as_str),
-            );
-            json_response(200, &records)
-        }
-        "counts" => json_response(200, &state.counts()),
-        _ => closed_port(),
-    }
-}
-
-/// Binds an ephemeral port and releases it, so "connection refused" can be tested
-/// without guessing a free port. Another process could grab it in between; on a
-/// test machine that window is negligible.
-fn closed_port() -> Response<ResBody> {
-    match std::net::TcpListener::bind(("127.0.0.1", 0)).and_then(|l| l.local_addr()) {
-        Ok(addr) => json_response(200, &json!({"port": addr.port()})),
-        Err(e) => json_response(500, &json!({"error": format!("bind failed: {e}")})),
-    }
-}
-
-async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Response<ResBody>, Abort> {
-    let _in_flight = state.in_flight_guard();
-    let (parts, body) = req.into_parts();
-    let path = parts.uri.path().to_owned();
-    let (spec, api_path) = split_fault_path(&path);
-    let shape = Shape::for_api_path(&api_path);
-
-    let logical_id = header_text(&parts, "retrywise-request-id");
-    let fault = spec.parse::<Fault>();
-    let arrival = |stream: bool| Arrival {
+fn arrival(parts: &Parts, path: &str, api_path: &str, spec: Option<&String>) -> Arrival {
+    Arrival {
         method: parts.method.to_string(),
-        path: path.clone(),
-        api_path: api_path.clone(),
-        spec: spec.clone(),
-        logical_id: logical_id.clone(),
-        attempt: header_int(&parts, "retrywise-attempt"),
-        deadline_ms: header_int(&parts, "retrywise-deadline-ms"),
-        idempotency_key: header_text(&parts, "idempotency-key"),
-        x_stainless_retry_count: header_text(&parts, "x-stainless-retry-count"),
+        path: path.to_owned(),
+        api_path: api_path.to_owned(),
+        spec: spec.cloned().unwrap_or_else(|| "ok".to_owned()),
+        logical_id: header_text(parts, "retrywise-request-id"),
+        attempt: header_int(parts, "retrywise-attempt"),
+        deadline_ms: header_int(parts, "retrywise-deadline-ms"),
+        idempotency_key: header_text(parts, "idempotency-key"),
+        x_stainless_retry_count: header_text(parts, "x-stainless-retry-count"),
         retrywise_headers: parts
             .headers
             .iter()
@@ -325,36 +78,109 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
                 )
             })
             .collect(),
-        stream,
-    };
+        stream: false,
+        model: None,
+        fault: None,
+        continuation: None,
+    }
+}
+
+/// What an answer says: the whole text of a JSON answer and the deltas of a stream.
+struct Content {
+    text: String,
+    deltas: Vec<String>,
+    input_words: u64,
+}
+
+impl Content {
+    /// Path specs answer `ok`, or stream `"c1 "`, `"c2 "`, … (as many as a break
+    /// after `frames` frames needs, at least three).
+    fn for_spec(script: &Script) -> Self {
+        let n = match script {
+            Script::Break { frames, .. } => (*frames).saturating_sub(1).max(STREAM_DELTAS as usize),
+            _ => STREAM_DELTAS as usize,
+        };
+        Content {
+            text: "ok".into(),
+            deltas: (1..=n).map(|k| format!("c{k} ")).collect(),
+            input_words: 1,
+        }
+    }
+
+    /// A fault model answers its own deterministic answer, or the rest of the
+    /// answer a continuation quotes (after the quoted prefix again with `resend=1`).
+    fn for_model(model: &str, fault: &ModelFault, continuation: Option<&Continuation>, input_words: u64) -> Self {
+        let deltas = match continuation {
+            Some(c) if fault.resend => {
+                let mut all = vec![c.prefix.clone()];
+                all.extend(c.rest.iter().cloned());
+                all
+            }
+            Some(c) => c.rest.clone(),
+            None => answer::deltas(model, fault.words),
+        };
+        Content {
+            text: deltas.concat(),
+            deltas,
+            input_words,
+        }
+    }
+}
+
+/// The fault chosen for one request, resolved to a plan.
+struct Decision {
+    plan: Plan,
+    content: Content,
+    /// `x-fault-spec` and error messages: the path spec or the model name.
+    label: String,
+}
+
+/// A request whose fault could not be chosen: a typo in a spec or model name.
+fn invalid(state: &Arc<State>, shape: Shape, arrival: Arrival, message: &str) -> Response<ResBody> {
+    let at = state.record(arrival, Some(400));
+    Tracker::new(Arc::clone(state), at).finish(Ending::Complete);
+    // A typo in a test's spec must fail loudly and must not look retryable.
+    json_response(
+        400,
+        &shapes::error_body(shape, 400, Some("invalid_fault_spec"), message),
+    )
+}
+
+async fn handle_api(
+    state: Arc<State>,
+    conn: Arc<ConnControl>,
+    req: Request<Incoming>,
+) -> Result<Response<ResBody>, Abort> {
+    let _in_flight = state.in_flight_guard();
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_owned();
+    let (path_spec, api_path) = split_fault_path(&path);
+    let shape = Shape::for_api_path(&api_path);
+    let mut arrival = arrival(&parts, &path, &api_path, path_spec.as_ref());
+    let logical_id = arrival.logical_id.clone();
+    let spec_fault = path_spec.as_ref().map(|s| s.parse::<Fault>());
 
     // A write cut closes the connection while the request body is still arriving
     // (a `seq` step may be one: peek at the count, then count it).
-    let cut = fault
-        .as_ref()
-        .ok()
-        .and_then(|f| match Plan::decide(f, state.prior(&spec, logical_id.as_deref())) {
-            Plan::WriteCut(after) => {
-                state.admit(&spec, logical_id.as_deref());
-                Some(after)
+    if let (Some(spec), Some(Ok(fault))) = (&path_spec, &spec_fault) {
+        if let Plan::WriteCut(after) = Plan::decide(fault, state.prior(spec, logical_id.as_deref())) {
+            state.admit(spec, logical_id.as_deref());
+            let mut body = body;
+            let mut got = 0;
+            while got < after {
+                match body.frame().await {
+                    Some(Ok(frame)) => got += frame.data_ref().map_or(0, |d| d.len()),
+                    _ => break,
+                }
             }
-            _ => None,
-        });
-    if let Some(after) = cut {
-        let mut body = body;
-        let mut got = 0;
-        while got < after {
-            match body.frame().await {
-                Some(Ok(frame)) => got += frame.data_ref().map_or(0, |d| d.len()),
-                _ => break,
-            }
+            let at = state.record(arrival, None);
+            Tracker::new(Arc::clone(&state), at).finish(Ending::WriteCut);
+            return Err(Abort("write-cut: closing while the request body arrives"));
         }
-        state.record(arrival(false), None);
-        return Err(Abort("write-cut: closing while the request body arrives"));
     }
 
     // Every other fault acts after the full request was received, so "the upstream
-    // got the request" holds for all of them (`drop` in particular).
+    // got the request" holds for all of them (`drop` and `reset` in particular).
     let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => {
@@ -363,157 +189,270 @@ async fn handle_api(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
         }
         Err(_) => return Err(Abort("request body was not fully received")),
     };
-    let request_json: Option<Value> = serde_json::from_slice(&body).ok();
-    let stream = request_json
-        .as_ref()
-        .and_then(|v| v.get("stream"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let model = request_json
-        .as_ref()
-        .and_then(|v| v.get("model"))
-        .and_then(Value::as_str)
-        .unwrap_or(DEFAULT_MODEL)
-        .to_owned();
+    let fields = BodyFields::parse(&body);
+    arrival.stream = fields.stream;
+    arrival.model.clone_from(&fields.model);
+    let model = fields.model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_owned());
 
-    let fault = match fault {
-        Ok(fault) => fault,
-        Err(e) => {
-            // A typo in a test's spec must fail loudly and must not look retryable.
-            state.record(arrival(stream), Some(400));
-            let body = shapes::error_body(shape, 400, Some("invalid_fault_spec"), &e.0);
-            return Ok(json_response(400, &body));
+    let decision = match (path_spec, spec_fault) {
+        (Some(_), Some(Err(e))) => return Ok(invalid(&state, shape, arrival, &e.0)),
+        (Some(spec), Some(Ok(fault))) => {
+            // Counted once fully received: a request whose body never arrived takes no step.
+            let plan = Plan::decide(&fault, state.admit(&spec, logical_id.as_deref()));
+            let content = match &plan {
+                Plan::Answer { script, .. } => Content::for_spec(script),
+                _ => Content::for_spec(&Script::Healthy),
+            };
+            Decision {
+                plan,
+                content,
+                label: spec,
+            }
         }
+        _ if model::is_fault_model(&model) => {
+            arrival.spec.clone_from(&model);
+            match decide_model(&state, shape, &fields.json, &model, &mut arrival) {
+                Ok(decision) => decision,
+                Err(message) => return Ok(invalid(&state, shape, arrival, &message)),
+            }
+        }
+        _ => Decision {
+            plan: Plan::decide(&Fault::Ok, 0),
+            content: Content::for_spec(&Script::Healthy),
+            label: "ok".to_owned(),
+        },
     };
-    // Counted once fully received: a request whose body never arrived takes no step.
-    let prior = state.admit(&spec, logical_id.as_deref());
-    let plan = Plan::decide(&fault, prior);
-    let seq = state.record(arrival(stream), plan.status());
-    let ctx = Ctx { shape, model, seq };
+
+    let Decision { plan, content, label } = decision;
+    let sse = match &plan {
+        Plan::Answer { always_sse, .. } => *always_sse || fields.stream,
+        _ => false,
+    };
+    let sent_text = if sse {
+        content.deltas.concat()
+    } else {
+        content.text.clone()
+    };
+    let at = state.record(arrival, plan.status());
+    let tracker = Tracker::new(Arc::clone(&state), at);
+    let ctx = Ctx {
+        shape,
+        model,
+        seq: at.seq(),
+        include_usage: fields.include_usage,
+        usage: Usage {
+            input: content.input_words,
+            output: sent_text.split_whitespace().count() as u64,
+        },
+    };
 
     let mut res = match plan {
-        Plan::Success { delay } => {
+        Plan::Answer { delay, script, .. } => {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            if stream {
-                sse_response(&ctx, STREAM_CHUNKS, Duration::ZERO, 0, End::Clean)
+            if sse {
+                sse_response(&ctx, &content.deltas, &script, tracker)
             } else {
-                json_response(200, &shapes::success_body(&ctx))
+                json_answer(&ctx, &content.text, &script, tracker).await
             }
         }
-        Plan::Error {
-            status,
-            vendor_code,
-            header,
-        } => {
-            let msg = format!("retrywise-fault-server: injected {status} (spec {spec})");
-            let body = shapes::error_body(shape, status, vendor_code.as_deref(), &msg);
-            let mut res = json_response(status, &body);
+        Plan::Error { status, error, header } => {
+            let mut res = json_response(status, &error_body(shape, status, &error, &label));
             if let Some((name, value)) = header {
                 if let Ok(value) = HeaderValue::from_str(&value) {
                     res.headers_mut().insert(HeaderName::from_static(name), value);
                 }
             }
+            tracker.finish(Ending::Complete);
             res
         }
         Plan::Hang => {
-            // Hyper drops this future as soon as the client closes the connection;
-            // the cap only bounds clients that never give up.
+            // Hyper drops this future as soon as the client closes the connection
+            // (the tracker then logs `client_closed`); the cap only bounds clients
+            // that never give up.
             tokio::time::sleep(Duration::from_millis(MAX_WAIT_MS)).await;
+            tracker.finish(Ending::Closed);
             return Err(Abort("hang reached its cap"));
         }
-        Plan::Drop => return Err(Abort("drop: closing without a response")),
-        Plan::WriteCut(_) => return Err(Abort("write-cut: closing while the request body arrives")),
+        Plan::Drop => {
+            tracker.finish(Ending::Closed);
+            return Err(Abort("drop: closing without a response"));
+        }
+        Plan::Reset => {
+            conn.reset_on_close();
+            tracker.finish(Ending::Reset);
+            return Err(Abort("reset: closing with a TCP reset"));
+        }
+        Plan::WriteCut(_) => {
+            tracker.finish(Ending::WriteCut);
+            return Err(Abort("write-cut: closing while the request body arrives"));
+        }
         Plan::Malformed => {
-            let mut res = Response::new(full(shapes::malformed_body(&ctx)));
+            let mut res = Response::new(full(shapes::malformed_body(&ctx, &content.text)));
             res.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            tracker.finish(Ending::Complete);
             res
         }
-        Plan::Stream { chunks, gap, fast, end } => sse_response(&ctx, chunks, gap, fast, end),
     };
 
-    let id_header = match shape {
-        Shape::OpenAi => "x-request-id",
-        Shape::Anthropic => "request-id",
-    };
-    if let Ok(value) = HeaderValue::from_str(&format!("rw-{seq}")) {
-        res.headers_mut().insert(HeaderName::from_static(id_header), value);
+    if let Ok(value) = HeaderValue::from_str(&format!("rw-{}", ctx.seq)) {
+        res.headers_mut()
+            .insert(HeaderName::from_static(shape.request_id_header()), value);
     }
-    if let Ok(value) = HeaderValue::from_str(&spec) {
+    if let Ok(value) = HeaderValue::from_str(&label) {
         res.headers_mut().insert(HeaderName::from_static("x-fault-spec"), value);
     }
     Ok(res)
 }
 
-fn sse_response(ctx: &Ctx, chunks: u32, gap: Duration, fast: u32, end: End) -> Response<ResBody> {
-    let frames: Vec<Bytes> = shapes::stream_plan(chunks, end == End::Clean)
-        .into_iter()
-        .map(|chunk: Chunk| shapes::chunk_bytes(ctx, chunk))
-        .collect();
-    let mut res = Response::new(ScriptBody::new(frames, gap, fast, end).boxed());
+/// Chooses the plan and content of a request whose model names a fault, and notes
+/// the fault and any continuation in its arrival; `Err` is a typo's message.
+fn decide_model(
+    state: &State,
+    shape: Shape,
+    request: &Value,
+    model: &str,
+    arrival: &mut Arrival,
+) -> Result<Decision, String> {
+    let fault = ModelFault::parse(model).map_err(|e| e.0)?;
+    arrival.fault = Some(fault.kind.to_string());
+    let turns = answer::conversation(shape, request);
+    let prefill = turns.last().is_some_and(|t| t.role == "assistant");
+    let fires = fault.fires(state.admit(model, arrival.logical_id.as_deref()));
+    let down = fault.kind == model::Kind::Flap && state.since_first(model) < Duration::from_millis(fault.down_ms);
+    let mut plan = Plan::for_model(&fault, fires, down, prefill);
+    let found = match answer::continuation(&turns) {
+        Ok(found) => found,
+        // Only an answer continues anything; a mismatch under an error plan
+        // keeps the error the fault asked for.
+        Err(mismatch) if matches!(plan, Plan::Answer { .. }) => {
+            plan = Plan::Error {
+                status: 400,
+                error: ApiError::ContinuationMismatch(mismatch.0),
+                header: None,
+            };
+            None
+        }
+        Err(_) => None,
+    };
+    let content = Content::for_model(model, &fault, found.as_ref(), answer::input_words(&turns));
+    arrival.continuation = found;
+    Ok(Decision {
+        plan,
+        content,
+        label: model.to_owned(),
+    })
+}
+
+fn error_body(shape: Shape, status: u16, error: &ApiError, label: &str) -> Value {
+    match error {
+        ApiError::Injected { vendor_code } => {
+            let what = if model::is_fault_model(label) { "model" } else { "spec" };
+            let msg = format!("retrywise-fault-server: injected {status} ({what} {label})");
+            shapes::error_body(shape, status, vendor_code.as_deref(), &msg)
+        }
+        ApiError::ContextLength => shapes::context_length_body(shape),
+        ApiError::ContentFilter { code, reason } => shapes::content_filter_body(shape, *code, reason),
+        ApiError::PrefillRejected => shapes::prefill_rejected_body(shape),
+        ApiError::ContinuationMismatch(prefix) => {
+            let msg = format!(
+                "retrywise-fault-server: the assistant prefill {prefix:?} is not a delta-aligned prefix \
+                 of any fault model's answer"
+            );
+            shapes::error_body(shape, status, Some("continuation_mismatch"), &msg)
+        }
+    }
+}
+
+/// A non-streamed answer; stream faults become their body-level equivalents.
+async fn json_answer(ctx: &Ctx, text: &str, script: &Script, tracker: Tracker) -> Response<ResBody> {
+    let body = match script {
+        Script::Break { how, .. } => {
+            // Half the body under the full `content-length`, then a cut or a stall.
+            let bytes = shapes::success_body(ctx, text).to_string();
+            let len = bytes.len() as u64;
+            let half = (0..=bytes.len() / 2)
+                .rev()
+                .find(|&i| bytes.is_char_boundary(i))
+                .unwrap_or(0);
+            let frame = shapes::Frame {
+                bytes: Bytes::from(bytes[..half].to_owned()),
+                delta: None,
+            };
+            let end = if *how == Break::Stall { End::Hold } else { End::Cut };
+            ScriptBody::new(vec![Step::now(frame)], end, Some(len), tracker).boxed()
+        }
+        Script::Malformed { .. } => {
+            tracker.finish(Ending::Complete);
+            full(shapes::malformed_body(ctx, text))
+        }
+        Script::FirstToken(wait) => {
+            // Dropped with this future if the client gives up: logged as client_closed.
+            tokio::time::sleep(*wait).await;
+            return finished_json(ctx, text, tracker);
+        }
+        Script::Healthy | Script::Gaps { .. } | Script::NoTerminator => return finished_json(ctx, text, tracker),
+    };
+    let mut res = Response::new(body);
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res
+}
+
+fn finished_json(ctx: &Ctx, text: &str, tracker: Tracker) -> Response<ResBody> {
+    tracker.text(text);
+    tracker.finish(Ending::Complete);
+    json_response(200, &shapes::success_body(ctx, text))
+}
+
+/// A streamed answer: the healthy stream with the script's pauses, break or bad event.
+fn sse_response(ctx: &Ctx, deltas: &[String], script: &Script, tracker: Tracker) -> Response<ResBody> {
+    let frames = shapes::stream(ctx, deltas, *script != Script::NoTerminator);
+    let mut steps: Vec<Step> = frames.into_iter().map(Step::now).collect();
+    // A break or a bad event never goes past the last delta (the finish stays unsent).
+    let last_delta = steps.len().saturating_sub(1);
+    let mut end = End::Clean;
+    match script {
+        Script::Healthy | Script::NoTerminator => {}
+        Script::Gaps { gap, fast } => {
+            for step in steps.iter_mut().skip(*fast as usize) {
+                step.pause = *gap;
+            }
+        }
+        Script::FirstToken(wait) => {
+            if let Some(first_delta) = steps.get_mut(1) {
+                first_delta.pause = *wait;
+            }
+        }
+        Script::Break { frames, how } => {
+            let frames = (*frames).min(last_delta);
+            steps.truncate(frames);
+            match how {
+                Break::Cut => end = End::Cut,
+                Break::Stall => end = End::Hold,
+                // The Responses API numbers events: 3 in the preamble, one per delta.
+                Break::ErrorEvent => steps.push(Step::now(shapes::Frame {
+                    bytes: shapes::error_event(ctx, frames + 2),
+                    delta: None,
+                })),
+            }
+        }
+        Script::Malformed { frames } => {
+            let at = (*frames).min(last_delta);
+            steps.insert(
+                at,
+                Step::now(shapes::Frame {
+                    bytes: shapes::malformed_event(ctx),
+                    delta: None,
+                }),
+            );
+        }
+    }
+    let mut res = Response::new(ScriptBody::new(steps, end, None, tracker).boxed());
     let headers = res.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     res
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn splits_paths() {
-        assert_eq!(
-            split_fault_path("/s/status:503/v1/chat/completions"),
-            ("status:503".into(), "/v1/chat/completions".into())
-        );
-        assert_eq!(
-            split_fault_path("/s/ra-secs%3A2/v1/messages"),
-            ("ra-secs:2".into(), "/v1/messages".into())
-        );
-        assert_eq!(split_fault_path("/s/ok"), ("ok".into(), "/".into()));
-        assert_eq!(
-            split_fault_path("/v1/chat/completions"),
-            ("ok".into(), "/v1/chat/completions".into())
-        );
-    }
-
-    #[test]
-    fn decodes_percent_and_plus() {
-        assert_eq!(percent_decode("a%3Ab+c%zz%", true), "a:b c%zz%");
-        assert_eq!(percent_decode("a+b", false), "a+b");
-    }
-
-    #[test]
-    fn flaky_and_then_ok_follow_prior_count() {
-        let flaky = Fault::Flaky {
-            failures: 2,
-            code: 503,
-            vendor_code: None,
-        };
-        let statuses: Vec<_> = (0..4).map(|p| Plan::decide(&flaky, p).status()).collect();
-        assert_eq!(statuses, [Some(503), Some(503), Some(200), Some(200)]);
-
-        let ra = Fault::RetryAfter {
-            hint: RetryAfterHint::Ms("5".into()),
-            then_ok: true,
-            status: 429,
-        };
-        assert_eq!(Plan::decide(&ra, 0).status(), Some(429));
-        assert_eq!(Plan::decide(&ra, 1).status(), Some(200));
-
-        let seq: Fault = "seq:ra-secs:1:503,hang,status:500".parse().unwrap();
-        let statuses: Vec<_> = (0..5).map(|p| Plan::decide(&seq, p).status()).collect();
-        assert_eq!(statuses, [Some(503), None, Some(500), Some(200), Some(200)]);
-    }
-
-    #[test]
-    fn http_date_is_parseable_and_in_the_future() {
-        let text = http_date_in(30);
-        let at = httpdate::parse_http_date(&text).expect("valid IMF-fixdate");
-        let ahead = at.duration_since(SystemTime::now()).expect("date is in the future");
-        assert!(ahead <= Duration::from_secs(30) && ahead >= Duration::from_secs(28));
-    }
 }

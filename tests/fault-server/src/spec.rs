@@ -8,7 +8,11 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::shapes::STREAM_CHUNKS;
+/// Text deltas of a complete stream answered for a path spec: `"c1 "`, `"c2 "`, `"c3 "`.
+pub const STREAM_DELTAS: u32 = 3;
+
+/// Frames of a complete path-spec stream: the preamble, the deltas, the finish.
+pub const STREAM_CHUNKS: u32 = STREAM_DELTAS + 2;
 
 /// Upper bound for every waiting parameter (`delay`, `slow-sse` gaps). It matches the
 /// `hang` cap: a test that needs a longer wait than this is waiting on the wrong thing.

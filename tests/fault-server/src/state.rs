@@ -1,17 +1,20 @@
 //! Request recording and per-logical-request fault counters.
 //!
 //! End-to-end tests assert on what reached the upstream (how many physical attempts
-//! one logical request cost, which propagation headers each attempt carried), so
-//! every fault-path request is recorded here. The record list is bounded so a long
+//! one logical request cost per model, which propagation headers each attempt
+//! carried, when each exchange ended and how), so every API request is recorded
+//! here, and a running response reports its deltas and ending through a [`Tracker`]. The record list is bounded so a long
 //! soak cannot grow the server without limit; cumulative counts stay exact even when
 //! old records have been dropped.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use serde::Serialize;
+
+use crate::answer::Continuation;
 
 /// How many records are kept; older ones are dropped and counted in `dropped`.
 pub const MAX_RECORDS: usize = 100_000;
@@ -51,8 +54,44 @@ pub struct Record {
     pub retrywise_headers: BTreeMap<String, String>,
     /// Whether the request body asked for `"stream": true`.
     pub stream: bool,
-    /// Status the server answered with; `null` for `hang` and `drop`.
+    /// The request body's `model`.
+    pub model: Option<String>,
+    /// The fault model's table name (`fb-stream-cut`) when the model chose the
+    /// fault; `null` when the path did (see `spec`).
+    pub fault: Option<String>,
+    /// A continuation the request asked for (prefill or quoted prefix).
+    pub continuation: Option<Continuation>,
+    /// Status the server answered with; `null` when it sent no response.
     pub status: Option<u16>,
+    /// How the exchange ended; `pending` while the response is still going.
+    pub end: Ending,
+    /// When it ended (same clock as `at_ms`).
+    pub ended_at_ms: Option<f64>,
+    /// Visible content deltas handed to the connection.
+    pub deltas: u32,
+    /// The answer text sent: the deltas so far, or a JSON body's whole answer.
+    pub text: String,
+}
+
+/// How one exchange ended, as the server saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// Still answering (a pause, a hang or a stall in progress).
+    Pending,
+    /// The whole response was handed to the connection, terminators included.
+    Complete,
+    /// The server aborted the connection mid-body (a cut, or a stall's cap).
+    Cut,
+    /// The server reset the connection (TCP RST) before any response byte.
+    Reset,
+    /// The server closed the connection without a response (`drop`, `hang`'s cap).
+    Closed,
+    /// The server closed while the request body was still arriving (`write-cut`).
+    WriteCut,
+    /// The client went away before the server finished (gave up on a hang, a
+    /// pause or a stall): `ended_at_ms` is when the client's timeout fired.
+    ClientClosed,
 }
 
 /// Cumulative counts, exact even after records were dropped.
@@ -61,6 +100,7 @@ pub struct Counts {
     pub total: u64,
     pub by_logical_id: BTreeMap<String, u64>,
     pub by_spec: BTreeMap<String, u64>,
+    pub by_model: BTreeMap<String, u64>,
     /// Records evicted from the bounded record list.
     pub dropped: u64,
 }
@@ -80,15 +120,36 @@ pub struct Arrival {
     pub x_stainless_retry_count: Option<String>,
     pub retrywise_headers: BTreeMap<String, String>,
     pub stream: bool,
+    pub model: Option<String>,
+    pub fault: Option<String>,
+    pub continuation: Option<Continuation>,
 }
 
 #[derive(Default)]
 struct Inner {
+    /// Bumped by every reset, so a response still running from before a reset
+    /// cannot write into a new record that reuses its seq.
+    epoch: u64,
     seq: u64,
     records: VecDeque<Record>,
     counts: Counts,
     /// Requests seen so far per (spec, logical id or none).
     seen: HashMap<(String, Option<String>), u32>,
+    /// First request per flapping model: its down window starts there.
+    first_seen: HashMap<String, Instant>,
+}
+
+/// Which record a running response reports to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef {
+    epoch: u64,
+    seq: u64,
+}
+
+impl RecordRef {
+    pub fn seq(self) -> u64 {
+        self.seq
+    }
 }
 
 /// Shared server state: records, counters and connection gauges.
@@ -148,8 +209,8 @@ impl State {
         before
     }
 
-    /// Records one request with the status it is answered with and returns its seq.
-    pub fn record(&self, arrival: Arrival, status: Option<u16>) -> u64 {
+    /// Records one request with the status it is answered with.
+    pub fn record(&self, arrival: Arrival, status: Option<u16>) -> RecordRef {
         let at_ms = self.now_ms();
         let mut inner = self.lock();
         inner.seq += 1;
@@ -159,6 +220,9 @@ impl State {
         *counts.by_spec.entry(arrival.spec.clone()).or_insert(0) += 1;
         if let Some(id) = &arrival.logical_id {
             *counts.by_logical_id.entry(id.clone()).or_insert(0) += 1;
+        }
+        if let Some(model) = &arrival.model {
+            *counts.by_model.entry(model.clone()).or_insert(0) += 1;
         }
         if inner.records.len() >= MAX_RECORDS {
             inner.records.pop_front();
@@ -178,18 +242,65 @@ impl State {
             x_stainless_retry_count: arrival.x_stainless_retry_count,
             retrywise_headers: arrival.retrywise_headers,
             stream: arrival.stream,
+            model: arrival.model,
+            fault: arrival.fault,
+            continuation: arrival.continuation,
             status,
+            end: Ending::Pending,
+            ended_at_ms: None,
+            deltas: 0,
+            text: String::new(),
         });
-        seq
+        RecordRef {
+            epoch: inner.epoch,
+            seq,
+        }
+    }
+
+    /// Updates a record if it is still kept (and not from before a reset).
+    fn update(&self, at: RecordRef, f: impl FnOnce(&mut Record)) {
+        let mut inner = self.lock();
+        if inner.epoch != at.epoch {
+            return;
+        }
+        let Some(first) = inner.records.front().map(|r| r.seq) else {
+            return;
+        };
+        let index = at.seq.checked_sub(first).and_then(|i| usize::try_from(i).ok());
+        if let Some(record) = index.and_then(|i| inner.records.get_mut(i)) {
+            f(record);
+        }
+    }
+
+    /// Time since the first request of `model` (since start or the last reset);
+    /// the first call starts the clock and returns zero.
+    pub fn since_first(&self, model: &str) -> std::time::Duration {
+        let mut inner = self.lock();
+        if inner.first_seen.len() >= MAX_COUNTERS {
+            inner.first_seen.clear();
+        }
+        inner
+            .first_seen
+            .entry(model.to_owned())
+            .or_insert_with(Instant::now)
+            .elapsed()
     }
 
     /// Records, oldest first, optionally filtered by exact spec and/or logical id.
     pub fn records(&self, spec: Option<&str>, logical_id: Option<&str>) -> Vec<Record> {
+        self.find(&Filter {
+            spec,
+            logical_id,
+            ..Filter::default()
+        })
+    }
+
+    /// Records, oldest first, matching every field the filter sets.
+    pub fn find(&self, filter: &Filter<'_>) -> Vec<Record> {
         self.lock()
             .records
             .iter()
-            .filter(|r| spec.is_none_or(|s| r.spec == s))
-            .filter(|r| logical_id.is_none_or(|id| r.logical_id.as_deref() == Some(id)))
+            .filter(|r| filter.matches(r))
             .cloned()
             .collect()
     }
@@ -201,7 +312,12 @@ impl State {
     /// Forgets records, counts and fault counters so one server can serve many
     /// independent tests. `at_ms` keeps counting from server start.
     pub fn reset(&self) {
-        *self.lock() = Inner::default();
+        let mut inner = self.lock();
+        let epoch = inner.epoch + 1;
+        *inner = Inner {
+            epoch,
+            ..Inner::default()
+        };
     }
 
     pub fn open_connections(&self) -> u64 {
@@ -221,6 +337,74 @@ impl State {
     /// check that `hang` does not keep work alive after the client gave up.
     pub fn in_flight_guard(&self) -> Gauge<'_> {
         Gauge::new(&self.in_flight)
+    }
+}
+
+/// Exact-match filter over records; unset fields match anything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Filter<'a> {
+    pub spec: Option<&'a str>,
+    pub logical_id: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub fault: Option<&'a str>,
+}
+
+impl Filter<'_> {
+    fn matches(&self, r: &Record) -> bool {
+        let opt = |want: Option<&str>, have: &Option<String>| want.is_none_or(|w| have.as_deref() == Some(w));
+        self.spec.is_none_or(|s| r.spec == s)
+            && opt(self.logical_id, &r.logical_id)
+            && opt(self.model, &r.model)
+            && opt(self.fault, &r.fault)
+    }
+}
+
+/// Reports a running response's deltas and ending to its record. Dropped before
+/// an ending was reported means the connection went away first: the client closed.
+pub struct Tracker {
+    state: Arc<State>,
+    at: RecordRef,
+    done: AtomicBool,
+}
+
+impl Tracker {
+    pub fn new(state: Arc<State>, at: RecordRef) -> Self {
+        Self {
+            state,
+            at,
+            done: AtomicBool::new(false),
+        }
+    }
+
+    /// A visible delta was handed to the connection.
+    pub fn delta(&self, text: &str) {
+        self.state.update(self.at, |r| {
+            r.deltas += 1;
+            r.text.push_str(text);
+        });
+    }
+
+    /// The whole answer text of a one-piece body.
+    pub fn text(&self, text: &str) {
+        self.state.update(self.at, |r| text.clone_into(&mut r.text));
+    }
+
+    /// Records how the exchange ended; only the first ending counts.
+    pub fn finish(&self, end: Ending) {
+        if self.done.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let at_ms = self.state.now_ms();
+        self.state.update(self.at, |r| {
+            r.end = end;
+            r.ended_at_ms = Some(at_ms);
+        });
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.finish(Ending::ClientClosed);
     }
 }
 

@@ -1,175 +1,15 @@
-//! End-to-end checks of every fault spec and the control API, over real sockets
-//! with a deliberately minimal HTTP/1.1 client: the point is to see exactly what
-//! goes over the wire (a missing chunk terminator, a connection closed before any
-//! byte), which a full client library would hide behind its own errors.
+//! End-to-end checks of every path fault spec and the control API, over real
+//! sockets with the minimal client in `common` (the fault models have `models.rs`).
+
+mod common;
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use retrywise_fault_server::{spawn_background, ServerHandle};
+use common::*;
 use serde_json::{json, Value};
-
-/// Upper bound for any single read; no test legitimately waits this long.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
-
-#[derive(Debug)]
-struct Reply {
-    /// 0 when the server sent nothing at all.
-    status: u16,
-    headers: Vec<(String, String)>,
-    /// Body with chunked framing removed.
-    body: Vec<u8>,
-    /// Whether the body was properly terminated (content-length reached or the
-    /// final zero-size chunk seen).
-    complete: bool,
-    raw_len: usize,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("body is JSON")
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Parses whatever arrived before EOF; tolerant of truncation by design.
-fn parse(raw: &[u8]) -> Reply {
-    let Some(head_end) = find(raw, b"\r\n\r\n") else {
-        return Reply {
-            status: 0,
-            headers: vec![],
-            body: vec![],
-            complete: false,
-            raw_len: raw.len(),
-        };
-    };
-    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let rest = &raw[head_end + 4..];
-    let mut reply = Reply {
-        status,
-        headers,
-        body: vec![],
-        complete: false,
-        raw_len: raw.len(),
-    };
-    if let Some(len) = reply.header("content-length") {
-        let len: usize = len.parse().expect("content-length");
-        reply.complete = rest.len() >= len;
-        reply.body = rest[..len.min(rest.len())].to_vec();
-    } else if reply.header("transfer-encoding") == Some("chunked") {
-        let mut at = 0;
-        while let Some(line_end) = find(&rest[at..], b"\r\n") {
-            let size_text = String::from_utf8_lossy(&rest[at..at + line_end]).into_owned();
-            let size = usize::from_str_radix(size_text.trim(), 16).expect("chunk size");
-            at += line_end + 2;
-            if size == 0 {
-                reply.complete = true;
-                break;
-            }
-            if rest.len() < at + size + 2 {
-                reply.body.extend_from_slice(&rest[at.min(rest.len())..]);
-                break;
-            }
-            reply.body.extend_from_slice(&rest[at..at + size]);
-            at += size + 2;
-        }
-    } else {
-        reply.body = rest.to_vec();
-        reply.complete = true;
-    }
-    reply
-}
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
-    stream
-}
-
-fn send(stream: &mut TcpStream, method: &str, path: &str, headers: &[(&str, &str)], body: &str) {
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        req.push_str(&format!("{name}: {value}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    stream.write_all(req.as_bytes()).expect("write request");
-}
-
-/// Sends one request and reads until the server closes the connection.
-fn call(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
-    let mut stream = connect(addr);
-    send(&mut stream, method, path, headers, body);
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => raw.extend_from_slice(&buf[..n]),
-            // An abortive close is still "the server went away".
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
-            Err(e) => panic!("read failed: {e}"),
-        }
-    }
-    parse(&raw)
-}
-
-fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
-    call(addr, "POST", path, &[], body)
-}
-
-fn post_as(addr: SocketAddr, path: &str, logical_id: &str) -> Reply {
-    call(addr, "POST", path, &[("retrywise-request-id", logical_id)], "{}")
-}
-
-fn get_json(addr: SocketAddr, path: &str) -> Value {
-    let reply = call(addr, "GET", path, &[], "");
-    assert_eq!(reply.status, 200, "{path}: {}", reply.text());
-    reply.json()
-}
-
-fn server() -> (SocketAddr, ServerHandle) {
-    spawn_background().expect("start fault server")
-}
-
-fn sse_data_lines(reply: &Reply) -> Vec<String> {
-    reply
-        .text()
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(str::to_owned)
-        .collect()
-}
 
 #[test]
 fn ok_returns_a_chat_completion() {
@@ -217,14 +57,8 @@ fn anthropic_paths_get_message_shapes() {
 
     let reply = post(addr, "/s/ok/v1/messages", r#"{"stream":true}"#);
     assert!(reply.complete);
-    let events: Vec<String> = reply
-        .text()
-        .lines()
-        .filter_map(|l| l.strip_prefix("event: "))
-        .map(str::to_owned)
-        .collect();
     assert_eq!(
-        events,
+        sse_events(&reply),
         [
             "message_start",
             "content_block_start",
