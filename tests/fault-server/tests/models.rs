@@ -181,6 +181,12 @@ fn m05_reset_before_headers() {
 fn m06_silent_upstream_never_answers() {
     let (addr, _server) = server();
     let mut live = Live::open(addr, CHAT, &request(CHAT, "fb-silent", true));
+    // Recorded (so `at_ms` is in the past) before the client starts waiting.
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while records(addr, "fb-silent").is_empty() {
+        assert!(Instant::now() < deadline, "the request was never recorded");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(live.quiet_for(Duration::from_millis(300)), "no byte, connection open");
     assert_eq!(get_json(addr, "/control/health")["in_flight"], 1);
     drop(live);
@@ -196,14 +202,19 @@ fn m06_silent_upstream_never_answers() {
 #[test]
 fn m07_slow_first_token() {
     let (addr, _server) = server();
-    let m = "fb-slow-first-token:ms=400";
+    let m = "fb-slow-first-token:ms=600";
+    let sent = Instant::now();
     let mut live = Live::open(addr, CHAT, &request(CHAT, m, true));
-    let opened = live.until("\"role\":\"assistant\"");
+    live.until("\"role\":\"assistant\"");
+    assert!(
+        !live.text().contains("answer from"),
+        "the preamble comes before the pause"
+    );
     let first = live.until("answer from");
     assert!(
-        first - opened >= Duration::from_millis(350),
-        "first delta {:?} after the preamble",
-        first - opened
+        first - sent >= Duration::from_millis(600),
+        "first delta after {:?}",
+        first - sent
     );
     let r = live.finish();
     assert!(r.complete);
@@ -212,7 +223,7 @@ fn m07_slow_first_token() {
     // Without streaming the whole answer waits.
     let started = Instant::now();
     let r = ask(addr, CHAT, m, false);
-    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert!(started.elapsed() >= Duration::from_millis(600));
     assert_eq!(chat_content(&r), json!(answer(m)));
 }
 
@@ -459,22 +470,23 @@ fn m14_fallback_that_rejects_assistant_prefill() {
 #[test]
 fn m15_flap_down_for_a_window_then_healthy() {
     let (addr, _server) = server();
-    let m = "fb-flap:down=1500";
+    // Generous: the first two requests must land inside the window.
+    let m = "fb-flap:down=2000";
     assert_eq!(ask(addr, CHAT, m, false).status, 503);
     assert_eq!(ask(addr, CHAT, m, false).status, 503, "still inside the window");
     let first = records(addr, m)[0]["at_ms"].as_f64().unwrap();
     let now = get_json(addr, "/control/health")["uptime_ms"].as_f64().unwrap();
-    std::thread::sleep(Duration::from_millis((first + 1550.0 - now).max(0.0) as u64));
+    std::thread::sleep(Duration::from_millis((first + 2050.0 - now).max(0.0) as u64));
     for _ in 0..2 {
         let r = ask(addr, CHAT, m, false);
         assert_eq!((r.status, chat_content(&r)), (200, json!(answer(m))));
     }
     let log = records(addr, m);
-    assert!(log[2]["at_ms"].as_f64().unwrap() - first >= 1500.0);
+    assert!(log[2]["at_ms"].as_f64().unwrap() - first >= 2000.0);
     assert_eq!(log[1]["status"], 503);
     // A reset starts the window again.
     call(addr, "POST", "/control/reset", &[], "");
-    let r = ask(addr, MESSAGES, "fb-flap:down=1500:status=529", false);
+    let r = ask(addr, MESSAGES, "fb-flap:down=2000:status=529", false);
     assert_eq!(
         (r.status, r.json()["error"]["type"].clone()),
         (529, json!("overloaded_error"))

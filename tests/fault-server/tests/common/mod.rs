@@ -217,6 +217,11 @@ impl Live {
         std::time::Instant::now()
     }
 
+    /// Everything received so far, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.raw).into_owned()
+    }
+
     /// True when nothing arrives for `wait` and the connection stays open.
     pub fn quiet_for(&mut self, wait: Duration) -> bool {
         self.stream.set_read_timeout(Some(wait)).expect("timeout");
