@@ -10,7 +10,83 @@ const { AsyncLocalStorage } = require('node:async_hooks')
 const native = require('./native.js')
 
 const VOCAB = JSON.parse(native.vocab())
-const SCRATCH_LEN = VOCAB.scratchLen
+
+// ---------------------------------------------------------------------------
+// Scratch layout: slot indices by name, from the addon (src/scratch.rs), resolved once
+// ---------------------------------------------------------------------------
+
+const SCRATCH = VOCAB.scratch
+const SCRATCH_LEN = SCRATCH.len
+
+/** Index of scratch slot `group.name`; throws when the addon has no such slot (a build of another version). */
+function slot(group, name) {
+  const g = SCRATCH.slots[group]
+  const i = g === undefined ? undefined : g[name]
+  if (!Number.isInteger(i) || i < 0 || i >= SCRATCH_LEN) throw new Error(`retrywise: the native addon has no scratch slot ${group}.${name}: index.js and the addon are from different builds`)
+  return i
+}
+
+/** A result code or flag bit the scratch carries. */
+function code(table, name) {
+  const v = SCRATCH[table][name]
+  if (!Number.isInteger(v)) throw new Error(`retrywise: the native addon has no scratch ${table} code ${name}: index.js and the addon are from different builds`)
+  return v
+}
+
+// An admitted attempt.
+const ATTEMPT_NUMBER = slot('attempt', 'NUMBER')
+const ATTEMPT_UPSTREAM = slot('attempt', 'UPSTREAM')
+const ATTEMPT_CONNECT_MS = slot('attempt', 'CONNECT_MS')
+const ATTEMPT_FIRST_BYTE_MS = slot('attempt', 'FIRST_BYTE_MS')
+const ATTEMPT_IDLE_MS = slot('attempt', 'IDLE_MS')
+const ATTEMPT_TOTAL_MS = slot('attempt', 'TOTAL_MS')
+const ATTEMPT_REMAINING_MS = slot('attempt', 'REMAINING_MS')
+const ATTEMPT_FLAGS = slot('attempt', 'FLAGS')
+const ATTEMPT_STAMP = slot('attempt', 'STAMP')
+// No attempt may start.
+const STOPPED_REASON = slot('stopped', 'REASON')
+const STOPPED_CLASS = slot('stopped', 'CLASS')
+const STOPPED_ON_FAILURE = slot('stopped', 'ON_FAILURE')
+const STOPPED_HAS_DETAIL = slot('stopped', 'HAS_DETAIL')
+// A decision.
+const DECISION_ACTION = slot('decision', 'ACTION')
+const DECISION_DELAY_MS = slot('decision', 'DELAY_MS')
+const DECISION_CLASS = slot('decision', 'CLASS')
+const DECISION_REASON = slot('decision', 'REASON')
+const DECISION_UPSTREAM = slot('decision', 'UPSTREAM')
+const DECISION_WAIT_SOURCE = slot('decision', 'WAIT_SOURCE')
+const DECISION_RETRY_AFTER_MS = slot('decision', 'RETRY_AFTER_MS')
+const DECISION_ON_FAILURE = slot('decision', 'ON_FAILURE')
+const DECISION_ATTEMPT = slot('decision', 'ATTEMPT')
+const DECISION_FLAGS = slot('decision', 'FLAGS')
+// A hedge plan.
+const HEDGE_AFTER_WAIT_MS = slot('hedge_after', 'WAIT_MS')
+const HEDGE_NO_REASON = slot('hedge_no', 'REASON')
+// What every step leaves.
+const STEP_RESULT = slot('step', 'RESULT')
+const STEP_HANDLE = slot('step', 'HANDLE')
+const STEP_IDLE = slot('step', 'IDLE')
+const STEP_PENDING_RELEASE = slot('step', 'PENDING_RELEASE')
+// Arguments of the fast entry points.
+const BEGIN_ROUTE = slot('begin', 'ROUTE')
+const BEGIN_DEADLINE_MS = slot('begin', 'DEADLINE_MS')
+const BEGIN_IDEMPOTENCY = slot('begin', 'IDEMPOTENCY')
+const BEGIN_TENANT = slot('begin', 'TENANT')
+const NEXT_HANDLE = slot('next', 'HANDLE')
+const NEXT_STAMP = slot('next', 'STAMP')
+const REPORT_HANDLE = slot('report', 'HANDLE')
+const REPORT_STATUS = slot('report', 'STATUS')
+const REPORT_RELEASE = slot('report', 'RELEASE')
+const RELEASE_HANDLE = slot('release', 'HANDLE')
+// Result codes and flag bits.
+const RESULT_ATTEMPT = code('results', 'ATTEMPT')
+const RESULT_HEDGE_START = code('results', 'HEDGE_START')
+const RESULT_HEDGE_AFTER = code('results', 'HEDGE_AFTER')
+const FLAG_ATTEMPT_HEDGE = code('flags', 'ATTEMPT_HEDGE')
+const FLAG_ATTEMPT_FALLBACK = code('flags', 'ATTEMPT_FALLBACK')
+const FLAG_DECISION_HEDGE = code('flags', 'DECISION_HEDGE')
+const FLAG_DECISION_DETAIL = code('flags', 'DECISION_DETAIL')
+const FLAG_DECISION_EXCLUDED = code('flags', 'DECISION_EXCLUDED')
 
 // ---------------------------------------------------------------------------
 // Vocabulary: names <-> stable numeric codes (from the core, read once)
@@ -28,6 +104,9 @@ const CODES = {
   effect: codeTable(VOCAB.effect),
 }
 const ACTION = VOCAB.action
+const ACTION_SUCCEEDED = ACTION.indexOf('succeeded')
+const ACTION_RETRY = ACTION.indexOf('retry')
+const ACTION_FALLBACK = ACTION.indexOf('fallback')
 const REASON = VOCAB.reason
 const ERROR_CLASS = VOCAB.errorClass
 const WAIT_SOURCE = VOCAB.waitSource
@@ -193,10 +272,9 @@ function flatHeaders(h, argName) {
 const ENGINE = Symbol('retrywise.engine')
 /** Calls begun in one job checked for the GC safety net at once (see Engine#_track). */
 const PEND_BATCH = 256
-// Released calls that hold nothing wait in scratch[PENDING_RELEASE], where the
-// next native begin frees them (no crossing of their own); one that finds the
-// slot taken joins a batch freed this many at a time (one crossing).
-const PENDING_RELEASE = 15
+// Released calls that hold nothing wait in scratch[STEP_PENDING_RELEASE], where
+// the next native begin frees them (no crossing of their own); one that finds
+// the slot taken joins a batch freed this many at a time (one crossing).
 const RELEASE_BATCH = 64
 
 class Engine {
@@ -209,7 +287,9 @@ class Engine {
     const o = opts || {}
     if (o.manualClock !== undefined && typeof o.manualClock !== 'boolean') throw new TypeError('opts.manualClock must be a boolean')
     const [kind, text] = o[ENGINE] ? o[ENGINE] : policyArgs(policy)
-    this._s = new Float64Array(SCRATCH_LEN)
+    // On a SharedArrayBuffer, which cannot be detached: the native steps then
+    // need no check that it still is attached (see src/scratch.rs).
+    this._s = new Float64Array(new SharedArrayBuffer(SCRATCH_LEN * Float64Array.BYTES_PER_ELEMENT))
     try {
       this._n = new native.NativeEngine(this._s, kind, text, seedArg(o.seed), o.manualClock === true)
     } catch (e) {
@@ -234,7 +314,7 @@ class Engine {
     this._pendQueued = false
     this._pendFlush = () => this._trackPending(true)
     // Handles of released calls that hold nothing, freed by the next batch
-    // (one more place for the one in scratch[PENDING_RELEASE]).
+    // (one more place for the one in scratch[STEP_PENDING_RELEASE]).
     this._rel = new Float64Array(RELEASE_BATCH + 1)
     this._relN = 0
   }
@@ -282,8 +362,9 @@ class Engine {
 
   /**
    * Opens a native call for `spec` (nesting-aware); returns its handle. With
-   * `first`, the call's first attempt is asked for in the same step: scratch[12]
-   * is 0 (attempt fields in scratch, stamped) or 1 (stop fields in scratch).
+   * `first`, the call's first attempt is asked for in the same step:
+   * scratch[STEP_RESULT] is RESULT_ATTEMPT (attempt fields in scratch, stamped)
+   * or not (stop fields in scratch).
    */
   _open(spec, argName, first) {
     if (spec === null || typeof spec !== 'object') throw new TypeError(`${argName} must be an object; got ${describe(spec)}`)
@@ -312,13 +393,13 @@ class Engine {
       const rid = this._routeId(route)
       const tid = tenant === undefined || tenant === null ? -1 : this._sid(tenant)
       if (rid >= 0 && (tid >= 0 || tenant === undefined || tenant === null)) {
-        s[24] = rid
-        s[25] = dl
-        s[26] = idem
-        s[27] = tid
+        s[BEGIN_ROUTE] = rid
+        s[BEGIN_DEADLINE_MS] = dl
+        s[BEGIN_IDEMPOTENCY] = idem
+        s[BEGIN_TENANT] = tid
         if (first) this._f.beginAttempt()
         else this._f.begin()
-        return s[13]
+        return s[STEP_HANDLE]
       }
       const h = this._n.begin(route, dl, idem, tenant)
       if (first) this._next(h, 1)
@@ -373,13 +454,13 @@ class Engine {
     }
   }
 
-  /** Asks for the next attempt of call `h` (stamped when `stamp` is 1); the result code (0 attempt, 1 stopped) is scratch[12]. */
+  /** Asks for the next attempt of call `h` (stamped when `stamp` is 1); returns the result code (RESULT_ATTEMPT or stopped), also in scratch[STEP_RESULT]. */
   _next(h, stamp) {
     const s = this._s
-    s[24] = h
-    s[25] = stamp
+    s[NEXT_HANDLE] = h
+    s[NEXT_STAMP] = stamp
     this._f.next()
-    return s[12]
+    return s[STEP_RESULT]
   }
 
   /**
@@ -389,8 +470,8 @@ class Engine {
    */
   _releaseLater(h) {
     const s = this._s
-    const waiting = s[PENDING_RELEASE]
-    s[PENDING_RELEASE] = h
+    const waiting = s[STEP_PENDING_RELEASE]
+    s[STEP_PENDING_RELEASE] = h
     if (waiting >= 0) {
       this._rel[this._relN++] = waiting
       if (this._relN === RELEASE_BATCH) return this._releaseBatch()
@@ -404,16 +485,16 @@ class Engine {
   /** Frees every call waiting to be freed (see `_releaseLater`). */
   _releaseBatch() {
     const s = this._s
-    const waiting = s[PENDING_RELEASE]
+    const waiting = s[STEP_PENDING_RELEASE]
     if (waiting >= 0) {
-      s[PENDING_RELEASE] = -1
+      s[STEP_PENDING_RELEASE] = -1
       this._rel[this._relN++] = waiting
     }
     const n = this._relN
     if (n === 0) return
     this._relN = 0
     if (n === 1) {
-      s[24] = this._rel[0]
+      s[RELEASE_HANDLE] = this._rel[0]
       this._f.release()
     } else this._n.releaseMany(this._rel, n)
   }
@@ -634,14 +715,14 @@ class Engine {
 class Attempt {
   constructor(call, s) {
     const e = call._e
-    this.number = s[1]
-    const ui = s[2]
-    this.upstream = ui >= 0 ? e._name(ui) : e._n.upstreamOfAttempt(call._h, s[1])
-    this.timeouts = { connectMs: s[3], firstByteMs: s[4], idleMs: s[5], totalMs: s[6] }
-    this.remainingMs = s[7]
-    const f = s[8]
-    this.hedge = (f & 1) !== 0
-    this.fallback = (f & 2) !== 0
+    this.number = s[ATTEMPT_NUMBER]
+    const ui = s[ATTEMPT_UPSTREAM]
+    this.upstream = ui >= 0 ? e._name(ui) : e._n.upstreamOfAttempt(call._h, s[ATTEMPT_NUMBER])
+    this.timeouts = { connectMs: s[ATTEMPT_CONNECT_MS], firstByteMs: s[ATTEMPT_FIRST_BYTE_MS], idleMs: s[ATTEMPT_IDLE_MS], totalMs: s[ATTEMPT_TOTAL_MS] }
+    this.remainingMs = s[ATTEMPT_REMAINING_MS]
+    const f = s[ATTEMPT_FLAGS]
+    this.hedge = (f & FLAG_ATTEMPT_HEDGE) !== 0
+    this.fallback = (f & FLAG_ATTEMPT_FALLBACK) !== 0
     this._signal = undefined
     this._run = null
     this._call = call
@@ -693,24 +774,24 @@ class Attempt {
 function decisionFromScratch(call) {
   const e = call._e
   const s = e._s
-  const ui = s[4]
-  const flags = s[9]
-  const cls = s[2]
-  const ra = s[6]
-  const of = s[7]
+  const ui = s[DECISION_UPSTREAM]
+  const flags = s[DECISION_FLAGS]
+  const cls = s[DECISION_CLASS]
+  const ra = s[DECISION_RETRY_AFTER_MS]
+  const of = s[DECISION_ON_FAILURE]
   return {
-    action: ACTION[s[0]],
-    delayMs: s[1],
+    action: ACTION[s[DECISION_ACTION]],
+    delayMs: s[DECISION_DELAY_MS],
     errorClass: cls >= 0 ? ERROR_CLASS[cls] : null,
-    reason: REASON[s[3]],
+    reason: REASON[s[DECISION_REASON]],
     upstream: ui >= 0 ? e._name(ui) : ui === -1 ? null : e._n.decisionUpstream(call._h),
-    waitSource: WAIT_SOURCE[s[5]],
+    waitSource: WAIT_SOURCE[s[DECISION_WAIT_SOURCE]],
     retryAfterMs: ra >= 0 ? ra : null,
     onFailure: of >= 0 ? ON_FAILURE[of] : null,
-    detail: (flags & 2) !== 0 ? e._n.detail(call._h) : null,
-    attempt: s[8],
-    hedge: (flags & 1) !== 0,
-    excluded: (flags & 4) !== 0 ? pairsOf(e._n.excluded(call._h)) : [],
+    detail: (flags & FLAG_DECISION_DETAIL) !== 0 ? e._n.detail(call._h) : null,
+    attempt: s[DECISION_ATTEMPT],
+    hedge: (flags & FLAG_DECISION_HEDGE) !== 0,
+    excluded: (flags & FLAG_DECISION_EXCLUDED) !== 0 ? pairsOf(e._n.excluded(call._h)) : [],
   }
 }
 
@@ -723,15 +804,15 @@ function pairsOf(flat) {
 function stoppedFromScratch(call, cause) {
   const e = call._e
   const s = e._s
-  const cls = s[2]
-  const of = s[3]
+  const cls = s[STOPPED_CLASS]
+  const of = s[STOPPED_ON_FAILURE]
   return new StoppedError(
     {
       action: 'stop',
-      reason: REASON[s[1]],
+      reason: REASON[s[STOPPED_REASON]],
       errorClass: cls >= 0 ? ERROR_CLASS[cls] : null,
       onFailure: of >= 0 ? ON_FAILURE[of] : null,
-      detail: s[4] === 1 ? e._n.detail(call._h) : null,
+      detail: s[STOPPED_HAS_DETAIL] === 1 ? e._n.detail(call._h) : null,
       attempts: e._n.callAttempts(call._h),
     },
     cause === undefined ? undefined : { cause },
@@ -776,11 +857,11 @@ function reportNative(call, outcome, argName) {
   ) {
     if (typeof st !== 'number' || !Number.isInteger(st) || st < 100 || st > 999) throw new TypeError(`${argName}.status must be an integer HTTP status (100-999); got ${describe(st)}`)
     const s = e._s
-    s[24] = h
-    s[25] = st
-    s[26] = 0
+    s[REPORT_HANDLE] = h
+    s[REPORT_STATUS] = st
+    s[REPORT_RELEASE] = 0
     e._f.reportStatus()
-    return s[12]
+    return s[STEP_RESULT]
   }
   let status = -1
   if (st !== undefined && st !== null) {
@@ -814,11 +895,11 @@ function reportNative(call, outcome, argName) {
 function reportOk(call, release) {
   const e = call._e
   const s = e._s
-  s[24] = call._h
-  s[26] = release
+  s[REPORT_HANDLE] = call._h
+  s[REPORT_RELEASE] = release
   e._f.reportOk()
-  if (s[13] === 1) call._h = -1
-  return s[12]
+  if (s[STEP_HANDLE] === 1) call._h = -1
+  return s[STEP_RESULT]
 }
 
 const EMPTY_BODY = new Uint8Array(0)
@@ -839,7 +920,7 @@ class Call {
     this._e = engine
     this._h = h
     this._tracked = false
-    // The last report left nothing held (scratch[14]): release() may batch.
+    // The last report left nothing held (scratch[STEP_IDLE]): release() may batch.
     this._idle = false
   }
 
@@ -849,7 +930,7 @@ class Call {
     this._idle = false
     const r = e._next(this._h, 0)
     e._flush()
-    if (r === 0) return new Attempt(this, e._s)
+    if (r === RESULT_ATTEMPT) return new Attempt(this, e._s)
     throw stoppedFromScratch(this)
   }
 
@@ -859,7 +940,7 @@ class Call {
    */
   report(outcome) {
     reportNative(this, outcome, 'outcome')
-    this._idle = this._e._s[14] === 1
+    this._idle = this._e._s[STEP_IDLE] === 1
     this._e._flush()
     return decisionFromScratch(this)
   }
@@ -882,9 +963,9 @@ class Call {
     this._idle = false
     const r = e._n.nextHedge(this._h)
     e._flush()
-    if (r === 0) return { action: 'start', attempt: new Attempt(this, e._s) }
-    if (r === 2) return { action: 'after', delayMs: e._s[1] }
-    return { action: 'no', reason: REASON[e._s[1]] }
+    if (r === RESULT_HEDGE_START) return { action: 'start', attempt: new Attempt(this, e._s) }
+    if (r === RESULT_HEDGE_AFTER) return { action: 'after', delayMs: e._s[HEDGE_AFTER_WAIT_MS] }
+    return { action: 'no', reason: REASON[e._s[HEDGE_NO_REASON]] }
   }
 
   get id() {
@@ -925,7 +1006,7 @@ class Call {
       const e = this._e
       if (this._idle) e._releaseLater(h)
       else {
-        e._s[24] = h
+        e._s[RELEASE_HANDLE] = h
         e._f.release()
       }
     }
@@ -1279,17 +1360,17 @@ class Run {
     }
   }
 
-  /** The native call just asked for an attempt (result code scratch[12]): start it, or stop. */
+  /** The native call just asked for an attempt (result code scratch[STEP_RESULT]): start it, or stop. */
   admitted() {
     const engine = this.engine
     const s = engine._s
     engine._flush()
-    if (s[12] !== 0) return this.finish(false, stoppedFromScratch(this.call, this.lastErr))
+    if (s[STEP_RESULT] !== RESULT_ATTEMPT) return this.finish(false, stoppedFromScratch(this.call, this.lastErr))
     const attempt = new Attempt(this.call, s)
-    const ra = new RunAttempt(this, attempt, s[9])
+    const ra = new RunAttempt(this, attempt, s[ATTEMPT_STAMP])
     attempt._run = ra
     this.current = ra
-    timers.add(ra, s[9])
+    timers.add(ra, s[ATTEMPT_STAMP])
     let value
     try {
       value = als.run(attempt, this.fn, attempt)
@@ -1362,9 +1443,9 @@ class Run {
     } catch (e) {
       return this.finish(false, e)
     }
-    if (action === 0) return this.finish(true, failed ? undefined : value)
+    if (action === ACTION_SUCCEEDED) return this.finish(true, failed ? undefined : value)
     const d = decisionFromScratch(call)
-    if (action === 1 || action === 2) {
+    if (action === ACTION_RETRY || action === ACTION_FALLBACK) {
       if (response && response.body) response.body.cancel().catch(() => {})
       sleep(d.delayMs, this.signal === null ? undefined : this.signal).then(
         () => {
@@ -1563,10 +1644,10 @@ class FetchCall {
       let r
       if (this.primed) {
         this.primed = false
-        r = engine._s[12]
+        r = engine._s[STEP_RESULT]
       } else r = engine._next(call._h, 0)
       engine._flush()
-      if (r !== 0) {
+      if (r !== RESULT_ATTEMPT) {
         // No attempt may start (deadline, breaker, ...): surface the last failure as it was,
         // its decision now the stop (not the retry that the refused attempt was for).
         const stopped = stoppedFromScratch(call, this.lastErr)
