@@ -62,7 +62,7 @@ function explicitCycle(e) {
 }
 
 // Slot indices by name from the addon, and a scratch buffer on a
-// SharedArrayBuffer (no detach check per step), as index.js has them.
+// SharedArrayBuffer (no detach check per step), as the JS layer (lib/engine.js) has them.
 const { len: SCRATCH_LEN, slots: SLOT } = JSON.parse(native.vocab()).scratch
 const scratch = new Float64Array(new SharedArrayBuffer(SCRATCH_LEN * 8))
 const lean = new native.NativeEngine(scratch, 1, JSON.stringify(quiet), '1', false)
@@ -74,7 +74,7 @@ function leanCycle() {
   return a
 }
 
-// The fast entry points index.js uses (src/fast.rs): arguments and results in
+// The fast entry points the JS layer uses (src/fast.rs): arguments and results in
 // the scratch buffer, the route interned once. Begin + first attempt in one
 // crossing, report + release (on success) in the other.
 const fast = lean.fast()

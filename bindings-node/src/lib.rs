@@ -1,7 +1,7 @@
 //! Node binding of the retrywise core: type translation only.
 //!
 //! This is the *lean native API* (`native.js` / `native.d.ts`). The idiomatic
-//! JS API in `index.js` wraps it. Every decision is made by the `retrywise`
+//! JS API (`index.js`, modules in `lib/`) wraps it. Every decision is made by the `retrywise`
 //! crate; this file converts types, keeps a few values for lazy getters and
 //! turns panics into JS errors.
 //!
