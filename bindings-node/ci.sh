@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Node binding CI: install, build from source, build the fault server, type-check
-# the typed example, run the node:test suite (API, errors, nesting, panic hook,
-# fetch wrapper, openai end to end) and install the package into a scratch project.
+# the typed example and the JS layer (index.js, lib/) against index.d.ts, run the
+# node:test suite (API, errors, nesting, panic hook, scratch buffer, fetch
+# wrapper, openai end to end) and install the package into a scratch project.
 # Needs node >= 20, npm and cargo. Exits non-zero on any failure.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,6 +30,9 @@ test -x "$RETRYWISE_FAULT_SERVER"
 
 echo "== tsc --noEmit (examples/usage.ts)"
 npm run typecheck
+
+echo "== tsc --checkJs (index.js and lib/ against index.d.ts and native.d.ts)"
+npm run typecheck:js
 
 echo "== node --test"
 # node --test exits 0 when it finds no test at all: count them and fail on none.

@@ -127,7 +127,8 @@ export interface AttemptTimeouts {
 }
 
 export declare class Attempt {
-  private constructor()
+  /** Attempts come from `call.nextAttempt()`, `call.nextHedge()`, `engine.run` and `wrapFetch`. */
+  private constructor(...internal: never[])
   /** 1-based, hedges and fallbacks included. */
   readonly number: number
   readonly upstream: string
@@ -195,7 +196,8 @@ export interface CallInfo {
 }
 
 export declare class Call {
-  private constructor()
+  /** Calls come from `engine.begin()`. */
+  private constructor(...internal: never[])
   /** The next attempt to make; throws `StoppedError` when none may start. */
   nextAttempt(): Attempt
   /** Reports the latest attempt's outcome; returns the decision. */
@@ -336,17 +338,33 @@ export declare class Engine {
 }
 
 export declare class RetrywiseError extends Error {
+  constructor(message: string, code: string, options?: ErrorOptions)
   code: string
 }
 
 export declare class PolicyError extends RetrywiseError {
+  constructor(errors: Array<{ path: string; message: string }>)
   code: 'ERR_RETRYWISE_POLICY'
   /** Dotted path of the first offending field (`breaker.failure_rate`). */
   path: string
   errors: Array<{ path: string; message: string }>
 }
 
+/** What a `StoppedError` is built from: a stop, or a final decision (and the response behind it). */
+export interface StoppedFields {
+  /** Default `'stop'`. */
+  action?: Action
+  reason: Reason
+  errorClass: ErrorClass | null
+  detail: string | null
+  onFailure: OnFailure | null
+  attempts: number
+  decision?: Decision | null
+  response?: Response | null
+}
+
 export declare class StoppedError extends RetrywiseError {
+  constructor(fields: StoppedFields, options?: ErrorOptions)
   code: 'ERR_RETRYWISE_STOPPED'
   action: Action
   reason: Reason
@@ -367,6 +385,7 @@ export declare class AttemptError extends Error {
 }
 
 export declare class AttemptTimeoutError extends RetrywiseError {
+  constructor(kind: ErrorKind, ms: number)
   code: 'ERR_RETRYWISE_TIMEOUT'
   kind: ErrorKind
 }

@@ -19,7 +19,9 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
  */
 export declare class NativeEngine {
   /**
-   * `scratch`: a `Float64Array` of at least 32 elements. `kind`: 0 default
+   * `scratch`: a `Float64Array` of at least `vocab().scratch.len` (32)
+   * elements over a `SharedArrayBuffer` (no detach check per step) or a
+   * fixed-length `ArrayBuffer` (see the `scratch` module). `kind`: 0 default
    * policy, 1 JSON text of a policy object, 2 JSON/YAML/TOML text, 3 a file path.
    * `seed`: decimal u64 string. `manualClock`: use a `ManualClock`.
    */
@@ -49,7 +51,7 @@ export declare class NativeEngine {
    * call of this engine (nesting); the new call inherits what is left of its
    * deadline, its ids and key, and is a non-owner.
    * With `first`, the call's first attempt is asked for in the same step
-   * (result code in scratch[12], attempt or stop fields in scratch, as `nextAttempt`).
+   * (result code in the `step.RESULT` slot of `vocab().scratch`, attempt or stop fields in scratch, as `nextAttempt`).
    */
   beginEx(route: string, deadlineMs: number, idempotency: number, extra: string, parent: number, parentAttempt: number, first?: boolean | undefined | null): number
   /**
@@ -84,8 +86,9 @@ export declare class NativeEngine {
   /** Cancels call `h`; the decision goes to scratch; returns the action code. */
   cancel(h: number): number
   /**
-   * Whether a hedged attempt may start: `0` start (attempt in scratch),
-   * `2` ask again after scratch[1] ms, `3` no (reason code in scratch[1]).
+   * Whether a hedged attempt may start: `HEDGE_START` (attempt in scratch),
+   * `HEDGE_AFTER` (ask again after `hedge_after.WAIT_MS` ms) or `HEDGE_NO`
+   * (`hedge_no.REASON`); slots and codes as `vocab().scratch` names them.
    */
   nextHedge(h: number): number
   /** Propagation headers of attempt `n` (0 = latest) of call `h` as a flat `[name, value, ...]` list. */
@@ -182,7 +185,7 @@ export declare function jsonMediaType(contentType: string): boolean
 
 /**
  * Milliseconds on the process-wide monotonic clock that stamps attempts
- * admitted by the fast entry points (scratch[9]); real time even for engines
+ * admitted by the fast entry points (the `attempt.STAMP` slot); real time even for engines
  * on a manual clock.
  */
 export declare function nowMs(): number
@@ -198,6 +201,7 @@ export declare function vendorCodeFromBody(body: Uint8Array): string | null
 
 /**
  * Stable names of every vocabulary enum, indexed by code, plus the scratch
- * layout constants, as JSON (read once when the module loads).
+ * layout (`scratch`: length, slots by group and name, result codes, flag
+ * bits; see the `scratch` module), as JSON (read once when the module loads).
  */
 export declare function vocab(): string

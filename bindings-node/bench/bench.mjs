@@ -61,7 +61,10 @@ function explicitCycle(e) {
   return d
 }
 
-const scratch = new Float64Array(32)
+// Slot indices by name from the addon, and a scratch buffer on a
+// SharedArrayBuffer (no detach check per step), as the JS layer (lib/engine.js) has them.
+const { len: SCRATCH_LEN, slots: SLOT } = JSON.parse(native.vocab()).scratch
+const scratch = new Float64Array(new SharedArrayBuffer(SCRATCH_LEN * 8))
 const lean = new native.NativeEngine(scratch, 1, JSON.stringify(quiet), '1', false)
 function leanCycle() {
   const h = lean.begin('openai/gpt-4o-mini', 10_000, 0, null)
@@ -71,22 +74,25 @@ function leanCycle() {
   return a
 }
 
-// The fast entry points index.js uses (src/fast.rs): arguments and results in
+// The fast entry points the JS layer uses (src/fast.rs): arguments and results in
 // the scratch buffer, the route interned once. Begin + first attempt in one
 // crossing, report + release (on success) in the other.
 const fast = lean.fast()
 const routeId = lean.intern('openai/gpt-4o-mini')
+const { ROUTE, DEADLINE_MS, IDEMPOTENCY, TENANT } = SLOT.begin
+const { HANDLE, STATUS, RELEASE } = SLOT.report
+const { RESULT, HANDLE: BEGUN } = SLOT.step
 function fastCycle() {
-  scratch[24] = routeId
-  scratch[25] = 10_000
-  scratch[26] = 0
-  scratch[27] = -1
+  scratch[ROUTE] = routeId
+  scratch[DEADLINE_MS] = 10_000
+  scratch[IDEMPOTENCY] = 0
+  scratch[TENANT] = -1
   fast.beginAttempt()
-  scratch[24] = scratch[13]
-  scratch[25] = 200
-  scratch[26] = 1
+  scratch[HANDLE] = scratch[BEGUN]
+  scratch[STATUS] = 200
+  scratch[RELEASE] = 1
   fast.reportStatus()
-  return scratch[12]
+  return scratch[RESULT]
 }
 
 // engine.run and wrapFetch need AsyncLocalStorage (nesting), and once it is

@@ -7,23 +7,25 @@
 //! functions do none of that. Each is created per engine with the engine's
 //! state as its callback data (a strong `Rc`, dropped by a finalizer when the
 //! function is collected), takes no JS argument, returns `undefined`, and
-//! reads its inputs from / writes its results to the engine's scratch buffer:
+//! reads its inputs from / writes its results to the engine's scratch buffer
+//! (slots named as in the `scratch` module):
 //!
 //! | function | inputs | results |
 //! | --- | --- | --- |
-//! | `begin()` | `[24]` route id, `[25]` deadline ms (< 0: policy default), `[26]` idempotency code, `[27]` tenant id (< 0: none) | `[13]` handle |
-//! | `beginAttempt()` | as `begin` | `[13]` handle, `[12]` `0` attempt / `1` stopped, fields as `nextAttempt`, `[9]` stamp |
-//! | `next()` | `[24]` handle, `[25]` `1`: stamp the attempt | `[12]` `0` attempt / `1` stopped, fields, `[9]` stamp |
-//! | `reportStatus()` | `[24]` handle, `[25]` HTTP status, `[26]` `1`: release the call if it succeeded | `[12]` action code, `[13]` `1` when released, decision fields |
-//! | `reportOk()` | `[24]` handle, `[26]` as `reportStatus` | as `reportStatus` |
-//! | `release()` | `[24]` handle | — |
+//! | `begin()` | `begin::{ROUTE, DEADLINE_MS, IDEMPOTENCY, TENANT}` | `step::HANDLE` |
+//! | `beginAttempt()` | as `begin` | `step::HANDLE`, `step::RESULT` (`ATTEMPT` / `STOPPED`), fields as `nextAttempt`, `attempt::STAMP` |
+//! | `next()` | `next::{HANDLE, STAMP}` | `step::RESULT`, fields, `attempt::STAMP` when asked |
+//! | `reportStatus()` | `report::{HANDLE, STATUS, RELEASE}` | `step::RESULT` (action code), `step::HANDLE` (`1` when released), decision fields |
+//! | `reportOk()` | `report::{HANDLE, RELEASE}` | as `reportStatus` |
+//! | `release()` | `release::HANDLE` | — |
 //!
-//! Ids come from `NativeEngine.intern`. The stamp (`[9]`) is `nowMs()` when
-//! the attempt was admitted. Errors are thrown as by the napi-rs methods
-//! (`ERR_RETRYWISE_RELEASED`, `TypeError`s, `ERR_RETRYWISE_PANIC` for a panic,
-//! after which the engine stays usable).
+//! Ids come from `NativeEngine.intern`. The stamp is `nowMs()` when the
+//! attempt was admitted. Errors are thrown as by the napi-rs methods
+//! (`ERR_RETRYWISE_RELEASED`, `ERR_RETRYWISE_SCRATCH_DETACHED`, `TypeError`s,
+//! `ERR_RETRYWISE_PANIC` for a panic, after which the engine stays usable).
 
-use crate::{http_status, panic_message, Fail, Inner, ATTEMPT};
+use crate::scratch::{self, step, Slots};
+use crate::{http_status, panic_message, Fail, Inner};
 use napi::bindgen_prelude::*;
 use napi::sys;
 use retrywise::Outcome;
@@ -33,65 +35,51 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::rc::Rc;
 
-const IN0: usize = 24;
-const IN1: usize = 25;
-const IN2: usize = 26;
-const IN3: usize = 27;
-const OUT_RESULT: usize = 12;
-const OUT_HANDLE: usize = 13;
+type Step = fn(&mut Inner, &Slots) -> std::result::Result<(), Fail>;
 
-type Step = fn(&mut Inner) -> std::result::Result<(), Fail>;
-
-fn begin(st: &mut Inner) -> std::result::Result<(), Fail> {
-    let s = &st.scratch;
-    let (h, _) = st.start_fast(s.get(IN0), s.get(IN1), s.get(IN2), s.get(IN3), false)?;
-    st.scratch.set(OUT_HANDLE, h);
+fn begin(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+    let (h, _) = st.start_fast(s, false)?;
+    s.set(step::HANDLE, h);
     Ok(())
 }
 
-fn begin_attempt(st: &mut Inner) -> std::result::Result<(), Fail> {
-    let s = &st.scratch;
-    let (h, r) = st.start_fast(s.get(IN0), s.get(IN1), s.get(IN2), s.get(IN3), true)?;
-    st.scratch.set(OUT_HANDLE, h);
-    st.scratch.set(OUT_RESULT, r as f64);
+fn begin_attempt(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+    let (h, r) = st.start_fast(s, true)?;
+    s.set(step::HANDLE, h);
+    s.set(step::RESULT, r as f64);
     Ok(())
 }
 
-fn next(st: &mut Inner) -> std::result::Result<(), Fail> {
-    let h = st.scratch.get(IN0);
-    let stamp = st.scratch.get(IN1) == 1.0;
-    let r = st.next_attempt(h, stamp)?;
-    st.scratch.set(OUT_RESULT, r as f64);
+fn next(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+    use scratch::next::*;
+    let r = st.next_attempt(s, s.get(HANDLE), s.get(STAMP) == 1.0)?;
+    s.set(step::RESULT, r as f64);
     Ok(())
 }
 
-fn report_status(st: &mut Inner) -> std::result::Result<(), Fail> {
-    let status = http_status(st.scratch.get(IN1))?;
-    report_outcome(st, &Outcome::status(status))
+fn report_status(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+    let status = http_status(s.get(scratch::report::STATUS))?;
+    report_outcome(st, s, &Outcome::status(status))
 }
 
-fn report_ok(st: &mut Inner) -> std::result::Result<(), Fail> {
-    report_outcome(st, &Outcome::success())
+fn report_ok(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+    report_outcome(st, s, &Outcome::success())
 }
 
-/// Reports `o` for the call in IN0 (released on a final decision when IN2 is 1).
+/// Reports `o` for the call in `report::HANDLE` (released on success when `report::RELEASE` is 1).
 #[inline(always)]
-fn report_outcome(st: &mut Inner, o: &Outcome) -> std::result::Result<(), Fail> {
-    let h = st.scratch.get(IN0);
-    let rel = st.scratch.get(IN2) == 1.0;
-    let (a, released) = st.report(h, o, 0, rel)?;
-    st.scratch.set(OUT_RESULT, a as f64);
-    st.scratch.set(OUT_HANDLE, released as u8 as f64);
+fn report_outcome(st: &mut Inner, s: &Slots, o: &Outcome) -> std::result::Result<(), Fail> {
+    use scratch::report::*;
+    let (a, released) = st.report(s, s.get(HANDLE), o, 0, s.get(RELEASE) == 1.0)?;
+    s.set(step::RESULT, a as f64);
+    s.set(step::HANDLE, released as u8 as f64);
     Ok(())
 }
 
-fn release(st: &mut Inner) -> std::result::Result<(), Fail> {
-    let h = st.scratch.get(IN0);
-    st.release(h);
+fn release(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+    st.release(s.get(scratch::release::HANDLE));
     Ok(())
 }
-
-const _: () = assert!(ATTEMPT == 0);
 
 unsafe fn throw_raw(env: sys::napi_env, f: Fail) {
     let (code, msg, type_error) = match f {
@@ -120,7 +108,7 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
     // `create`; the function's finalizer gives it back only when the function
     // itself is collected, so it outlives every call.
     let cell = &*(data as *const RefCell<Inner>);
-    let step: Step = match OP {
+    let run: Step = match OP {
         0 => begin,
         1 => begin_attempt,
         2 => next,
@@ -128,8 +116,12 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
         4 => report_ok,
         _ => release,
     };
+    let env = Env::from_raw(env);
     let r = match cell.try_borrow_mut() {
-        Ok(mut st) => match catch_unwind(AssertUnwindSafe(|| step(&mut st))) {
+        Ok(mut st) => match catch_unwind(AssertUnwindSafe(|| {
+            let s = st.scratch.slots(&env)?;
+            run(&mut st, &s)
+        })) {
             Ok(r) => r,
             Err(p) => Err(Fail::Coded(
                 "ERR_RETRYWISE_PANIC",
@@ -142,7 +134,7 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
         )),
     };
     if let Err(f) = r {
-        throw_raw(env, f);
+        throw_raw(env.raw(), f);
     }
     ptr::null_mut()
 }

@@ -1,7 +1,7 @@
 //! Node binding of the retrywise core: type translation only.
 //!
 //! This is the *lean native API* (`native.js` / `native.d.ts`). The idiomatic
-//! JS API in `index.js` wraps it. Every decision is made by the `retrywise`
+//! JS API (`index.js`, modules in `lib/`) wraps it. Every decision is made by the `retrywise`
 //! crate; this file converts types, keeps a few values for lazy getters and
 //! turns panics into JS errors.
 //!
@@ -17,24 +17,8 @@
 //! tenants are interned once (`intern`) and passed by number, upstream names
 //! come back as indices into a per-engine table the JS side caches.
 //!
-//! Scratch layout (indices into the `Float64Array`):
-//! - attempt (`nextAttempt` returned `ATTEMPT`, `nextHedge` returned `HEDGE_START`):
-//!   `[1] number, [2] upstream index (-1: call upstreamOfAttempt), [3] connect ms,
-//!   [4] first byte ms, [5] idle ms, [6] total ms, [7] remaining ms, [8] flags (1 hedge, 2 fallback),
-//!   [9] process-wide monotonic ms when the attempt was admitted (fast entry points only; see `nowMs`)`
-//! - stopped (`nextAttempt` returned `STOPPED`):
-//!   `[1] reason code, [2] error class code or -1, [3] on_failure code or -1, [4] 1 when a detail exists`
-//! - decision (`report*`, `cancel`): `[0] action code, [1] delay ms, [2] class code or -1,
-//!   [3] reason code, [4] upstream index (-1 none, -2: call decisionUpstream), [5] wait source code,
-//!   [6] retry-after ms or -1, [7] on_failure code or -1, [8] attempt number, [9] flags
-//!   (1 hedge, 2 detail present, 4 exclusions present)`; a report that did not
-//!   release the call also sets `[14]` to 1 when the call holds nothing (it may
-//!   be freed later), else 0
-//! - `[15]`: the handle of a released call that holds nothing, or -1 (set to -1
-//!   by the constructor): the next begin frees it before it starts the new call
-//! - hedge wait (`nextHedge` returned `HEDGE_AFTER`): `[1] ms to wait`;
-//!   no hedge (`HEDGE_NO`): `[1] reason code`
-//! - fast entry points: inputs in `[24..28]`, result code in `[12]`, handle in `[13]` (see [`fast`]).
+//! The scratch layout (which slot holds what after each step) is defined once,
+//! in [`scratch`], and exported by name through `vocab()`.
 //!
 //! Calls are kept in a slab inside the engine and named by numeric handles
 //! (see [`NativeEngine`]); JS releases them explicitly or when its wrapper is
@@ -43,6 +27,7 @@
 #![deny(clippy::all)]
 
 mod fast;
+mod scratch;
 mod stream;
 
 use napi::bindgen_prelude::*;
@@ -53,27 +38,12 @@ use retrywise::{
     HedgePlan, Idempotency, Inbound, IntoName, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy,
     PolicyErrors, Reason, SmolStr, Stopped, SystemClock, WaitSource,
 };
+use scratch::{attempt, codes, decision, flags, hedge_after, hedge_no, step, stopped, Scratch, Slots};
 use std::cell::{RefCell, RefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-const SCRATCH_LEN: usize = 32;
-/// Scratch slot a report sets to 1 when the call holds nothing ([`retrywise::Call::holds_nothing`]).
-const OUT_IDLE: usize = 14;
-/// Scratch slot where index.js leaves the handle of a released call that
-/// holds nothing (-1: none): the next begin frees it first.
-const IN_PENDING_RELEASE: usize = 15;
-
-/// `nextAttempt` result: an attempt was admitted (fields in scratch).
-const ATTEMPT: i32 = 0;
-/// `nextAttempt` result: no attempt may start (stop fields in scratch).
-const STOPPED: i32 = 1;
-/// `nextHedge` results.
-const HEDGE_START: i32 = 0;
-const HEDGE_AFTER: i32 = 2;
-const HEDGE_NO: i32 = 3;
 
 /// Upstream names interned per engine (the JS side caches them by index).
 const MAX_INTERNED: usize = 256;
@@ -137,30 +107,6 @@ fn status_message(status: f64) -> String {
 // Per-engine state
 // ---------------------------------------------------------------------------
 
-/// The scratch buffer: a JS `Float64Array` kept alive by this struct, written
-/// through a raw pointer (the JS side reads it right after each call, on the
-/// same thread).
-struct Scratch {
-    _keep: Float64Array,
-    ptr: *mut f64,
-}
-
-impl Scratch {
-    #[inline]
-    fn set(&self, i: usize, v: f64) {
-        debug_assert!(i < SCRATCH_LEN);
-        // SAFETY: i < SCRATCH_LEN and the constructor checked the buffer length.
-        unsafe { *self.ptr.add(i) = v }
-    }
-
-    #[inline]
-    fn get(&self, i: usize) -> f64 {
-        debug_assert!(i < SCRATCH_LEN);
-        // SAFETY: as for `set`.
-        unsafe { *self.ptr.add(i) }
-    }
-}
-
 /// Upstream names by index (the JS side caches the strings by index). Only
 /// the engine's JS thread touches it: no lock.
 #[derive(Default)]
@@ -210,7 +156,7 @@ fn rt_now_ms() -> f64 {
     ms_exact(rt_clock().now())
 }
 
-/// An attempt's stamp on the process clock (scratch[9]): its start moved by
+/// An attempt's stamp on the process clock (`attempt::STAMP`): its start moved by
 /// the engine's offset, or a reading now on a manual-clock engine.
 #[inline]
 fn attempt_stamp(rt_offset_ms: Option<f64>, started_at: Duration) -> f64 {
@@ -271,16 +217,17 @@ impl Entry {
         self.upstream = None;
     }
 
-    fn put_attempt(&mut self, s: &Scratch, names: &mut Names, a: Attempt) {
-        s.set(1, a.number as f64);
-        s.set(2, names.index(&a.upstream));
+    fn put_attempt(&mut self, s: &Slots, names: &mut Names, a: Attempt) {
+        s.set(attempt::NUMBER, a.number as f64);
+        s.set(attempt::UPSTREAM, names.index(&a.upstream));
         let t = a.timeouts();
-        s.set(3, ms_f64(t.connect));
-        s.set(4, ms_f64(t.first_byte));
-        s.set(5, ms_f64(t.idle));
-        s.set(6, ms_f64(t.total));
-        s.set(7, ms_f64(a.remaining()));
-        s.set(8, (a.hedge as u8 | (a.fallback as u8) << 1) as f64);
+        s.set(attempt::CONNECT_MS, ms_f64(t.connect));
+        s.set(attempt::FIRST_BYTE_MS, ms_f64(t.first_byte));
+        s.set(attempt::IDLE_MS, ms_f64(t.idle));
+        s.set(attempt::TOTAL_MS, ms_f64(t.total));
+        s.set(attempt::REMAINING_MS, ms_f64(a.remaining()));
+        let f = (a.hedge as u8 * flags::ATTEMPT_HEDGE) | (a.fallback as u8 * flags::ATTEMPT_FALLBACK);
+        s.set(attempt::FLAGS, f as f64);
         if self.attempts.len() >= 4 {
             self.attempts.remove(0);
         }
@@ -288,11 +235,11 @@ impl Entry {
     }
 
     /// What `next_attempt` returned, into scratch: `ATTEMPT` (stamped in
-    /// [9] with `stamp`, see [`attempt_stamp`]) or `STOPPED`.
+    /// `attempt::STAMP` with `stamp`, see [`attempt_stamp`]) or `STOPPED`.
     #[inline]
     fn put_next(
         &mut self,
-        s: &Scratch,
+        s: &Slots,
         names: &mut Names,
         r: std::result::Result<Attempt, Stopped>,
         stamp: bool,
@@ -301,33 +248,33 @@ impl Entry {
         match r {
             Ok(a) => {
                 if stamp {
-                    s.set(9, attempt_stamp(rt_offset_ms, a.started_at()));
+                    s.set(attempt::STAMP, attempt_stamp(rt_offset_ms, a.started_at()));
                 }
                 self.put_attempt(s, names, a);
-                ATTEMPT
+                codes::ATTEMPT
             }
             Err(st) => {
                 self.put_stopped(s, st);
-                STOPPED
+                codes::STOPPED
             }
         }
     }
 
-    fn put_stopped(&mut self, s: &Scratch, st: Stopped) {
-        s.set(1, st.reason.code() as f64);
-        s.set(2, class_code(st.class));
-        s.set(3, on_failure_code(st.on_failure));
-        s.set(4, st.detail.is_some() as u8 as f64);
+    fn put_stopped(&mut self, s: &Slots, st: Stopped) {
+        s.set(stopped::REASON, st.reason.code() as f64);
+        s.set(stopped::CLASS, class_code(st.class));
+        s.set(stopped::ON_FAILURE, on_failure_code(st.on_failure));
+        s.set(stopped::HAS_DETAIL, st.detail.is_some() as u8 as f64);
         self.detail = st.detail;
     }
 
-    fn put_decision(&mut self, s: &Scratch, names: &mut Names, d: Decision) -> i32 {
-        s.set(0, d.action.code() as f64);
-        s.set(1, ms_f64(d.delay));
-        s.set(2, class_code(d.class));
-        s.set(3, d.reason.code() as f64);
+    fn put_decision(&mut self, s: &Slots, names: &mut Names, d: Decision) -> i32 {
+        s.set(decision::ACTION, d.action.code() as f64);
+        s.set(decision::DELAY_MS, ms_f64(d.delay));
+        s.set(decision::CLASS, class_code(d.class));
+        s.set(decision::REASON, d.reason.code() as f64);
         s.set(
-            4,
+            decision::UPSTREAM,
             match &d.upstream {
                 None => -1.0,
                 Some(u) => {
@@ -340,14 +287,14 @@ impl Entry {
                 }
             },
         );
-        s.set(5, d.wait_source.code() as f64);
-        s.set(6, d.retry_after.map_or(-1.0, ms_f64));
-        s.set(7, on_failure_code(d.on_failure));
-        s.set(8, d.attempt as f64);
-        s.set(
-            9,
-            (d.hedge as u8 | (d.detail.is_some() as u8) << 1 | (!d.excluded.is_empty() as u8) << 2) as f64,
-        );
+        s.set(decision::WAIT_SOURCE, d.wait_source.code() as f64);
+        s.set(decision::RETRY_AFTER_MS, d.retry_after.map_or(-1.0, ms_f64));
+        s.set(decision::ON_FAILURE, on_failure_code(d.on_failure));
+        s.set(decision::ATTEMPT, d.attempt as f64);
+        let f = (d.hedge as u8 * flags::DECISION_HEDGE)
+            | (d.detail.is_some() as u8 * flags::DECISION_DETAIL)
+            | (!d.excluded.is_empty() as u8 * flags::DECISION_EXCLUDED);
+        s.set(decision::FLAGS, f as f64);
         // Attempts that were reported are no longer in flight.
         if d.is_final() {
             self.attempts.clear();
@@ -498,58 +445,50 @@ impl Inner {
         }
     }
 
-    /// Begins a call from the fast spec (route id, deadline ms < 0: policy
-    /// default, idempotency code, tenant id < 0: none); see [`Inner::start`].
-    fn start_fast(
-        &mut self,
-        route: f64,
-        deadline_ms: f64,
-        idempotency: f64,
-        tenant: f64,
-        first: bool,
-    ) -> std::result::Result<(f64, i32), Fail> {
+    /// Begins a call from the fast spec in `s` (`scratch::begin`: route id,
+    /// deadline ms < 0: policy default, idempotency code, tenant id < 0:
+    /// none); see [`Inner::start`].
+    fn start_fast(&mut self, s: &Slots, first: bool) -> std::result::Result<(f64, i32), Fail> {
+        use scratch::begin::*;
         let route = self
-            .string(route)?
+            .string(s.get(ROUTE))?
             .ok_or_else(|| Fail::Type("route id must be >= 0".to_string()))?;
-        let tenant = self.string(tenant)?;
-        let idempotency = idempotency_of(idempotency)?;
+        let tenant = self.string(s.get(TENANT))?;
+        let idempotency = idempotency_of(s.get(IDEMPOTENCY))?;
         let mut spec = CallSpec::new(route);
-        spec.deadline = deadline(deadline_ms);
+        spec.deadline = deadline(s.get(DEADLINE_MS));
         spec.idempotency = idempotency;
         spec.tenant = tenant;
-        self.start(spec, first)
+        self.start(s, spec, first)
     }
 
     /// Begins a call, and with `first` asks for its first attempt in the same
     /// step. Returns the handle and, with `first`,
     /// `ATTEMPT` or `STOPPED` (fields in scratch).
     #[inline]
-    fn start(&mut self, spec: CallSpec, first: bool) -> std::result::Result<(f64, i32), Fail> {
+    fn start(&mut self, s: &Slots, spec: CallSpec, first: bool) -> std::result::Result<(f64, i32), Fail> {
         // Freed here, its slot and its thread's upstream reference are the new call's.
-        let pending = self.scratch.get(IN_PENDING_RELEASE);
+        let pending = s.get(step::PENDING_RELEASE);
         if pending >= 0.0 {
-            self.scratch.set(IN_PENDING_RELEASE, -1.0);
+            s.set(step::PENDING_RELEASE, -1.0);
             self.release(pending);
         }
         let (idx, h) = self.reserve()?;
         let e = &mut self.slab[idx];
         if !first {
             e.call = Some(self.engine.begin(spec));
-            return Ok((h, ATTEMPT));
+            return Ok((h, codes::ATTEMPT));
         }
         // `begin` then `next_attempt` (two clock readings) costs fewer
         // instructions than `begin_attempt`, whose returned pair is copied.
         let r = e.call.insert(self.engine.begin(spec)).next_attempt();
-        Ok((
-            h,
-            e.put_next(&self.scratch, &mut self.names, r, true, self.rt_offset_ms),
-        ))
+        Ok((h, e.put_next(s, &mut self.names, r, true, self.rt_offset_ms)))
     }
 
-    fn next_attempt(&mut self, h: f64, stamp: bool) -> std::result::Result<i32, Fail> {
+    fn next_attempt(&mut self, s: &Slots, h: f64, stamp: bool) -> std::result::Result<i32, Fail> {
         let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
         let r = e.call.as_mut().ok_or_else(Fail::released)?.next_attempt();
-        Ok(e.put_next(&self.scratch, &mut self.names, r, stamp, self.rt_offset_ms))
+        Ok(e.put_next(s, &mut self.names, r, stamp, self.rt_offset_ms))
     }
 
     /// Reports `o` for attempt `attempt` (0: the latest) of call `h`; with
@@ -557,6 +496,7 @@ impl Inner {
     /// Returns the action code and whether the call was released.
     fn report(
         &mut self,
+        s: &Slots,
         h: f64,
         o: &Outcome,
         attempt: u32,
@@ -569,14 +509,14 @@ impl Inner {
         } else {
             call.report(o)
         };
-        let action = e.put_decision(&self.scratch, &mut self.names, d);
+        let action = e.put_decision(s, &mut self.names, d);
         if release_on_success && action == Action::Succeeded.code() as i32 {
             self.release(h);
             return Ok((action, true));
         }
-        // Whether index.js may free the call later (scratch[15] or `releaseMany`).
+        // Whether the JS layer may free the call later (`step::PENDING_RELEASE` or `releaseMany`).
         let idle = e.call.as_ref().is_some_and(|c| c.holds_nothing());
-        self.scratch.set(OUT_IDLE, idle as u8 as f64);
+        s.set(step::IDLE, idle as u8 as f64);
         Ok((action, false))
     }
 }
@@ -639,25 +579,25 @@ fn load_policy(env: &Env, kind: u32, text: Option<String>) -> Result<Policy> {
 
 #[napi]
 impl NativeEngine {
-    /// `scratch`: a `Float64Array` of at least 32 elements. `kind`: 0 default
+    /// `scratch`: a `Float64Array` of at least `vocab().scratch.len` (32)
+    /// elements over a `SharedArrayBuffer` (no detach check per step) or a
+    /// fixed-length `ArrayBuffer` (see the `scratch` module). `kind`: 0 default
     /// policy, 1 JSON text of a policy object, 2 JSON/YAML/TOML text, 3 a file path.
     /// `seed`: decimal u64 string. `manualClock`: use a `ManualClock`.
-    #[napi(constructor)]
+    #[napi(
+        constructor,
+        ts_args_type = "scratch: Float64Array, kind: number, policy: string | undefined | null, seed: string | undefined | null, manualClock: boolean"
+    )]
     pub fn new(
         env: Env,
-        mut scratch: Float64Array,
+        scratch: Unknown<'_>,
         kind: u32,
         policy: Option<String>,
         seed: Option<String>,
         manual_clock: bool,
     ) -> Result<Self> {
         guard(&env, || {
-            if scratch.len() < SCRATCH_LEN {
-                return Err(throw_type(
-                    &env,
-                    "scratch must be a Float64Array of at least 32 elements",
-                ));
-            }
+            let scratch = Scratch::new(&env, scratch).map_err(|f| f.into_error(&env))?;
             let policy = load_policy(&env, kind, policy)?;
             let mut b = Engine::builder(policy);
             // Without a manual clock the core keeps its own system clock
@@ -678,10 +618,10 @@ impl NativeEngine {
             }
             let engine = b.build().map_err(|e| policy_error(&env, &e))?;
             let rt_offset_ms = manual.is_none().then(|| rt_now_ms() - ms_exact(engine.now()));
-            // SAFETY: length checked above; the Float64Array keeps its buffer alive.
-            let ptr = unsafe { scratch.as_mut().as_mut_ptr() };
-            let scratch = Scratch { _keep: scratch, ptr };
-            scratch.set(IN_PENDING_RELEASE, -1.0);
+            scratch
+                .slots(&env)
+                .map_err(|f| f.into_error(&env))?
+                .set(step::PENDING_RELEASE, -1.0);
             Ok(NativeEngine {
                 inner: Rc::new(RefCell::new(Inner {
                     engine,
@@ -707,6 +647,13 @@ impl NativeEngine {
                 "the engine is in use (re-entered from a callback)",
             )
         })
+    }
+
+    /// The engine's state and its scratch, checked, for a step that reads or writes scratch.
+    fn st_slots<'e>(&self, env: &'e Env) -> Result<(RefMut<'_, Inner>, Slots<'e>)> {
+        let st = self.st(env)?;
+        let s = st.scratch.slots(env).map_err(|f| f.into_error(env))?;
+        Ok((st, s))
     }
 
     /// The fast entry points of this engine (see the `fast` module): an object
@@ -750,8 +697,10 @@ impl NativeEngine {
             spec.deadline = deadline(deadline_ms);
             spec.idempotency = idempotency_of(idempotency as f64).map_err(|f| f.into_error(&env))?;
             spec.tenant = tenant.map(IntoName::into_name);
-            let mut st = self.st(&env)?;
-            st.start(spec, false).map(|(h, _)| h).map_err(|f| f.into_error(&env))
+            let (mut st, s) = self.st_slots(&env)?;
+            st.start(&s, spec, false)
+                .map(|(h, _)| h)
+                .map_err(|f| f.into_error(&env))
         })
     }
 
@@ -763,7 +712,7 @@ impl NativeEngine {
     /// call of this engine (nesting); the new call inherits what is left of its
     /// deadline, its ids and key, and is a non-owner.
     /// With `first`, the call's first attempt is asked for in the same step
-    /// (result code in scratch[12], attempt or stop fields in scratch, as `nextAttempt`).
+    /// (result code in the `step.RESULT` slot of `vocab().scratch`, attempt or stop fields in scratch, as `nextAttempt`).
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn begin_ex(
@@ -806,7 +755,7 @@ impl NativeEngine {
                     max_cost: n.get("maxCost").and_then(|v| v.as_f64()),
                 };
             }
-            let mut st = self.st(&env)?;
+            let (mut st, s) = self.st_slots(&env)?;
             if parent >= 0.0 {
                 let e = st.entry(parent).map_err(|f| f.into_error(&env))?;
                 let call = e.call.as_ref().ok_or_else(|| Fail::released().into_error(&env))?;
@@ -819,9 +768,9 @@ impl NativeEngine {
                 }
             }
             let first = first.unwrap_or(false);
-            let (h, r) = st.start(spec, first).map_err(|f| f.into_error(&env))?;
+            let (h, r) = st.start(&s, spec, first).map_err(|f| f.into_error(&env))?;
             if first {
-                st.scratch.set(12, r as f64);
+                s.set(step::RESULT, r as f64);
             }
             Ok(h)
         })
@@ -863,7 +812,8 @@ impl NativeEngine {
     #[napi]
     pub fn next_attempt(&mut self, env: Env, h: f64) -> Result<i32> {
         guard(&env, || {
-            self.st(&env)?.next_attempt(h, false).map_err(|f| f.into_error(&env))
+            let (mut st, s) = self.st_slots(&env)?;
+            st.next_attempt(&s, h, false).map_err(|f| f.into_error(&env))
         })
     }
 
@@ -872,8 +822,8 @@ impl NativeEngine {
     pub fn report_status(&mut self, env: Env, h: f64, status: u32) -> Result<i32> {
         guard(&env, || {
             let st16 = http_status(status as f64).map_err(|f| f.into_error(&env))?;
-            let mut st = self.st(&env)?;
-            st.report(h, &Outcome::status(st16), 0, false)
+            let (mut st, s) = self.st_slots(&env)?;
+            st.report(&s, h, &Outcome::status(st16), 0, false)
                 .map(|r| r.0)
                 .map_err(|f| f.into_error(&env))
         })
@@ -883,8 +833,8 @@ impl NativeEngine {
     #[napi]
     pub fn report_ok(&mut self, env: Env, h: f64) -> Result<i32> {
         guard(&env, || {
-            let mut st = self.st(&env)?;
-            st.report(h, &Outcome::success(), 0, false)
+            let (mut st, s) = self.st_slots(&env)?;
+            st.report(&s, h, &Outcome::success(), 0, false)
                 .map(|r| r.0)
                 .map_err(|f| f.into_error(&env))
         })
@@ -924,8 +874,8 @@ impl NativeEngine {
                 body,
                 ok,
             )?;
-            let mut st = self.st(&env)?;
-            st.report(h, &o, attempt, false)
+            let (mut st, s) = self.st_slots(&env)?;
+            st.report(&s, h, &o, attempt, false)
                 .map(|r| r.0)
                 .map_err(|f| f.into_error(&env))
         })
@@ -935,36 +885,37 @@ impl NativeEngine {
     #[napi]
     pub fn cancel(&mut self, env: Env, h: f64) -> Result<i32> {
         guard(&env, || {
-            let mut st = self.st(&env)?;
+            let (mut st, s) = self.st_slots(&env)?;
             let st = &mut *st;
             let e = live(&mut st.slab, h).ok_or_else(|| Fail::released().into_error(&env))?;
             let call = e.call.as_mut().ok_or_else(|| Fail::released().into_error(&env))?;
             let d = call.cancel();
-            Ok(e.put_decision(&st.scratch, &mut st.names, d))
+            Ok(e.put_decision(&s, &mut st.names, d))
         })
     }
 
-    /// Whether a hedged attempt may start: `0` start (attempt in scratch),
-    /// `2` ask again after scratch[1] ms, `3` no (reason code in scratch[1]).
+    /// Whether a hedged attempt may start: `HEDGE_START` (attempt in scratch),
+    /// `HEDGE_AFTER` (ask again after `hedge_after.WAIT_MS` ms) or `HEDGE_NO`
+    /// (`hedge_no.REASON`); slots and codes as `vocab().scratch` names them.
     #[napi]
     pub fn next_hedge(&mut self, env: Env, h: f64) -> Result<i32> {
         guard(&env, || {
-            let mut st = self.st(&env)?;
+            let (mut st, s) = self.st_slots(&env)?;
             let st = &mut *st;
             let e = live(&mut st.slab, h).ok_or_else(|| Fail::released().into_error(&env))?;
             let call = e.call.as_mut().ok_or_else(|| Fail::released().into_error(&env))?;
             match call.next_hedge() {
                 HedgePlan::Start(a) => {
-                    e.put_attempt(&st.scratch, &mut st.names, a);
-                    Ok(HEDGE_START)
+                    e.put_attempt(&s, &mut st.names, a);
+                    Ok(codes::HEDGE_START)
                 }
                 HedgePlan::After(d) => {
-                    st.scratch.set(1, d.as_secs_f64() * 1000.0);
-                    Ok(HEDGE_AFTER)
+                    s.set(hedge_after::WAIT_MS, d.as_secs_f64() * 1000.0);
+                    Ok(codes::HEDGE_AFTER)
                 }
                 HedgePlan::No(r) => {
-                    st.scratch.set(1, r.code() as f64);
-                    Ok(HEDGE_NO)
+                    s.set(hedge_no::REASON, r.code() as f64);
+                    Ok(codes::HEDGE_NO)
                 }
             }
         })
@@ -1289,7 +1240,8 @@ fn outcome(
 // ---------------------------------------------------------------------------
 
 /// Stable names of every vocabulary enum, indexed by code, plus the scratch
-/// layout constants, as JSON (read once when the module loads).
+/// layout (`scratch`: length, slots by group and name, result codes, flag
+/// bits; see the `scratch` module), as JSON (read once when the module loads).
 #[napi]
 pub fn vocab() -> String {
     serde_json::json!({
@@ -1303,13 +1255,14 @@ pub fn vocab() -> String {
         "waitSource": WaitSource::NAMES,
         "reason": Reason::NAMES,
         "onFailure": ["fail", "manual_review"],
-        "scratchLen": SCRATCH_LEN,
+        "scratchLen": scratch::LEN,
+        "scratch": scratch::vocab_json(),
     })
     .to_string()
 }
 
 /// Milliseconds on the process-wide monotonic clock that stamps attempts
-/// admitted by the fast entry points (scratch[9]); real time even for engines
+/// admitted by the fast entry points (the `attempt.STAMP` slot); real time even for engines
 /// on a manual clock.
 #[napi]
 pub fn now_ms() -> f64 {

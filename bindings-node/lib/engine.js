@@ -1,0 +1,608 @@
+'use strict'
+// Engine: the native engine (one per process, shared) plus what the JS layer
+// keeps beside it: interned names, the scratch buffer the native steps read
+// and write, the release queue, the GC safety net and event listeners.
+
+const native = require('../native.js')
+const { SLOT, toCode } = require('./vocab.js')
+const { describe, translateNativeError } = require('./errors.js')
+const { als } = require('./context.js')
+const { headerPairs } = require('./outcomes.js')
+const { Call } = require('./call.js')
+const { startRun } = require('./run.js')
+
+const {
+  LEN: SCRATCH_LEN,
+  BEGIN_ROUTE,
+  BEGIN_DEADLINE_MS,
+  BEGIN_IDEMPOTENCY,
+  BEGIN_TENANT,
+  NEXT_HANDLE,
+  NEXT_STAMP,
+  RELEASE_HANDLE,
+  STEP_RESULT,
+  STEP_HANDLE,
+  STEP_PENDING_RELEASE,
+} = SLOT
+
+/**
+ * @typedef {import('../index').Policy} Policy
+ * @typedef {import('../index').EngineOptions} EngineOptions
+ * @typedef {import('../index').CallSpec} CallSpec
+ * @typedef {import('../index').RunOptions} RunOptions
+ * @typedef {import('../index').Mode} Mode
+ * @typedef {import('../index').RetrywiseEvent} RetrywiseEvent
+ * @typedef {import('../index').Stats} Stats
+ * @typedef {import('../index').ReconcileItem} ReconcileItem
+ * @typedef {import('../index').BreakerState} BreakerState
+ * @typedef {import('../index').Attempt} Attempt
+ * @typedef {import('../native').NativeEngine} NativeEngine
+ * @typedef {ReturnType<NativeEngine['fast']>} FastSteps
+ * @typedef {Partial<CallSpec>} SpecInput a spec as callers pass it, checked here
+ * @typedef {import('../index').Engine} ApiEngine
+ */
+
+/**
+ * A policy argument as the addon takes it: `[kind, text]` (0 default, 1 JSON
+ * of an object, 2 JSON/YAML/TOML text; 3, a file path, comes from `fromFile`).
+ * @param {unknown} policy
+ * @returns {[number, string | null]}
+ */
+function policyArgs(policy) {
+  if (policy === undefined || policy === null) return [0, null]
+  if (typeof policy === 'string') return [2, policy]
+  if (typeof policy === 'object' && !Array.isArray(policy)) {
+    let text
+    try {
+      text = JSON.stringify(policy)
+    } catch (e) {
+      throw new TypeError(`policy must be JSON-serializable: ${/** @type {Error} */ (e).message}`)
+    }
+    return [1, text]
+  }
+  throw new TypeError(`policy must be an object or a JSON/YAML/TOML string; got ${describe(policy)}`)
+}
+
+/**
+ * @param {unknown} seed
+ * @returns {string | null}
+ */
+function seedArg(seed) {
+  if (seed === undefined || seed === null) return null
+  if (typeof seed === 'bigint') {
+    if (seed < 0n || seed >= 1n << 64n) throw new TypeError('opts.seed must be in [0, 2^64)')
+    return seed.toString()
+  }
+  if (typeof seed === 'number') {
+    if (!Number.isSafeInteger(seed) || seed < 0) throw new TypeError(`opts.seed must be a non-negative safe integer or a bigint; got ${seed}`)
+    return String(seed)
+  }
+  throw new TypeError(`opts.seed must be a number or a bigint; got ${describe(seed)}`)
+}
+
+/** JSON Schema of the policy document. */
+function policySchema() {
+  return JSON.parse(native.policySchema())
+}
+
+const NO_OPTS = Object.freeze({})
+/** `fromFile`'s policy argument, passed through the options. */
+const ENGINE = Symbol('retrywise.engine')
+/** Calls begun in one job checked for the GC safety net at once (see Engine#_track). */
+const PEND_BATCH = 256
+// Released calls that hold nothing wait in the `step.PENDING_RELEASE` slot,
+// where the next native begin frees them (no crossing of their own); one that
+// finds the slot taken joins a batch freed this many at a time (one crossing).
+const RELEASE_BATCH = 64
+
+/** @implements {ApiEngine} */
+class Engine {
+  /**
+   * @param {Policy | string | null} [policy] a policy object, or a JSON / YAML / TOML string; default policy when absent
+   * @param {EngineOptions} [opts] `{ seed?: number | bigint, manualClock?: boolean }`
+   */
+  constructor(policy, opts) {
+    if (opts !== undefined && (opts === null || typeof opts !== 'object')) throw new TypeError(`opts must be an object; got ${describe(opts)}`)
+    const o = /** @type {EngineOptions & { [ENGINE]?: [number, string] }} */ (opts || {})
+    if (o.manualClock !== undefined && typeof o.manualClock !== 'boolean') throw new TypeError('opts.manualClock must be a boolean')
+    const [kind, text] = o[ENGINE] ? o[ENGINE] : policyArgs(policy)
+    // On a SharedArrayBuffer, which cannot be detached: the native steps then
+    // need no check that it still is attached (see src/scratch.rs).
+    /** @type {Float64Array} */
+    this._s = new Float64Array(new SharedArrayBuffer(SCRATCH_LEN * Float64Array.BYTES_PER_ELEMENT))
+    try {
+      /** @type {NativeEngine} */
+      this._n = new native.NativeEngine(this._s, kind, text, seedArg(o.seed), o.manualClock === true)
+    } catch (e) {
+      throw translateNativeError(e)
+    }
+    // Fast entry points (arguments and results in this._s, see src/fast.rs).
+    /** @type {FastSteps} */
+    this._f = this._n.fast()
+    /** @type {Array<string | null>} */
+    this._names = []
+    // Route and tenant names interned by the native engine (name -> id).
+    /** @type {Map<string, number>} */
+    this._ids = new Map()
+    this._idsFull = false
+    /** @type {string | null} */
+    this._lastRoute = null
+    this._lastRouteId = -1
+    /** @type {Array<(event: RetrywiseEvent) => void> | null} */
+    this._listeners = null
+    this._listenerErrors = 0
+    /** @type {FinalizationRegistry<number> | null} */
+    this._reg = null
+    // Calls begun since the last microtask, registered for garbage collection
+    // only if still unreleased then (a FinalizationRegistry register +
+    // unregister costs more than the whole decision cycle).
+    /** @type {Array<Call | undefined>} */
+    this._pend = new Array(PEND_BATCH).fill(undefined)
+    this._pendN = 0
+    this._pendQueued = false
+    this._pendFlush = () => this._trackPending(true)
+    // Handles of released calls that hold nothing, freed by the next batch
+    // (one more place for the one in the `step.PENDING_RELEASE` slot).
+    this._rel = new Float64Array(RELEASE_BATCH + 1)
+    this._relN = 0
+  }
+
+  /**
+   * Builds an engine from a policy file (`.json`, `.yaml`/`.yml`, `.toml`).
+   * @param {string | URL} path
+   * @param {EngineOptions} [opts]
+   * @returns {Engine}
+   */
+  static fromFile(path, opts) {
+    if (typeof path !== 'string' && !(path instanceof URL)) throw new TypeError(`path must be a string; got ${describe(path)}`)
+    const p = path instanceof URL ? require('node:url').fileURLToPath(path) : path
+    return new Engine(undefined, /** @type {EngineOptions} */ ({ ...(opts || {}), [ENGINE]: [3, p] }))
+  }
+
+  /**
+   * The name of interned upstream `i` (cached).
+   * @param {number} i
+   * @returns {string | null}
+   */
+  _name(i) {
+    let n = this._names[i]
+    if (n === undefined) {
+      n = this._n.upstreamName(i)
+      this._names[i] = n
+    }
+    return n
+  }
+
+  /**
+   * Id of an interned route or tenant name, or -1 (table full: pass the string).
+   * @param {string} name
+   * @returns {number}
+   */
+  _sid(name) {
+    let id = this._ids.get(name)
+    if (id === undefined) {
+      if (this._idsFull) return -1
+      id = this._n.intern(name)
+      if (id < 0) {
+        this._idsFull = true
+        return -1
+      }
+      this._ids.set(name, id)
+    }
+    return id
+  }
+
+  /**
+   * @param {string} route
+   * @returns {number}
+   */
+  _routeId(route) {
+    if (route === this._lastRoute) return this._lastRouteId
+    const id = this._sid(route)
+    if (id >= 0) {
+      this._lastRoute = route
+      this._lastRouteId = id
+    }
+    return id
+  }
+
+  /**
+   * Opens a native call for `spec` (nesting-aware); returns its handle. With
+   * `first`, the call's first attempt is asked for in the same step: the
+   * `step.RESULT` slot says whether one was admitted (attempt fields in
+   * scratch, stamped) or not (stop fields in scratch).
+   * @param {SpecInput} spec
+   * @param {string} argName
+   * @param {boolean} first
+   * @returns {number}
+   */
+  _open(spec, argName, first) {
+    if (spec === null || typeof spec !== 'object') throw new TypeError(`${argName} must be an object; got ${describe(spec)}`)
+    const route = spec.route
+    if (typeof route !== 'string') throw new TypeError(`${argName}.route must be a string; got ${describe(route)}`)
+    let dl = -1
+    if (spec.deadlineMs !== undefined && spec.deadlineMs !== null) {
+      dl = spec.deadlineMs
+      if (typeof dl !== 'number' || !(dl >= 0) || !Number.isFinite(dl)) throw new TypeError(`${argName}.deadlineMs must be a finite number >= 0; got ${describe(dl)}`)
+    }
+    const idem = spec.idempotency === undefined ? 0 : toCode('idempotency', spec.idempotency, `${argName}.idempotency`)
+    const tenant = spec.tenant
+    if (tenant !== undefined && tenant !== null && typeof tenant !== 'string') throw new TypeError(`${argName}.tenant must be a string`)
+    const parent = spec.inherit === false ? undefined : als.getStore()
+    const simple =
+      parent === undefined &&
+      spec.task === undefined &&
+      spec.priority === undefined &&
+      spec.idempotencyKey === undefined &&
+      spec.params === undefined &&
+      spec.paramsDigest === undefined &&
+      spec.needs === undefined &&
+      spec.inboundHeaders === undefined
+    const s = this._s
+    if (simple) {
+      const rid = this._routeId(route)
+      const tid = tenant === undefined || tenant === null ? -1 : this._sid(tenant)
+      if (rid >= 0 && (tid >= 0 || tenant === undefined || tenant === null)) {
+        s[BEGIN_ROUTE] = rid
+        s[BEGIN_DEADLINE_MS] = dl
+        s[BEGIN_IDEMPOTENCY] = idem
+        s[BEGIN_TENANT] = tid
+        if (first) this._f.beginAttempt()
+        else this._f.begin()
+        return s[STEP_HANDLE]
+      }
+      const h = this._n.begin(route, dl, idem, tenant)
+      if (first) this._next(h, 1)
+      return h
+    }
+    /** @type {Record<string, unknown>} */
+    const extra = {}
+    for (const k of /** @type {const} */ (['task', 'priority', 'idempotencyKey', 'paramsDigest'])) {
+      const v = spec[k]
+      if (v !== undefined && v !== null) {
+        if (typeof v !== 'string') throw new TypeError(`${argName}.${k} must be a string; got ${describe(v)}`)
+        extra[k] = v
+      }
+    }
+    if (tenant) extra.tenant = tenant
+    if (spec.params !== undefined) extra.params = spec.params
+    if (spec.needs !== undefined && spec.needs !== null) {
+      if (typeof spec.needs !== 'object') throw new TypeError(`${argName}.needs must be an object`)
+      extra.needs = spec.needs
+    }
+    let parentHandle = -1
+    let parentAttempt = 0
+    if (parent !== undefined) {
+      const pc = parent._call
+      if (pc._e === this && pc._h >= 0) {
+        parentHandle = pc._h
+        parentAttempt = parent.number
+      } else {
+        // Another engine: inherit through propagation headers. A parent that
+        // already finished (a task that outlived its attempt) passes nothing on.
+        let hs = null
+        try {
+          hs = parent.headers
+        } catch {
+          hs = null
+        }
+        if (hs !== null) extra.inboundHeaders = headerPairs(hs, 'inboundHeaders')
+      }
+    } else if (spec.inboundHeaders !== undefined && spec.inboundHeaders !== null) {
+      extra.inboundHeaders = headerPairs(spec.inboundHeaders, `${argName}.inboundHeaders`)
+    }
+    let text
+    try {
+      text = JSON.stringify(extra)
+    } catch (e) {
+      throw new TypeError(`${argName}.params must be JSON-serializable: ${/** @type {Error} */ (e).message}`)
+    }
+    try {
+      return this._n.beginEx(route, dl, idem, text, parentHandle, parentAttempt, first === true)
+    } catch (e) {
+      if (e && /** @type {{ code?: unknown }} */ (e).code === 'ERR_RETRYWISE_RELEASED') return this._n.beginEx(route, dl, idem, text, -1, 0, first === true)
+      throw e
+    }
+  }
+
+  /**
+   * Asks for the next attempt of call `h` (stamped when `stamp` is 1);
+   * returns the result code (`RESULT_ATTEMPT` or stopped), as the `step.RESULT` slot has it.
+   * @param {number} h
+   * @param {0 | 1} stamp
+   * @returns {number}
+   */
+  _next(h, stamp) {
+    const s = this._s
+    s[NEXT_HANDLE] = h
+    s[NEXT_STAMP] = stamp
+    this._f.next()
+    return s[STEP_RESULT]
+  }
+
+  /**
+   * Frees call `h` at the next native begin, or with the next batch, by the
+   * end of the current job at the latest. Only for a call that holds nothing
+   * (its drop gives nothing back, so freeing it later changes no decision).
+   * @param {number} h
+   */
+  _releaseLater(h) {
+    const s = this._s
+    const waiting = s[STEP_PENDING_RELEASE]
+    s[STEP_PENDING_RELEASE] = h
+    if (waiting >= 0) {
+      this._rel[this._relN++] = waiting
+      if (this._relN === RELEASE_BATCH) return this._releaseBatch()
+    }
+    if (!this._pendQueued) {
+      this._pendQueued = true
+      queueMicrotask(this._pendFlush)
+    }
+  }
+
+  /** Frees every call waiting to be freed (see `_releaseLater`). */
+  _releaseBatch() {
+    const s = this._s
+    const waiting = s[STEP_PENDING_RELEASE]
+    if (waiting >= 0) {
+      s[STEP_PENDING_RELEASE] = -1
+      this._rel[this._relN++] = waiting
+    }
+    const n = this._relN
+    if (n === 0) return
+    this._relN = 0
+    if (n === 1) {
+      s[RELEASE_HANDLE] = this._rel[0]
+      this._f.release()
+    } else this._n.releaseMany(this._rel, n)
+  }
+
+  /**
+   * Registers `call` with the GC safety net unless it is released before the next microtask.
+   * @param {Call} call
+   */
+  _track(call) {
+    if (!this._pendQueued) {
+      this._pendQueued = true
+      queueMicrotask(this._pendFlush)
+    }
+    this._pend[this._pendN++] = call
+    if (this._pendN === PEND_BATCH) this._trackPending(false)
+  }
+
+  /** @param {boolean} last */
+  _trackPending(last) {
+    if (last) {
+      this._pendQueued = false
+      this._releaseBatch()
+    }
+    const p = this._pend
+    const n = this._pendN
+    this._pendN = 0
+    for (let i = 0; i < n; i++) {
+      const c = /** @type {Call} */ (p[i])
+      p[i] = undefined
+      if (c._h >= 0) {
+        if (this._reg === null) this._reg = new FinalizationRegistry((handle) => this._n.release(handle))
+        this._reg.register(c, c._h, c)
+        c._tracked = true
+      }
+    }
+  }
+
+  /**
+   * Begins one logical request. Inside another retrywise call (same async
+   * context) the new call inherits its deadline and is a non-owner, unless
+   * `spec.inherit === false`.
+   * @param {CallSpec} spec
+   * @returns {Call}
+   */
+  begin(spec) {
+    const h = this._open(spec, 'spec', false)
+    this._flush()
+    const call = new Call(this, h)
+    this._track(call)
+    return call
+  }
+
+  /**
+   * Runs `fn(attempt)` under the engine: every retry, wait and fallback is
+   * decided by the core. `fn` signals failure by throwing (errors with
+   * `status`/`headers`, Node/undici network errors and AbortErrors are
+   * understood) or by returning a non-2xx `Response`; `opts.classify(value)`
+   * may map a resolved value to an outcome. Resolves with fn's value; rejects
+   * with a `StoppedError` (cause: the last failure) when the core gives up.
+   * @template T
+   * @param {(attempt: Attempt) => T | Promise<T>} fn
+   * @param {RunOptions} [opts]
+   * @returns {Promise<T>}
+   */
+  run(fn, opts) {
+    if (typeof fn !== 'function') return Promise.reject(new TypeError(`fn must be a function; got ${describe(fn)}`))
+    const o = /** @type {RunOptions} */ (opts === undefined ? NO_OPTS : opts)
+    if (o === null || typeof o !== 'object') return Promise.reject(new TypeError('opts must be an object'))
+    const signal = o.signal
+    if (signal !== undefined && signal !== null && !(signal instanceof AbortSignal)) return Promise.reject(new TypeError('opts.signal must be an AbortSignal'))
+    const classify = o.classify
+    if (classify !== undefined && typeof classify !== 'function') return Promise.reject(new TypeError('opts.classify must be a function'))
+    if (signal && signal.aborted) return Promise.reject(signal.reason)
+    const spec = o.route === undefined ? { ...o, route: '' } : o
+    let h
+    try {
+      h = this._open(spec, 'opts', true)
+    } catch (e) {
+      return Promise.reject(e)
+    }
+    return startRun(this, new Call(this, h), fn, classify, signal || null)
+  }
+
+  /** Delivers the events the last native step queued to the listeners (see `onEvent`). */
+  _flush() {
+    if (this._listeners === null) return
+    const text = this._n.takeEvents()
+    if (text === null) return
+    /** @type {RetrywiseEvent[]} */
+    const events = JSON.parse(text)
+    const ls = this._listeners.slice()
+    // The step's results are still in scratch: a listener that calls into
+    // this engine must not overwrite them before the caller reads them.
+    const saved = this._s.slice()
+    for (const ev of events) {
+      for (const cb of ls) {
+        try {
+          cb(ev)
+        } catch (err) {
+          this._listenerErrors++
+          if (this._listenerErrors === 1) process.emitWarning(`retrywise: an onEvent listener threw (${err && /** @type {Error} */ (err).message}); further errors are counted in engine.listenerErrors`, 'RetrywiseWarning')
+        }
+      }
+    }
+    this._s.set(saved)
+  }
+
+  /**
+   * Registers an event listener; returns a function that removes it.
+   * Listeners run synchronously on the JS thread, right after the native call
+   * that produced the events (before `report()` / `nextAttempt()` return).
+   * A listener that throws is counted (`listenerErrors`) and never affects a decision.
+   * @param {(event: RetrywiseEvent) => void} cb
+   * @returns {() => void}
+   */
+  onEvent(cb) {
+    if (typeof cb !== 'function') throw new TypeError(`cb must be a function; got ${describe(cb)}`)
+    if (this._listeners === null) {
+      this._listeners = []
+      this._n.setListening(true)
+    }
+    this._listeners.push(cb)
+    let on = true
+    return () => {
+      if (!on) return
+      on = false
+      const i = this._listeners ? this._listeners.indexOf(cb) : -1
+      if (i >= 0) /** @type {Array<(event: RetrywiseEvent) => void>} */ (this._listeners).splice(i, 1)
+      if (this._listeners && this._listeners.length === 0) {
+        this._listeners = null
+        this._n.setListening(false)
+      }
+    }
+  }
+
+  /**
+   * Listener exceptions swallowed so far.
+   * @type {number}
+   */
+  get listenerErrors() {
+    return this._listenerErrors
+  }
+
+  /**
+   * Events in the ring buffer, oldest first (`drain: true` takes them out).
+   * @param {{ drain?: boolean }} [opts]
+   * @returns {RetrywiseEvent[]}
+   */
+  events(opts) {
+    return JSON.parse(opts && opts.drain ? this._n.drainEvents() : this._n.events())
+  }
+
+  /** @returns {Stats} */
+  stats() {
+    return JSON.parse(this._n.stats())
+  }
+
+  /** @returns {string} */
+  prometheus() {
+    return this._n.prometheus()
+  }
+
+  /**
+   * Swaps the policy; an invalid policy throws `PolicyError` and leaves the old one in force.
+   * @param {Policy | string} policy
+   */
+  reload(policy) {
+    const [kind, text] = policyArgs(policy)
+    try {
+      this._n.reload(kind, text)
+    } catch (e) {
+      throw translateNativeError(e)
+    }
+    this._flush()
+  }
+
+  /**
+   * The kill switch: `{ retries?, fallback?, hedging? }`; omitted fields keep their value.
+   * @param {Partial<Mode>} mode
+   */
+  setMode(mode) {
+    if (mode === null || typeof mode !== 'object') throw new TypeError(`mode must be an object; got ${describe(mode)}`)
+    const cur = this.mode()
+    const next = { ...cur }
+    for (const k of /** @type {const} */ (['retries', 'fallback', 'hedging'])) {
+      const v = mode[k]
+      if (v !== undefined) {
+        if (typeof v !== 'boolean') throw new TypeError(`mode.${k} must be a boolean`)
+        next[k] = v
+      }
+    }
+    this._n.setMode(next.retries, next.fallback, next.hedging)
+    this._flush()
+  }
+
+  /** @returns {Mode} */
+  mode() {
+    const b = this._n.mode()
+    return { retries: (b & 1) !== 0, fallback: (b & 2) !== 0, hedging: (b & 4) !== 0 }
+  }
+
+  /** @returns {ReconcileItem[]} */
+  reconcileList() {
+    return JSON.parse(this._n.reconcileList())
+  }
+
+  /** @returns {ReconcileItem[]} */
+  drainReconcile() {
+    return JSON.parse(this._n.drainReconcile())
+  }
+
+  /**
+   * @param {string} upstream
+   * @returns {BreakerState}
+   */
+  breakerState(upstream) {
+    if (typeof upstream !== 'string') throw new TypeError(`upstream must be a string; got ${describe(upstream)}`)
+    return /** @type {BreakerState} */ (this._n.breakerState(upstream))
+  }
+
+  /**
+   * The policy in force (as the core serializes it).
+   * @returns {Policy}
+   */
+  policy() {
+    return JSON.parse(this._n.policy())
+  }
+
+  /** @type {string} */
+  get policyVersion() {
+    return this._n.policyVersion()
+  }
+
+  /**
+   * Testing hook: moves the manual clock (engine built with `{ manualClock: true }`).
+   * @param {number} ms
+   */
+  advanceClock(ms) {
+    if (typeof ms !== 'number') throw new TypeError(`ms must be a number; got ${describe(ms)}`)
+    this._n.advanceClock(ms)
+  }
+
+  /**
+   * Calls begun with `begin()` and not yet released or garbage-collected.
+   * @type {number}
+   */
+  get liveCalls() {
+    this._releaseBatch()
+    return this._n.liveCalls()
+  }
+}
+
+module.exports = { Engine, policySchema }

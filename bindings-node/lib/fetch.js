@@ -1,0 +1,372 @@
+'use strict'
+// wrapFetch: a fetch whose retries retrywise owns, for SDKs that take a
+// `fetch` (openai-node: `maxRetries: 0` + this). Per attempt: propagation
+// headers, timeouts from the core as AbortSignals, error and JSON bodies read
+// inside the loop so the core sees vendor codes and malformed successes;
+// other bodies are handed on wrapped (see stream.js).
+
+const native = require('../native.js')
+const { SLOT } = require('./vocab.js')
+const { describe, AttemptTimeoutError } = require('./errors.js')
+const { Call, Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, DECISION, decisionOf } = require('./call.js')
+const { headerPairs, errorOutcome } = require('./outcomes.js')
+const { abortReason, sleep, attemptController, raceAbort, restartIdle } = require('./timers.js')
+const { als } = require('./context.js')
+const { Engine } = require('./engine.js')
+const { wrapBody } = require('./stream.js')
+
+const { STEP_RESULT, RESULT_ATTEMPT } = SLOT
+
+/**
+ * @typedef {import('../index').Decision} Decision
+ * @typedef {import('../index').Outcome} Outcome
+ * @typedef {import('../index').CallSpec} CallSpec
+ * @typedef {import('../index').WrapFetchOptions} WrapFetchOptions
+ * @typedef {import('../index').FetchLike} FetchLike
+ * @typedef {import('./timers.js').AttemptController} AttemptController
+ */
+
+/**
+ * A request as every attempt sends it again.
+ * @typedef {object} Req
+ * @property {string} url
+ * @property {string | undefined} method
+ * @property {Headers} headers
+ * @property {any} body
+ * @property {AbortSignal | null | undefined} signal
+ * @property {Record<string, unknown>} rest the other `init` fields, passed on
+ */
+
+/**
+ * A success whose body is handed on: the attempt that produced it and its reader.
+ * @typedef {object} BodyParts
+ * @property {Response} res
+ * @property {Attempt} attempt
+ * @property {AttemptController} ctl
+ * @property {ReadableStreamDefaultReader<Uint8Array>} reader
+ * @property {import('./stream.js').NativeGate | null} gate the event stream's preamble gate, while it may hold bytes
+ */
+
+/**
+ * What `FetchCall#next` ends with: a response to return, or (when splicing) the parts of a success body.
+ * @typedef {{ response: Response, handedOver: boolean, parts?: undefined } | { parts: BodyParts, handedOver: true, response?: undefined }} Next
+ */
+
+const MAX_ERROR_BODY = 1 << 20
+
+/**
+ * The body's bytes, at most `limit` of them (the rest is cancelled); `onChunk` runs as each arrives.
+ * @param {Response} res
+ * @param {number} limit
+ * @param {() => void} onChunk
+ * @returns {Promise<Buffer | ''>}
+ */
+async function readBody(res, limit, onChunk) {
+  if (!res.body) return ''
+  const reader = res.body.getReader()
+  const chunks = []
+  let size = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    onChunk()
+    size += value.byteLength
+    if (size > limit) {
+      reader.cancel().catch(() => {})
+      break
+    }
+    chunks.push(value)
+  }
+  return Buffer.concat(chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength)))
+}
+
+/**
+ * @param {Response} res
+ * @param {Buffer | string | null} body
+ * @param {Decision | null} decision
+ * @returns {Response}
+ */
+function rebuildResponse(res, body, decision) {
+  const out = new Response(res.status === 204 || res.status === 304 ? null : body, {
+    status: res.status,
+    statusText: res.statusText,
+    headers: res.headers,
+  })
+  if (res.url) Object.defineProperty(out, 'url', { value: res.url })
+  if (decision) /** @type {any} */ (out)[DECISION] = decision
+  return out
+}
+
+/**
+ * Wraps `fetch` so that retrywise owns its retries. `opts` is the call spec
+ * (`route`, `deadlineMs`, `idempotency`, `tenant`, ...) for every request;
+ * `init.retrywise` overrides it per request.
+ * @param {import('../index').Engine} engine
+ * @param {FetchLike | null} [fetchImpl]
+ * @param {WrapFetchOptions} [opts]
+ * @returns {(input: string | URL | Request, init?: RequestInit & { retrywise?: Partial<CallSpec> }) => Promise<Response>}
+ */
+function wrapFetch(engine, fetchImpl, opts) {
+  if (!(engine instanceof Engine)) throw new TypeError(`engine must be a retrywise Engine; got ${describe(engine)}`)
+  const f = fetchImpl === undefined || fetchImpl === null ? globalThis.fetch : fetchImpl
+  if (typeof f !== 'function') throw new TypeError(`fetch must be a function; got ${describe(fetchImpl)}`)
+  const defaults = opts === undefined ? {} : opts
+  if (defaults === null || typeof defaults !== 'object') throw new TypeError('opts must be an object')
+  if (defaults.route !== undefined && typeof defaults.route !== 'string') throw new TypeError('opts.route must be a string')
+
+  return async function retrywiseFetch(input, init) {
+    const req = await normalizeRequest(input, init)
+    const spec = { ...defaults, ...(init && init.retrywise ? init.retrywise : {}) }
+    // No route: the core looks the route up by task (empty route name).
+    if (spec.route === undefined) spec.route = ''
+    // The call's first attempt is asked for in the same native step.
+    const call = new Call(engine, engine._open(spec, 'opts', true))
+    const fc = new FetchCall(engine, call, f, req)
+    fc.primed = true
+    let handedOver = false
+    try {
+      const res = await fc.next()
+      handedOver = res.handedOver
+      return /** @type {Response} */ (res.response)
+    } finally {
+      if (!handedOver) call._release()
+    }
+  }
+}
+
+/**
+ * `fetch`'s arguments as one request every attempt can send again (a streamed body is buffered).
+ * @param {unknown} input
+ * @param {(RequestInit & { retrywise?: Partial<CallSpec> }) | undefined} init
+ * @returns {Promise<Req>}
+ */
+async function normalizeRequest(input, init) {
+  const i = /** @type {Record<string, any>} */ (init || {})
+  /** @type {string} */
+  let url
+  /** @type {string | undefined} */
+  let method
+  /** @type {Headers | undefined} */
+  let headers
+  /** @type {any} */
+  let body
+  /** @type {AbortSignal | null | undefined} */
+  let signal
+  /** @type {Record<string, unknown>} */
+  const rest = {}
+  if (typeof Request !== 'undefined' && input instanceof Request) {
+    url = input.url
+    method = input.method
+    headers = new Headers(input.headers)
+    signal = input.signal
+    if (input.body !== null && i.body === undefined) body = new Uint8Array(await input.arrayBuffer())
+    for (const k of /** @type {const} */ (['redirect', 'credentials', 'mode', 'cache', 'referrer', 'referrerPolicy', 'integrity', 'keepalive'])) {
+      if (input[k] !== undefined) rest[k] = input[k]
+    }
+  } else if (typeof input === 'string' || input instanceof URL) {
+    url = String(input)
+  } else if (input && typeof input === 'object' && typeof (/** @type {{ url?: unknown }} */ (input).url) === 'string') {
+    url = /** @type {{ url: string }} */ (input).url
+  } else {
+    throw new TypeError(`input must be a URL string, a URL or a Request; got ${describe(input)}`)
+  }
+  for (const k of Object.keys(i)) {
+    if (k === 'headers' || k === 'body' || k === 'signal' || k === 'method' || k === 'retrywise') continue
+    rest[k] = i[k]
+  }
+  if (i.method !== undefined) method = i.method
+  if (i.headers !== undefined) headers = new Headers(headerPairs(i.headers, 'init.headers'))
+  if (!headers) headers = new Headers()
+  if (i.signal !== undefined && i.signal !== null) signal = i.signal
+  if (i.body !== undefined) body = i.body
+  // A stream can be read once: buffer it so every attempt sends the same bytes.
+  if (body && typeof body === 'object' && (body instanceof ReadableStream || (Symbol.asyncIterator in body && !(body instanceof Uint8Array)))) {
+    const chunks = []
+    for await (const c of body) chunks.push(typeof c === 'string' ? Buffer.from(c) : Buffer.from(c))
+    body = Buffer.concat(chunks)
+    delete rest.duplex
+  }
+  return { url, method, headers, body, signal, rest }
+}
+
+/** One request through a wrapped fetch: its call, and the attempts it makes. */
+class FetchCall {
+  /**
+   * @param {Engine} engine
+   * @param {Call} call
+   * @param {FetchLike} fetchImpl
+   * @param {Req} req
+   */
+  constructor(engine, call, fetchImpl, req) {
+    this.engine = engine
+    this.call = call
+    this.fetch = fetchImpl
+    this.req = req
+    /** @type {Response | null} */
+    this.lastResponse = null
+    /** @type {unknown} */
+    this.lastErr = undefined
+    // The result of the call's first attempt request is already in scratch.
+    this.primed = false
+  }
+
+  _abortIfUser() {
+    const sig = this.req.signal
+    if (sig && sig.aborted) {
+      this.engine._n.cancel(this.call._h)
+      this.engine._flush()
+      throw abortReason(sig)
+    }
+  }
+
+  /**
+   * @param {Outcome} outcome
+   * @returns {Decision}
+   */
+  _report(outcome) {
+    reportNative(this.call, outcome, 'outcome')
+    this.engine._flush()
+    return decisionFromScratch(this.call)
+  }
+
+  /**
+   * Runs attempts until one returns a 2xx/3xx response (its body wrapped so
+   * the success is reported when the body ends) or the core stops.
+   * Returns `{ response, handedOver }` (handedOver: the body wrapper now owns the call),
+   * or, with `splice` (a retry inside a body already handed on), a success body's `parts`.
+   * @param {boolean} [splice]
+   * @returns {Promise<Next>}
+   */
+  async next(splice) {
+    const { engine, call, req } = this
+    for (;;) {
+      let r
+      if (this.primed) {
+        this.primed = false
+        r = engine._s[STEP_RESULT]
+      } else r = engine._next(call._h, 0)
+      engine._flush()
+      if (r !== RESULT_ATTEMPT) {
+        // No attempt may start (deadline, breaker, ...): surface the last failure as it was,
+        // its decision now the stop (not the retry that the refused attempt was for).
+        const stopped = stoppedFromScratch(call, this.lastErr)
+        if (this.lastResponse) {
+          const prev = decisionOf(this.lastResponse)
+          const last = /** @type {any} */ (this.lastResponse)
+          last[DECISION] = {
+            ...prev,
+            action: 'stop',
+            delayMs: 0,
+            reason: stopped.reason,
+            errorClass: stopped.errorClass ?? (prev ? prev.errorClass : null),
+            onFailure: stopped.onFailure,
+            detail: stopped.detail,
+            waitSource: 'none',
+            retryAfterMs: null,
+          }
+          return { response: this.lastResponse, handedOver: false }
+        }
+        throw stopped
+      }
+      const attempt = new Attempt(call, engine._s)
+      const headers = new Headers(req.headers)
+      const ph = attempt.headers
+      for (const k in ph) headers.set(k, ph[k])
+      const ctl = attemptController(attempt, req.signal)
+      attempt.signal = ctl.ac.signal
+      // No response headers within connect + first-byte: the request may have been received.
+      const hdrMs = Math.min(attempt.timeouts.connectMs + attempt.timeouts.firstByteMs, attempt.timeouts.totalMs)
+      const hdrTimer = hdrMs < attempt.timeouts.totalMs ? setTimeout(() => ctl.ac.abort(new AttemptTimeoutError('first_byte_timeout', hdrMs)), hdrMs) : null
+      const init = { ...req.rest, method: req.method, headers, body: req.body, signal: ctl.ac.signal }
+      let res
+      try {
+        res = await raceAbort(
+          als.run(attempt, () => this.fetch(req.url, init)),
+          ctl.ac.signal,
+        )
+      } catch (err) {
+        if (hdrTimer) clearTimeout(hdrTimer)
+        ctl.done()
+        this._abortIfUser()
+        this.lastErr = err
+        this.lastResponse = null
+        const d = this._report(errorOutcome(err, ctl.ac.signal))
+        if (d.action === 'retry' || d.action === 'fallback') {
+          await this._sleep(d)
+          continue
+        }
+        throw stoppedFromDecision(call, d, err)
+      }
+      if (hdrTimer) clearTimeout(hdrTimer)
+      const failed = res.status >= 400 || res.status < 200
+      // Error bodies (vendor codes) and JSON successes (a body that does not
+      // parse is malformed_response) are read inside the loop, so either may be
+      // retried; the idle timeout runs between their chunks. A retry spliced into
+      // a stream (`splice`) hands any success body to that stream as it comes.
+      if (failed || (!splice && res.body && native.jsonMediaType(res.headers.get('content-type') || ''))) {
+        let body
+        /** @type {NodeJS.Timeout | undefined} */
+        let idle
+        const armIdle = () => {
+          idle = restartIdle(idle, attempt, ctl)
+        }
+        try {
+          armIdle()
+          body = await raceAbort(readBody(res, failed ? MAX_ERROR_BODY : Infinity, armIdle), ctl.ac.signal)
+        } catch (err) {
+          ctl.done()
+          this._abortIfUser()
+          this.lastErr = err
+          this.lastResponse = null
+          const d = this._report({ status: res.status, headers: res.headers, ...errorOutcome(err, ctl.ac.signal), phase: 'headers' })
+          if (d.action === 'retry' || d.action === 'fallback') {
+            await this._sleep(d)
+            continue
+          }
+          throw stoppedFromDecision(call, d, err)
+        } finally {
+          clearTimeout(idle)
+        }
+        ctl.done()
+        const d = this._report({ status: res.status, headers: res.headers, body })
+        this.lastErr = undefined
+        this.lastResponse = rebuildResponse(res, body, d)
+        if (d.action === 'retry' || d.action === 'fallback') {
+          await this._sleep(d)
+          continue
+        }
+        // The upstream may have executed an unsafe call: never let it pass for a
+        // plain error response (which a caller might simply send again).
+        if (d.action === 'reconcile') throw stoppedFromDecision(call, d, undefined, this.lastResponse)
+        return { response: this.lastResponse, handedOver: false }
+      }
+      if (!res.body) {
+        ctl.done()
+        const d = this._report({ status: res.status })
+        const out = rebuildResponse(res, null, d)
+        return { response: out, handedOver: false }
+      }
+      const gate = new native.StreamGate(res.headers.get('content-type'))
+      /** @type {BodyParts} */
+      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate: gate.mayHold ? gate : null }
+      if (splice) return { parts, handedOver: true }
+      return { response: wrapBody(this, parts), handedOver: true }
+    }
+  }
+
+  /**
+   * Sleeps the decision's delay; the caller's signal cancels the call.
+   * @param {Decision} d
+   */
+  async _sleep(d) {
+    try {
+      await sleep(d.delayMs, this.req.signal)
+    } catch (err) {
+      this.engine._n.cancel(this.call._h)
+      this.engine._flush()
+      throw err
+    }
+  }
+}
+
+module.exports = { wrapFetch, FetchCall }

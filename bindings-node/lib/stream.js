@@ -1,0 +1,247 @@
+'use strict'
+// Streamed response bodies: the core's StreamGate (holds an event stream's
+// preamble until its first meaningful event) and the body a wrapped fetch
+// hands on, which reports the attempt's outcome when it ends or fails and
+// splices a retry in while nothing was delivered yet.
+
+const native = require('../native.js')
+const { describe } = require('./errors.js')
+const { decisionOf, stoppedFromDecision } = require('./call.js')
+const { errorOutcome } = require('./outcomes.js')
+const { abortReason, raceAbort, restartIdle } = require('./timers.js')
+
+/**
+ * @typedef {import('./fetch.js').FetchCall} FetchCall
+ * @typedef {import('./fetch.js').BodyParts} BodyParts
+ * @typedef {import('../native').StreamGate} NativeGate
+ * @typedef {import('../index').StreamGate} ApiStreamGate
+ */
+
+/**
+ * Holds a streamed body's preamble (a role-only delta, `message_start`, pings)
+ * until its first meaningful event, so a cut before it is `stream_open` and may
+ * be retried (the core's StreamGate; wrapFetch runs every attempt's body through one).
+ * @implements {ApiStreamGate}
+ */
+class StreamGate {
+  /** @param {string | null} [contentType] */
+  constructor(contentType) {
+    if (contentType !== undefined && contentType !== null && typeof contentType !== 'string') throw new TypeError(`contentType must be a string; got ${describe(contentType)}`)
+    this._g = new native.StreamGate(contentType)
+  }
+
+  /**
+   * Bytes received in; what the consumer may see now out (empty while holding).
+   * @param {Uint8Array} chunk
+   * @returns {Uint8Array}
+   */
+  feed(chunk) {
+    if (!(chunk instanceof Uint8Array)) throw new TypeError(`chunk must be a Uint8Array; got ${describe(chunk)}`)
+    return this._g.feed(chunk)
+  }
+
+  /**
+   * The body ended: everything still held.
+   * @returns {Uint8Array}
+   */
+  finish() {
+    return this._g.finish()
+  }
+
+  /** @type {boolean} */
+  get visible() {
+    return this._g.visible
+  }
+
+  /**
+   * Whether feeding may still hold bytes back (an event stream before its first meaningful event).
+   * @type {boolean}
+   */
+  get mayHold() {
+    return this._g.mayHold
+  }
+
+  /** @type {'stream_open' | 'stream_visible'} */
+  get phase() {
+    return /** @type {'stream_open' | 'stream_visible'} */ (this._g.phase)
+  }
+
+  /** @type {number} */
+  get held() {
+    return this._g.held
+  }
+}
+
+/**
+ * The success response of `self` with its body wrapped: the idle timer runs
+ * between chunks, the end of the body reports success, and a failure reports
+ * phase `stream_open` (nothing delivered yet: the core may retry, and the next
+ * attempt's body is spliced in) or `stream_visible` (bytes were delivered:
+ * never replayed). Each attempt's event stream passes through the core's
+ * StreamGate, which holds its preamble (a role-only delta, `message_start`)
+ * back until the first meaningful event, so a cut after the preamble still
+ * delivered nothing.
+ * @param {FetchCall} self
+ * @param {BodyParts} first
+ * @returns {Response}
+ */
+function wrapBody(self, first) {
+  const engine = self.engine
+  const res = first.res
+  let cur = first
+  let delivered = 0
+  let finished = false
+  /** @type {NodeJS.Timeout | null} */
+  let idle = null
+  const armIdle = () => {
+    idle = restartIdle(idle, cur.attempt, cur.ctl)
+  }
+  const stopTimers = () => {
+    if (idle) clearTimeout(idle)
+    idle = null
+    cur.ctl.done()
+  }
+  const finish = () => {
+    finished = true
+    stopTimers()
+    self.call._release()
+  }
+  let pulling = false
+  /** @type {ReadableStreamDefaultController<Uint8Array> | null} */
+  let ctrl = null
+  const readOnce = () => raceAbort(cur.reader.read(), cur.ctl.ac.signal)
+  // The attempt's timer (or the caller's signal) may fire while nobody reads the
+  // body: report it then, so an unread body cannot keep the call open.
+  /** @param {BodyParts} parts */
+  const watch = (parts) => {
+    parts.ctl.unref()
+    parts.ctl.ac.signal.addEventListener(
+      'abort',
+      () => {
+        if (pulling || finished || cur !== parts) return
+        const reason = parts.ctl.ac.signal.reason
+        stopTimers()
+        parts.reader.cancel(reason).catch(() => {})
+        const sig = self.req.signal
+        let e
+        if (sig && sig.aborted) {
+          engine._n.cancel(self.call._h)
+          engine._flush()
+          e = abortReason(sig)
+        } else {
+          const phase = delivered > 0 ? 'stream_visible' : 'stream_open'
+          const d = self._report({ status: parts.res.status, ...errorOutcome(reason, parts.ctl.ac.signal, phase), phase })
+          e = stoppedFromDecision(self.call, d, reason)
+        }
+        finish()
+        if (ctrl) ctrl.error(e)
+      },
+      { once: true },
+    )
+  }
+  watch(first)
+  const stream = new ReadableStream(
+    {
+      start(controller) {
+        ctrl = controller
+      },
+      async pull(controller) {
+        pulling = true
+        try {
+          await pullOnce(controller)
+        } finally {
+          pulling = false
+        }
+      },
+      cancel(reason) {
+        if (finished) return
+        stopTimers()
+        cur.reader.cancel(reason).catch(() => {})
+        engine._n.cancel(self.call._h)
+        engine._flush()
+        finish()
+      },
+    },
+    { highWaterMark: 0 },
+  )
+  /** @param {ReadableStreamDefaultController<Uint8Array>} controller */
+  async function pullOnce(controller) {
+    if (finished) return
+    for (;;) {
+      armIdle()
+      let chunk
+      try {
+        chunk = await readOnce()
+      } catch (err) {
+        stopTimers()
+        cur.reader.cancel(err).catch(() => {})
+        const sig = self.req.signal
+        if (sig && sig.aborted) {
+          engine._n.cancel(self.call._h)
+          engine._flush()
+          finish()
+          controller.error(abortReason(sig))
+          return
+        }
+        const phase = delivered > 0 ? 'stream_visible' : 'stream_open'
+        const d = self._report({ status: cur.res.status, ...errorOutcome(err, cur.ctl.ac.signal, phase), phase })
+        if (delivered === 0 && (d.action === 'retry' || d.action === 'fallback')) {
+          try {
+            await self._sleep(d)
+            self.lastErr = err
+            const next = await self.next(true)
+            if (!next.parts) {
+              // The retry ended in an error response or a stop: surface it on the stream.
+              const e3 = stoppedFromDecision(self.call, decisionOf(next.response) || d, err, next.response)
+              finish()
+              controller.error(e3)
+              return
+            }
+            cur = next.parts
+            watch(cur)
+            continue
+          } catch (e2) {
+            finish()
+            controller.error(e2)
+            return
+          }
+        }
+        const stopped = stoppedFromDecision(self.call, d, err)
+        finish()
+        controller.error(stopped)
+        return
+      }
+      if (chunk.done) {
+        stopTimers()
+        if (cur.gate !== null) {
+          // A stream of preamble only, or a last event without its blank line.
+          const rest = cur.gate.finish()
+          cur.gate = null
+          if (rest.byteLength > 0) {
+            delivered += rest.byteLength
+            controller.enqueue(rest)
+          }
+        }
+        self._report({ status: cur.res.status })
+        finish()
+        controller.close()
+        return
+      }
+      let v = chunk.value
+      if (v && v.byteLength > 0 && cur.gate !== null) {
+        v = cur.gate.feed(v)
+        if (!cur.gate.mayHold) cur.gate = null
+      }
+      if (v && v.byteLength > 0) {
+        delivered += v.byteLength
+        controller.enqueue(v)
+        return
+      }
+    }
+  }
+  const out = new Response(stream, { status: res.status, statusText: res.statusText, headers: res.headers })
+  if (res.url) Object.defineProperty(out, 'url', { value: res.url })
+  return out
+}
+
+module.exports = { StreamGate, wrapBody }

@@ -1,0 +1,198 @@
+'use strict'
+// The core's vocabulary as the addon gives it, read once at load: enum names
+// by stable code (both ways) and the scratch layout, each slot resolved by
+// name to a constant here, so no other module knows a slot's number.
+
+const native = require('../native.js')
+const { describe } = require('./errors.js')
+
+/**
+ * @typedef {import('../index').ErrorClass} ErrorClass
+ * @typedef {import('../index').Phase} Phase
+ * @typedef {import('../index').ErrorKind} ErrorKind
+ * @typedef {import('../index').Idempotency} Idempotency
+ * @typedef {import('../index').EffectState} EffectState
+ * @typedef {import('../index').Action} Action
+ * @typedef {import('../index').WaitSource} WaitSource
+ * @typedef {import('../index').Reason} Reason
+ * @typedef {import('../index').OnFailure} OnFailure
+ */
+
+/**
+ * What `native.vocab()` returns (src/lib.rs `vocab`, src/scratch.rs `vocab_json`).
+ * @typedef {object} Vocab
+ * @property {string} version
+ * @property {ErrorClass[]} errorClass
+ * @property {Phase[]} phase
+ * @property {ErrorKind[]} errorKind
+ * @property {Idempotency[]} idempotency
+ * @property {EffectState[]} effect
+ * @property {Action[]} action
+ * @property {WaitSource[]} waitSource
+ * @property {Reason[]} reason
+ * @property {OnFailure[]} onFailure
+ * @property {{ len: number, slots: Record<string, Record<string, number>>, results: Record<string, number>, flags: Record<string, number> }} scratch
+ */
+
+/** @type {Vocab} */
+const VOCAB = JSON.parse(native.vocab())
+
+// ---------------------------------------------------------------------------
+// Names <-> stable numeric codes
+// ---------------------------------------------------------------------------
+
+/**
+ * @param {string[]} names
+ * @returns {Map<string, number>}
+ */
+function codeTable(names) {
+  const m = new Map()
+  names.forEach((n, i) => m.set(n, i))
+  return m
+}
+
+const CODES = {
+  idempotency: codeTable(VOCAB.idempotency),
+  phase: codeTable(VOCAB.phase),
+  error: codeTable(VOCAB.errorKind),
+  effect: codeTable(VOCAB.effect),
+}
+
+/**
+ * The code of `value` in table `kind`, with the core's FromStr normalization
+ * (trimmed, case-insensitive, '-' for '_'); a TypeError naming `argName` otherwise.
+ * @param {keyof typeof CODES} kind
+ * @param {unknown} value
+ * @param {string} argName
+ * @returns {number}
+ */
+function toCode(kind, value, argName) {
+  const table = CODES[kind]
+  if (typeof value === 'string') {
+    let c = table.get(value)
+    if (c !== undefined) return c
+    c = table.get(value.trim().toLowerCase().replace(/-/g, '_'))
+    if (c !== undefined) return c
+  }
+  throw new TypeError(`${argName} must be one of ${[...table.keys()].map((k) => `'${k}'`).join(', ')}; got ${describe(value)}`)
+}
+
+// ---------------------------------------------------------------------------
+// The scratch layout (src/scratch.rs), resolved once
+// ---------------------------------------------------------------------------
+
+const SCRATCH = VOCAB.scratch
+
+/**
+ * Index of scratch slot `group.name`; throws when the addon has no such slot
+ * (this JS and the addon are from different builds).
+ * @param {string} group
+ * @param {string} name
+ * @returns {number}
+ */
+function slot(group, name) {
+  const g = SCRATCH.slots[group]
+  const i = g === undefined ? undefined : g[name]
+  if (i === undefined || !Number.isInteger(i) || i < 0 || i >= SCRATCH.len) throw new Error(`retrywise: the native addon has no scratch slot ${group}.${name}: the JS layer and the addon are from different builds`)
+  return i
+}
+
+/**
+ * A result code or flag bit the scratch carries (same failure as `slot`).
+ * @param {'results' | 'flags'} table
+ * @param {string} name
+ * @returns {number}
+ */
+function code(table, name) {
+  const v = SCRATCH[table][name]
+  if (v === undefined || !Number.isInteger(v)) throw new Error(`retrywise: the native addon has no scratch ${table} code ${name}: the JS layer and the addon are from different builds`)
+  return v
+}
+
+/** Slot indices, result codes and flag bits, by name. */
+const SLOT = Object.freeze({
+  LEN: SCRATCH.len,
+  // An admitted attempt.
+  ATTEMPT_NUMBER: slot('attempt', 'NUMBER'),
+  ATTEMPT_UPSTREAM: slot('attempt', 'UPSTREAM'),
+  ATTEMPT_CONNECT_MS: slot('attempt', 'CONNECT_MS'),
+  ATTEMPT_FIRST_BYTE_MS: slot('attempt', 'FIRST_BYTE_MS'),
+  ATTEMPT_IDLE_MS: slot('attempt', 'IDLE_MS'),
+  ATTEMPT_TOTAL_MS: slot('attempt', 'TOTAL_MS'),
+  ATTEMPT_REMAINING_MS: slot('attempt', 'REMAINING_MS'),
+  ATTEMPT_FLAGS: slot('attempt', 'FLAGS'),
+  ATTEMPT_STAMP: slot('attempt', 'STAMP'),
+  // No attempt may start.
+  STOPPED_REASON: slot('stopped', 'REASON'),
+  STOPPED_CLASS: slot('stopped', 'CLASS'),
+  STOPPED_ON_FAILURE: slot('stopped', 'ON_FAILURE'),
+  STOPPED_HAS_DETAIL: slot('stopped', 'HAS_DETAIL'),
+  // A decision.
+  DECISION_ACTION: slot('decision', 'ACTION'),
+  DECISION_DELAY_MS: slot('decision', 'DELAY_MS'),
+  DECISION_CLASS: slot('decision', 'CLASS'),
+  DECISION_REASON: slot('decision', 'REASON'),
+  DECISION_UPSTREAM: slot('decision', 'UPSTREAM'),
+  DECISION_WAIT_SOURCE: slot('decision', 'WAIT_SOURCE'),
+  DECISION_RETRY_AFTER_MS: slot('decision', 'RETRY_AFTER_MS'),
+  DECISION_ON_FAILURE: slot('decision', 'ON_FAILURE'),
+  DECISION_ATTEMPT: slot('decision', 'ATTEMPT'),
+  DECISION_FLAGS: slot('decision', 'FLAGS'),
+  // A hedge plan.
+  HEDGE_AFTER_WAIT_MS: slot('hedge_after', 'WAIT_MS'),
+  HEDGE_NO_REASON: slot('hedge_no', 'REASON'),
+  // What every step leaves.
+  STEP_RESULT: slot('step', 'RESULT'),
+  STEP_HANDLE: slot('step', 'HANDLE'),
+  STEP_IDLE: slot('step', 'IDLE'),
+  STEP_PENDING_RELEASE: slot('step', 'PENDING_RELEASE'),
+  // Arguments of the fast entry points.
+  BEGIN_ROUTE: slot('begin', 'ROUTE'),
+  BEGIN_DEADLINE_MS: slot('begin', 'DEADLINE_MS'),
+  BEGIN_IDEMPOTENCY: slot('begin', 'IDEMPOTENCY'),
+  BEGIN_TENANT: slot('begin', 'TENANT'),
+  NEXT_HANDLE: slot('next', 'HANDLE'),
+  NEXT_STAMP: slot('next', 'STAMP'),
+  REPORT_HANDLE: slot('report', 'HANDLE'),
+  REPORT_STATUS: slot('report', 'STATUS'),
+  REPORT_RELEASE: slot('report', 'RELEASE'),
+  RELEASE_HANDLE: slot('release', 'HANDLE'),
+  // Result codes and flag bits.
+  RESULT_ATTEMPT: code('results', 'ATTEMPT'),
+  RESULT_HEDGE_START: code('results', 'HEDGE_START'),
+  RESULT_HEDGE_AFTER: code('results', 'HEDGE_AFTER'),
+  FLAG_ATTEMPT_HEDGE: code('flags', 'ATTEMPT_HEDGE'),
+  FLAG_ATTEMPT_FALLBACK: code('flags', 'ATTEMPT_FALLBACK'),
+  FLAG_DECISION_HEDGE: code('flags', 'DECISION_HEDGE'),
+  FLAG_DECISION_DETAIL: code('flags', 'DECISION_DETAIL'),
+  FLAG_DECISION_EXCLUDED: code('flags', 'DECISION_EXCLUDED'),
+  // Action codes a report returns.
+  ACTION_SUCCEEDED: VOCAB.action.indexOf('succeeded'),
+  ACTION_RETRY: VOCAB.action.indexOf('retry'),
+  ACTION_FALLBACK: VOCAB.action.indexOf('fallback'),
+})
+
+/** The public copy (`require('retrywise').vocabulary`). */
+const vocabulary = {
+  errorClass: VOCAB.errorClass.slice(),
+  phase: VOCAB.phase.slice(),
+  errorKind: VOCAB.errorKind.slice(),
+  idempotency: VOCAB.idempotency.slice(),
+  effect: VOCAB.effect.slice(),
+  action: VOCAB.action.slice(),
+  waitSource: VOCAB.waitSource.slice(),
+  reason: VOCAB.reason.slice(),
+}
+
+module.exports = {
+  VOCAB,
+  SLOT,
+  toCode,
+  ACTION: VOCAB.action,
+  REASON: VOCAB.reason,
+  ERROR_CLASS: VOCAB.errorClass,
+  WAIT_SOURCE: VOCAB.waitSource,
+  ON_FAILURE: VOCAB.onFailure,
+  version: VOCAB.version,
+  vocabulary,
+}
