@@ -10,6 +10,13 @@
 #   PREFIX/lib/libretrywise.so (.dylib on macOS) and PREFIX/lib/libretrywise.a
 #   PREFIX/lib/pkgconfig/retrywise.pc
 #
+# Options for a tree that is packed and unpacked elsewhere (scripts/package):
+#   --relocatable  retrywise.pc names its prefix relative to itself (${pcfiledir})
+#   --soname       Linux: the shared library is libretrywise.so.X.Y.Z with the
+#                  SONAME libretrywise.so.X (set with $PATCHELF, default
+#                  patchelf), and libretrywise.so.X and libretrywise.so are
+#                  symlinks to it, so programs record the major version only
+#
 # With PKG_CONFIG_PATH=PREFIX/lib/pkgconfig:
 #   shared: cc app.c $(pkg-config --cflags --libs retrywise)
 #   static: cc app.c $(pkg-config --cflags retrywise) PREFIX/lib/libretrywise.a \
@@ -18,12 +25,19 @@
 set -euo pipefail
 
 BUILD=1
-if [ "${1:-}" = "--no-build" ]; then
-    BUILD=0
+RELOCATABLE=0
+SONAME=0
+while [ $# -gt 1 ]; do
+    case "$1" in
+        --no-build) BUILD=0 ;;
+        --relocatable) RELOCATABLE=1 ;;
+        --soname) SONAME=1 ;;
+        *) break ;;
+    esac
     shift
-fi
+done
 if [ $# -ne 1 ]; then
-    echo "usage: $0 [--no-build] PREFIX" >&2
+    echo "usage: $0 [--no-build] [--relocatable] [--soname] PREFIX" >&2
     exit 2
 fi
 mkdir -p "$1"
@@ -61,11 +75,27 @@ VERSION="$(cd "$ROOT" && cargo pkgid -p retrywise-ffi | sed 's/.*[@#]//')"
 
 install -d "$PREFIX/include" "$PREFIX/lib/pkgconfig"
 install -m 0644 "$HERE/include/retrywise.h" "$PREFIX/include/retrywise.h"
-install -m 0755 "$LIB_DIR/$SHARED" "$PREFIX/lib/$SHARED"
 install -m 0644 "$LIB_DIR/libretrywise.a" "$PREFIX/lib/libretrywise.a"
+if [ "$SONAME" = 1 ] && [ "$SHARED" = libretrywise.so ]; then
+    # cargo links the cdylib without a SONAME; setting one at link time would
+    # make every program linked against target/release need a versioned name.
+    MAJOR="${VERSION%%.*}"
+    install -m 0755 "$LIB_DIR/$SHARED" "$PREFIX/lib/$SHARED.$VERSION"
+    "${PATCHELF:-patchelf}" --set-soname "$SHARED.$MAJOR" "$PREFIX/lib/$SHARED.$VERSION"
+    ln -sfn "$SHARED.$VERSION" "$PREFIX/lib/$SHARED.$MAJOR"
+    ln -sfn "$SHARED.$MAJOR" "$PREFIX/lib/$SHARED"
+else
+    install -m 0755 "$LIB_DIR/$SHARED" "$PREFIX/lib/$SHARED"
+fi
 
+if [ "$RELOCATABLE" = 1 ]; then
+    # shellcheck disable=SC2016 # pkg-config expands ${pcfiledir}, not the shell
+    PC_PREFIX='${pcfiledir}/../..'
+else
+    PC_PREFIX="$PREFIX"
+fi
 cat >"$PREFIX/lib/pkgconfig/retrywise.pc" <<EOF
-prefix=$PREFIX
+prefix=$PC_PREFIX
 exec_prefix=\${prefix}
 libdir=\${exec_prefix}/lib
 includedir=\${prefix}/include
