@@ -115,6 +115,17 @@ fn schema_is_the_policy_json_schema() {
     assert!(v["properties"]["budget"].is_object());
 }
 
+/// The production binary's schema has no test hooks (they exist only with
+/// the core's `test-hooks` feature, which the binding test builds turn on).
+#[test]
+fn schema_has_no_test_hooks() {
+    let o = run(&["schema"]);
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(!text.contains("panic_on_vendor_code"), "{text}");
+    assert!(!text.contains("\"testing\""), "{text}");
+}
+
 fn simulate_json(args: &[&str]) -> Value {
     let mut all = vec!["simulate", "--json"];
     all.extend_from_slice(args);

@@ -228,7 +228,7 @@ impl Compiled {
                 && !(policy.concurrency.max_first_attempts.is_some()
                     || policy.concurrency.max_retries.is_some()
                     || !policy.concurrency.pools.is_empty())
-                && policy.testing.panic_on_vendor_code.is_none()
+                && no_test_hook(&policy)
                 && policy.budget.max_concurrent_retries.is_none(),
             generation,
             shared,
@@ -298,6 +298,15 @@ impl Compiled {
         sh.budgets
             .replace(key, now_ms, l.max_keys, l.idle_ms, BudgetCell::new(self.budget))
     }
+}
+
+/// True unless the policy sets a test hook (calls then take the general path, where the hook is).
+fn no_test_hook(_policy: &Policy) -> bool {
+    #[cfg(feature = "test-hooks")]
+    let none = _policy.testing.panic_on_vendor_code.is_none();
+    #[cfg(not(feature = "test-hooks"))]
+    let none = true;
+    none
 }
 
 /// An upstream's shared state, as a call holds it.
@@ -2669,6 +2678,7 @@ impl Call {
 
     #[inline(never)]
     fn report_general(&mut self, number: u32, outcome: &Outcome) -> Decision {
+        #[cfg(feature = "test-hooks")]
         if let Some(hook) = &self.pol().policy.testing.panic_on_vendor_code {
             if outcome.vendor_code.as_deref() == Some(hook.as_str()) {
                 panic!("retrywise test hook: forced panic inside a decision");

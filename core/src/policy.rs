@@ -117,7 +117,8 @@ pub struct Policy {
     pub upstreams: BTreeMap<String, Upstream>,
     /// Routes by name (or task): candidates and fallback rules.
     pub routes: BTreeMap<String, Route>,
-    /// Test-only hooks (never set in production).
+    /// Test-only hooks, only with the `test-hooks` cargo feature (never in production builds).
+    #[cfg(feature = "test-hooks")]
     pub testing: Testing,
 }
 
@@ -143,6 +144,7 @@ impl Default for Policy {
             idempotency: IdempotencyPolicy::default(),
             upstreams: BTreeMap::new(),
             routes: BTreeMap::new(),
+            #[cfg(feature = "test-hooks")]
             testing: Testing::default(),
         }
     }
@@ -752,7 +754,9 @@ impl Default for Route {
     }
 }
 
-/// Test-only hooks.
+/// Test-only hooks (the `test-hooks` cargo feature: the binding test suites
+/// build with it to prove a panic never crosses a language boundary).
+#[cfg(feature = "test-hooks")]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Testing {
@@ -1332,6 +1336,22 @@ mod tests {
             "upstreams",
         ] {
             assert!(s.contains(f), "{f}");
+        }
+    }
+
+    /// Test hooks exist only with the `test-hooks` feature: without it a
+    /// policy that sets one is refused, and the schema does not mention them.
+    #[test]
+    fn test_hooks_only_with_their_feature() {
+        let s = Policy::json_schema().to_string();
+        let doc = "testing: {panic_on_vendor_code: boom}";
+        if cfg!(feature = "test-hooks") {
+            assert!(s.contains("panic_on_vendor_code"));
+            assert!(Policy::from_str_any(doc).is_ok());
+        } else {
+            assert!(!s.contains("panic_on_vendor_code") && !s.contains("\"testing\""), "{s}");
+            let err = Policy::from_str_any(doc).unwrap_err();
+            assert!(err.to_string().contains("testing"), "{err}");
         }
     }
 }

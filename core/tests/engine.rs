@@ -1119,6 +1119,7 @@ fn identical_inputs_clock_and_seed_give_identical_decisions() {
 }
 
 #[test]
+#[cfg(feature = "test-hooks")]
 fn panic_hook_panics_inside_report_and_engine_stays_usable() {
     let (e, _) = engine("testing: {panic_on_vendor_code: boom}");
     let e2 = e.clone();
