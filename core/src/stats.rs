@@ -420,7 +420,7 @@ pub struct Stats {
     /// Per policy version.
     pub per_policy_version: BTreeMap<String, KeyStats>,
     /// Kill-switch state.
-    pub mode: crate::engine::Mode,
+    pub mode: crate::policy::Mode,
     /// Events dropped from the ring.
     pub events_dropped: u64,
     /// Sink calls that panicked.

@@ -2,7 +2,7 @@
 //! fuzz targets found or that pin a behaviour the targets assert, run on
 //! every `cargo test` without the fuzzer.
 
-use retrywise::backoff::{parse_retry_after, HintProblem};
+use retrywise::rules::wait::{parse_retry_after, HintProblem};
 use retrywise::{Action, CallSpec, Engine, Format, Headers, Inbound, ManualClock, Outcome, Policy};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,7 +12,7 @@ fn wall() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_735_689_600)
 }
 
-fn hint(name: &str, value: &str) -> retrywise::backoff::RetryHint {
+fn hint(name: &str, value: &str) -> retrywise::rules::wait::RetryHint {
     let h: Headers = [(name, value)].into_iter().collect();
     parse_retry_after(&h, wall())
 }
@@ -132,7 +132,7 @@ fn inbound_round_trip_and_single_attempt() {
     assert_eq!(inbound.deadline, Some(Duration::from_millis(604_800_000)));
     assert_eq!(inbound.attempt, Some(u32::MAX));
     assert_eq!(inbound.idempotency_key.as_deref(), Some("k"));
-    let out = retrywise::deadline::outbound_headers(
+    let out = retrywise::rules::deadline::outbound_headers(
         Duration::from_millis(604_800_000),
         Duration::ZERO,
         "~!",

@@ -13,7 +13,7 @@
 //! - a block of logical-request sequence numbers, taken from the engine 64 at
 //!   a time. A single thread therefore numbers calls 1, 2, 3, … exactly as
 //!   one shared counter would, which keeps ids and jitter reproducible;
-//! - its own event ring (see [`crate::ring`]), which only it writes.
+//! - its own event ring (see [`crate::telemetry::ring`]), which only it writes.
 //!
 //! A counter block is written only by its thread, and only while the block
 //! is current; a call used on another thread, or across a reload, counts into
@@ -22,13 +22,14 @@
 //! forgets a block (eviction, reload, thread exit) the block is folded into
 //! the shared one, so no count is lost.
 
-use crate::budget::DepositShard;
 use crate::clock::EngineClock;
-use crate::engine::{Compiled, Up};
-use crate::registry::evictions;
-use crate::ring::ThreadRing;
+use crate::guards::budget::DepositShard;
+use crate::state::registry::evictions;
+use crate::state::upstream::BudgetScope;
+use crate::state::upstream::Up;
+use crate::state::version::Version;
 use crate::stats::{CounterSink, OwnedCounters};
-use crate::upstream::BudgetScope;
+use crate::telemetry::ring::ThreadRing;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -95,13 +96,13 @@ impl Owned {
 
 /// A thread's pointer to one policy generation, with its counter block and event ring.
 pub(crate) struct Handle {
-    pub(crate) pol: Arc<Compiled>,
+    pub(crate) pol: Arc<Version>,
     counters: Owned,
     ring: Option<Arc<ThreadRing>>,
 }
 
 impl Handle {
-    fn new(pol: Arc<Compiled>) -> Arc<Handle> {
+    fn new(pol: Arc<Version>) -> Arc<Handle> {
         let block = pol.version_stats.set.new_block();
         let ring = pol.shared.bus.new_ring();
         Arc::new(Handle {
@@ -448,12 +449,7 @@ impl EngineLocal {
     /// handle on the policy in force. `current` is asked for the policy only
     /// when it changed since the thread last looked.
     #[inline]
-    pub(crate) fn begin(
-        &self,
-        generation: u64,
-        current: impl FnOnce() -> Arc<Compiled>,
-        direct: Option<&str>,
-    ) -> Begin {
+    pub(crate) fn begin(&self, generation: u64, current: impl FnOnce() -> Arc<Version>, direct: Option<&str>) -> Begin {
         LOCAL.with(|cell| {
             let mut v = cell.borrow_mut();
             let i = match v.iter().position(|l| l.engine_id == self.id) {
@@ -486,7 +482,7 @@ impl EngineLocal {
     }
 
     #[cold]
-    fn add(&self, v: &mut Vec<Local>, pol: Arc<Compiled>) -> usize {
+    fn add(&self, v: &mut Vec<Local>, pol: Arc<Version>) -> usize {
         v.retain(|l| l.engine.strong_count() > 0);
         if v.len() >= MAX_ENGINES {
             v.remove(0);

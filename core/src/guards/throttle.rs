@@ -111,6 +111,7 @@ impl ThrottleCell {
     }
 
     /// `(requests, accepts)` in the window.
+    #[cfg(test)]
     pub fn counts(&self, now_ms: u64) -> (u64, u64) {
         let mut g = self.inner.lock();
         let (r, a, _) = g.totals(now_ms);

@@ -3,7 +3,7 @@
 //! Most calls name one upstream, run under a policy without throttling,
 //! concurrency gates, breaker overrides or per-call scopes, and end with a
 //! success. For such a call (`Call::lane`, decided once at `begin` from the
-//! call and from its upstream's state, [`Compiled::lane_for`]) an attempt
+//! call and from its upstream's state, `Version::lane_for`) an attempt
 //! grant and a success report skip the general path's generic machinery:
 //! the checks that cannot apply, the enums built to be matched at once, and
 //! the event built as a whole record to be taken apart again. They count,
@@ -17,15 +17,28 @@
 //! `tests/lane.rs` runs random call sequences with the lane on and off and
 //! asserts identical decisions, attempts, counters and events.
 
-use super::*;
-use crate::id::CallId;
-use crate::ring::{End, Start, ThreadRing};
+use super::{Attempt, Call, CallSpec, Decision, Final, Held, InFlight, Next};
+use crate::clock::Nanos;
+use crate::few::Few;
+use crate::guards::breaker::Record;
+use crate::hot::{Lent, ThreadUp};
+use crate::id::{CallId, RequestId};
+use crate::outcome::Outcome;
+use crate::rules::deadline::TokenEstimate;
+use crate::state::upstream::{BreakerRef, BudgetScope};
+use crate::stats::{Counters, Ctr};
+use crate::telemetry::ring::{End, Start, ThreadRing};
+use crate::telemetry::{header_allowed, EventKind, Then};
+use crate::types::Reason;
+use smol_str::SmolStr;
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
 
-impl Engine {
+impl Call {
     /// A plain call ([`CallSpec::is_plain`]) to an upstream this thread's
     /// state is at hand for (`tu`): nothing to route, check or box.
     #[inline(always)]
-    pub(super) fn begin_cached(&self, spec: &mut CallSpec, tu: Arc<ThreadUp>, seq: u64, now: Nanos) -> Call {
+    pub(crate) fn begin_cached(spec: &mut CallSpec, tu: Arc<ThreadUp>, seq: u64, now: Nanos) -> Call {
         // Taken from the spec in place: moving a whole spec here copies it.
         let (deadline, idempotency) = (spec.deadline, spec.idempotency);
         let (tenant, task, idempotency_key) = (spec.tenant.take(), spec.task.take(), spec.idempotency_key.take());
@@ -49,7 +62,7 @@ impl Engine {
             task,
             idem: idempotency,
             key: idempotency_key.map(SmolStr::from),
-            deadline_at: now.saturating_add(deadline.map_or(pol.deadline, Nanos::of)),
+            deadline_at: now.saturating_add(deadline.map_or(pol.compiled.deadline, Nanos::of)),
             owner: true,
             lane: tu.lane,
             next: Next::First,
@@ -69,9 +82,7 @@ impl Engine {
             tu: Lent::new(tu),
         }
     }
-}
 
-impl Call {
     /// The next attempt, when the lane may grant it; `None` (nothing
     /// changed) when the general path must decide.
     #[inline(always)]
@@ -86,7 +97,7 @@ impl Call {
         let remaining = self.deadline_at.saturating_sub(now);
         let tu = &*self.tu;
         let pol = &*tu.handle.pol;
-        if remaining < pol.min_attempt || remaining.is_zero() {
+        if remaining < pol.compiled.min_attempt || remaining.is_zero() {
             return None;
         }
         let held = match &tu.up.value.breaker {
@@ -149,7 +160,7 @@ impl Call {
             idempotency_key: self.key.clone(),
             hedge: false,
             started: now,
-            margin_ms: pol.margin_ms,
+            margin_ms: pol.compiled.margin_ms,
             propagate: pol.policy.propagation.enabled,
             wire_number: number,
         })

@@ -33,6 +33,7 @@ impl GateCell {
     }
 
     /// `(first attempts, retries)` in flight.
+    #[cfg(test)]
     pub fn in_flight(&self) -> (u32, u32) {
         (self.first.load(Ordering::Acquire), self.retries.load(Ordering::Acquire))
     }
@@ -60,6 +61,7 @@ impl PoolCell {
     }
 
     /// Slots held.
+    #[cfg(test)]
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Acquire)
     }

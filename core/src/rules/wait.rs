@@ -1,8 +1,13 @@
-//! How long to wait: jittered exponential backoff, and server wait hints
-//! (`retry-after-ms`, then `retry-after` as delta-seconds or HTTP-date).
+//! How long to wait: jittered exponential backoff, server wait hints
+//! (`retry-after-ms`, then `retry-after` as delta-seconds or HTTP-date), and
+//! `plan`, the wait's rule after a failure: a valid, capped Retry-After
+//! wins over jitter and must fit the deadline.
 
+use super::{Failed, Halt, Wait};
+use crate::clock::ms;
 use crate::outcome::Headers;
-use crate::policy::{Backoff, BackoffKind};
+use crate::policy::{Backoff, BackoffKind, OnExceed};
+use crate::types::{Reason, WaitSource};
 use rand::Rng;
 use std::time::{Duration, SystemTime};
 
@@ -162,6 +167,47 @@ fn parse_number(v: &str, unit_secs: f64) -> Result<Duration, HintProblem> {
         return Err(HintProblem::Absurd);
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// The wait's rule after a failure, with `room` usable before the
+/// deadline: a valid Retry-After wins over jitter — capped at
+/// `retry_after.max_ms` when `on_exceed` says so, plus up to
+/// `retry_after.jitter_ms` — and must fit `room`: a hint that cannot stops
+/// the call (`retry_after_exceeds_deadline`) instead of sleeping past the
+/// user's deadline. Without a hint, the backoff's jitter, cut to `room`.
+pub(crate) fn plan<C: Failed>(c: &mut C, hint: &RetryHint, room: Duration) -> Result<Wait, Halt> {
+    let (ra, backoff) = c.waits();
+    let (max_ms, on_exceed, ra_jitter) = (ra.max_ms, ra.on_exceed, ra.jitter_ms);
+    let Some(mut w) = hint.wait else {
+        let cfg = backoff.clone();
+        let (retries, prev_wait_ms) = c.waited();
+        let j = jitter_ms(&cfg, retries, prev_wait_ms, c.rng());
+        return Ok(Wait {
+            delay: Duration::from_millis(j).min(room),
+            source: WaitSource::Jitter,
+        });
+    };
+    let max = Duration::from_millis(max_ms);
+    if w > max && on_exceed == OnExceed::Cap {
+        w = max;
+    }
+    // The user's deadline comes first: a hint that cannot fit stops at once.
+    if w > room {
+        let detail = format!("retry-after {} ms, {} ms usable before the deadline", ms(w), ms(room));
+        return Err(Halt::stop(Reason::RetryAfterExceedsDeadline, Some(detail)));
+    }
+    if w > max {
+        let detail = format!("retry-after {} ms > max {} ms", ms(w), max_ms);
+        return Err(Halt::stop(Reason::RetryAfterTooLarge, Some(detail)));
+    }
+    if ra_jitter > 0 {
+        let extra = Duration::from_millis(c.rng().gen_range(0..=ra_jitter));
+        w = (w + extra).min(room);
+    }
+    Ok(Wait {
+        delay: w,
+        source: WaitSource::RetryAfter,
+    })
 }
 
 #[cfg(test)]

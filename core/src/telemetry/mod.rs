@@ -6,14 +6,17 @@
 //!
 //! The ring stores compact records (no allocation for the common events):
 //! each thread that runs calls records into a ring of its own, with plain
-//! stores (`ring.rs`); calls used off their thread, reloads and mode
+//! stores (`ring/`); calls used off their thread, reloads and mode
 //! changes go to one shared ring under a lock. An [`Event`] is built from a
 //! record only when a sink or a snapshot asks. Every ring keeps the last
 //! `ring_size` records and a snapshot merges them in time order and keeps the
 //! newest `ring_size` events: exactly the events one ring of that size would hold.
 
+pub(crate) mod ring;
+
+use ring::ThreadRing;
+
 use crate::id::CallId;
-use crate::ring::ThreadRing;
 use crate::types::{Action, ErrorClass, ErrorKind, Phase, Reason, WaitSource};
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
@@ -291,7 +294,7 @@ pub(crate) struct Hot<'a> {
     pub(crate) id: &'a CallId,
     pub(crate) upstream: &'a SmolStr,
     /// `upstream` as a ring slot stores it (`None`: too long for one), packed once per upstream.
-    pub(crate) up_packed: Option<crate::ring::Packed>,
+    pub(crate) up_packed: Option<ring::Packed>,
     pub(crate) tenant: Option<&'a SmolStr>,
     pub(crate) task: Option<&'a SmolStr>,
     pub(crate) attempt: u32,
@@ -310,8 +313,8 @@ pub(crate) struct Hot<'a> {
 impl Hot<'_> {
     /// The fields an attempt's end writes into its start record.
     #[inline(always)]
-    pub(crate) fn end(&self) -> crate::ring::End {
-        crate::ring::End {
+    pub(crate) fn end(&self) -> ring::End {
+        ring::End {
             at_ns: self.at_ns,
             status: self.status,
             error_class: self.error_class,

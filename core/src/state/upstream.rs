@@ -8,13 +8,15 @@
 //! cell it points to was evicted, so a cached pointer never diverges from
 //! the registry for long.
 
-use crate::breaker::BreakerCell;
-use crate::budget::BudgetCell;
-use crate::engine::{breaker_override, fnv, scope_key, splitmix, Compiled};
+use crate::guards::breaker::BreakerCell;
+use crate::guards::budget::BudgetCell;
+use crate::hash::{fnv, splitmix};
 use crate::policy::{BreakerOverride, ScopeDim};
-use crate::registry::Slot;
-use crate::ring::{pack, plain_names, Packed};
+use crate::state::registry::Slot;
+use crate::state::scope::{breaker_override, scope_key};
+use crate::state::version::Version;
 use crate::stats::CounterSet;
+use crate::telemetry::ring::{pack, plain_names, Packed};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -45,7 +47,7 @@ pub(crate) struct UpstreamState {
     pub(crate) budgets: SmallVec<[BudgetScope; 1]>,
     /// The upstream's name as event records store it, packed once.
     pub(crate) packed: Option<Packed>,
-    /// Word 9 of a plain attempt start to this upstream ([`crate::ring::plain_names`]).
+    /// Word 9 of a plain attempt start to this upstream ([`crate::telemetry::ring::plain_names`]).
     pub(crate) plain_names: u64,
 }
 
@@ -57,7 +59,7 @@ pub(crate) fn per_call(dims: &[ScopeDim]) -> bool {
 
 impl UpstreamState {
     /// Resolves `upstream`'s cells under `pol`, creating the missing ones.
-    pub(crate) fn resolve(pol: &Compiled, upstream: &str, now_ms: u64) -> Self {
+    pub(crate) fn resolve(pol: &Version, upstream: &str, now_ms: u64) -> Self {
         let p = &pol.policy;
         let sh = &pol.shared;
         let (max_keys, idle) = (p.limits.max_keys, p.limits.idle_ms);
@@ -130,3 +132,6 @@ impl UpstreamState {
 pub(crate) fn breaker_seed(engine_seed: u64, key: &str) -> u64 {
     splitmix(engine_seed ^ fnv(key))
 }
+
+/// An upstream's shared state, as a call holds it.
+pub(crate) type Up = Arc<Slot<UpstreamState>>;

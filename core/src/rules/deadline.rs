@@ -1,10 +1,13 @@
-//! End-to-end deadlines: per-attempt timeouts clamped to what is left, and
+//! End-to-end deadlines: per-attempt timeouts clamped to what is left,
 //! propagation headers so a downstream engine inherits the caller's deadline
-//! (and knows it is not the retry owner) instead of starting a fresh one.
+//! (and knows it is not the retry owner) instead of starting a fresh one,
+//! and the rule that no attempt starts with less than `min_attempt` left.
 
+use super::Halt;
 use crate::clock::Nanos;
 use crate::outcome::Headers;
 use crate::policy::Timeouts as TimeoutPolicy;
+use crate::types::Reason;
 use std::time::Duration;
 
 /// Header carrying the remaining deadline in ms (relative, minus the safety margin).
@@ -232,6 +235,25 @@ pub fn outbound_headers(
         v.push((H_IDEMPOTENCY_KEY, k.to_string()));
     }
     v
+}
+
+/// Why no attempt may start with `remaining` left — less than
+/// `min_attempt` (given as [`Nanos`] and in ms), or nothing — as a stop's
+/// detail; `None` when one may.
+#[inline]
+pub(crate) fn too_late(remaining: Nanos, (min_attempt, min_attempt_ms): (Nanos, u64)) -> Option<String> {
+    (remaining < min_attempt || remaining.is_zero())
+        .then(|| format!("{} ms left, min_attempt is {} ms", remaining.ms(), min_attempt_ms))
+}
+
+/// The deadline's rule after a failure: what one more attempt and the wait
+/// before it may use (the time left minus `min_attempt`), or the stop when
+/// that is nothing.
+pub(crate) fn room(remaining: Nanos, min_attempt: (Nanos, u64)) -> Result<Duration, Halt> {
+    if let Some(detail) = too_late(remaining, min_attempt) {
+        return Err(Halt::stop(Reason::DeadlineExceeded, Some(detail)));
+    }
+    Ok(remaining.saturating_sub(min_attempt.0).dur())
 }
 
 #[cfg(test)]

@@ -1,8 +1,13 @@
-//! Fallback capability matcher: from a route's candidates and the call's
-//! needs, the ordered eligible upstreams and, for every excluded one, why.
-//! A fallback that cannot do what the request needs is a delayed failure.
+//! Which upstream takes the next attempt. The fallback capability matcher:
+//! from a route's candidates and the call's needs, the ordered eligible
+//! upstreams and, for every excluded one, why (a fallback that cannot do
+//! what the request needs is a delayed failure); and `next`, the route's
+//! rule after a failure: stay, move to the next eligible candidate, or stop.
 
-use crate::policy::{Policy, Route, Upstream};
+use super::{Failed, Failure, Halt, Target};
+use crate::policy::{FallbackMode, Policy, Route, Upstream};
+use crate::types::Reason;
+use smol_str::SmolStr;
 use std::fmt;
 
 /// What the call needs from any upstream that serves it.
@@ -183,6 +188,119 @@ pub fn match_candidates(
         }
     }
     out
+}
+
+/// The route's eligible candidates now ([`match_candidates`]); with
+/// `larger_than`, a candidate whose context window is not above that many
+/// tokens is excluded too (the failure said the context was too small).
+pub(crate) fn candidates(
+    policy: &Policy,
+    route: &Route,
+    task: Option<&str>,
+    needs: &Needs,
+    tried: &[&str],
+    larger_than: Option<u64>,
+    is_open: &dyn Fn(&str) -> bool,
+) -> MatchResult {
+    let mut m = match_candidates(policy, route, task, needs, tried, is_open);
+    if let Some(min_ctx) = larger_than {
+        let mut keep = Vec::new();
+        for u in m.eligible.drain(..) {
+            let ctx = policy.upstreams.get(&u).and_then(|x| x.context_tokens);
+            match ctx {
+                Some(c) if c > min_ctx => keep.push(u),
+                Some(c) => m.excluded.push((
+                    u,
+                    Exclusion::ContextTooSmall {
+                        have: c,
+                        need: min_ctx + 1,
+                    },
+                )),
+                None => m.excluded.push((
+                    u,
+                    Exclusion::ContextTooSmall {
+                        have: 0,
+                        need: min_ctx + 1,
+                    },
+                )),
+            }
+        }
+        m.eligible = keep;
+    }
+    m
+}
+
+/// The route's rule after a failure: the same upstream while it has
+/// attempts left on it (`attempts_per_upstream`) and its breaker admits,
+/// unless the failure demands another; otherwise the first eligible
+/// candidate the call has not tried — when the route and the kill switch
+/// allow a fallback and `max_upstreams` is not reached.
+pub(crate) fn next<C: Failed>(c: &C, f: &Failure) -> Result<Target, Halt> {
+    let route = c.route();
+    let forbidden = route.fallback == FallbackMode::Forbidden;
+    let per_upstream_cap = if forbidden {
+        c.attempts().1
+    } else {
+        route.attempts_per_upstream
+    };
+    let max_up = route.max_upstreams.unwrap_or(u32::MAX);
+    // The call's target, not the failed attempt's upstream: a hedge to another upstream does not move the call.
+    if !f.force_switch && c.target_attempts() < per_upstream_cap && !c.target_open() {
+        return Ok(Target {
+            upstream: c.target().clone(),
+            fallback: false,
+            excluded: Vec::new(),
+        });
+    }
+    let tried = c.tried();
+    let m = c.candidates(&tried, f.larger_than);
+    let excluded = m.exclusion_strings();
+    let distinct = tried.len() as u32;
+    // Why staying is refused, when no other upstream may be tried.
+    let refused = || {
+        if f.force_switch {
+            f.reason
+        } else if c.target_open() {
+            Reason::BreakerOpen
+        } else {
+            Reason::FallbackForbidden
+        }
+    };
+    if forbidden || !c.routed() {
+        // Only one upstream is allowed; it has attempts left, so it is refused by its breaker or the failure demands another upstream.
+        return Err(Halt::Stop {
+            reason: refused(),
+            detail: None,
+            excluded,
+        });
+    }
+    if !c.fallbacks_on() {
+        let detail = Some("fallback switched off (kill switch)".to_string());
+        return Err(Halt::stop(refused(), detail));
+    }
+    if distinct >= max_up {
+        return Err(Halt::Stop {
+            reason: Reason::MaxUpstreams,
+            detail: None,
+            excluded,
+        });
+    }
+    match m.eligible.first() {
+        Some(u) => Ok(Target {
+            upstream: SmolStr::from(u.as_str()),
+            fallback: true,
+            excluded,
+        }),
+        None => Err(Halt::Stop {
+            reason: if f.force_switch {
+                f.reason
+            } else {
+                Reason::NoEligibleUpstream
+            },
+            detail: None,
+            excluded,
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -144,7 +144,7 @@ fn one_more(w: u64, epoch: u64) -> u64 {
 /// into the cell's.
 ///
 /// ```
-/// use retrywise::budget::{BudgetCell, BudgetParams};
+/// use retrywise::internals::{BudgetCell, BudgetParams};
 /// use retrywise::policy::Budget;
 /// let p = BudgetParams::new(&Budget { ratio: 0.5, min_per_sec: 0.0, ..Budget::default() });
 /// let cell = BudgetCell::new(p);
