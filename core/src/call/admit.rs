@@ -2,7 +2,7 @@
 //! deadline and attempts left, adaptive throttling, the target's breaker
 //! (moving to an eligible fallback when it is open) and concurrency gates.
 
-use super::{Attempt, Call, FlightMore, Held, InFlight, Next, Slots, Stopped};
+use super::{Attempt, Call, FlightMore, Held, Next, Slots, Stopped};
 use crate::clock::Nanos;
 use crate::few::Few;
 use crate::guards::breaker::{Admit, Transition};
@@ -164,43 +164,12 @@ impl Call {
             None
         };
         let number = self.attempts + 1;
-        let c = Ctr::attempt(number);
-        self.count(c);
-        {
-            let tu = hedge_tu.as_deref().unwrap_or(&self.tu);
-            tu.sink().bump(c);
-            // The budget counts requests: one per first attempt, in every scope of the call.
-            if !retry && !is_hedge {
-                self.deposit(&tu.up.value, &target, now_ms);
-            }
-        }
-        self.attempts = number;
-        self.target_attempts += 1;
         if let Some(e) = self.x.as_mut().filter(|e| e.route_key.is_some()) {
             if !e.tried.contains(&target) {
                 e.tried.push(target.clone());
             }
         }
         let budget_hold = if is_hedge { Few::new() } else { self.take_pending_hold() };
-        let start_rec = if self.active() {
-            let mut h = self.hot(
-                if is_hedge {
-                    EventKind::Hedge
-                } else {
-                    EventKind::AttemptStart
-                },
-                now,
-                hedge_tu.as_deref().unwrap_or(&self.tu),
-                number,
-            );
-            h.start = true;
-            h.hedge = is_hedge;
-            // Every caller passes `remaining` as the deadline minus `now`.
-            h.remaining_ms = remaining.ms();
-            self.emit_hot(&h)
-        } else {
-            None
-        };
         let more = (hedge_tu.is_some() || slots.is_some() || !budget_hold.is_empty()).then(|| {
             Box::new(FlightMore {
                 tu: hedge_tu,
@@ -208,42 +177,23 @@ impl Call {
                 budget_hold,
             })
         });
-        self.in_flight.push(InFlight {
-            number,
-            probe,
-            retry,
-            hedge: is_hedge,
-            started_ns: now.0,
-            remaining_ms: remaining.ms(),
-            start_rec,
-            breaker: held,
-            more,
-        });
-        let pol = &self.tu.handle.pol;
-        let tokens = match &*self.x {
-            Some(e) => TokenEstimate {
-                input: e.needs.input_tokens,
-                max_output: e.needs.max_output_tokens,
-            },
-            None => TokenEstimate::default(),
+        self.start_attempt(number, retry, is_hedge, probe, held, more, now, remaining);
+        let (tokens, fallback, wire_number) = match &*self.x {
+            Some(e) => (
+                TokenEstimate {
+                    input: e.needs.input_tokens,
+                    max_output: e.needs.max_output_tokens,
+                },
+                e.route_key.is_some() && target != e.first_upstream,
+                e.inbound_attempt.unwrap_or(number),
+            ),
+            None => (TokenEstimate::default(), false, number),
         };
-        Ok(Attempt {
-            number,
-            fallback: self
-                .x
-                .as_ref()
-                .is_some_and(|e| e.route_key.is_some() && target != e.first_upstream),
-            upstream: target,
-            timeouts: pol.timeouts(remaining, tokens),
-            remaining,
-            request_id: self.id.clone(),
-            idempotency_key: self.key.clone(),
-            hedge: is_hedge,
-            started: now,
-            margin_ms: pol.compiled.margin_ms,
-            propagate: pol.policy.propagation.enabled,
-            wire_number: self.x.as_ref().and_then(|e| e.inbound_attempt).unwrap_or(number),
-        })
+        let mut a = self.attempt(number, target, self.id.clone(), tokens, now, remaining);
+        a.hedge = is_hedge;
+        a.fallback = fallback;
+        a.wire_number = wire_number;
+        Ok(a)
     }
 
     /// The breaker of a scope that depends on the call: resolve it, then ask it.

@@ -1,70 +1,18 @@
 //! Beginning a call: its id, deadline, owner, route and first upstream.
 
-use super::effects::rec_for;
+use super::effects::{rec_for, tenant_counters};
 use super::upstreams::{match_route, Who};
-use super::{Call, CallSpec, Ext, Next, NO_NEEDS};
+use super::{Call, CallSpec, Ext, NO_NEEDS};
 use crate::clock::Nanos;
 use crate::few::Few;
-use crate::hot::{thread_up, Begin, Lent, Start, ThreadUp};
+use crate::hot::{thread_up, Begin, Start};
 use crate::id::RequestId;
-use crate::state::registry::Slot;
-use crate::stats::{Counters, Ctr};
 use crate::telemetry::EventKind;
-use crate::types::Idempotency;
 use smol_str::SmolStr;
-use std::mem::ManuallyDrop;
-use std::sync::Arc;
 use std::time::Duration;
 
-/// What `begin` settles about a call before building it.
-struct Begun {
-    id: RequestId,
-    seq: u64,
-    tenant: Option<SmolStr>,
-    task: Option<SmolStr>,
-    idem: Idempotency,
-    key: Option<SmolStr>,
-    deadline_at: Nanos,
-    owner: bool,
-    max_attempts: u32,
-    tenant_counters: Option<Arc<Slot<Counters>>>,
-}
-
 impl Call {
-    /// A call about to make its first attempt.
-    #[inline(always)]
-    fn assemble(tu: Arc<ThreadUp>, b: Begun, x: Option<Box<Ext>>) -> Call {
-        Call {
-            id: b.id,
-            id_text: std::cell::OnceCell::new(),
-            tenant: b.tenant,
-            task: b.task,
-            idem: b.idem,
-            key: b.key,
-            deadline_at: b.deadline_at,
-            owner: b.owner,
-            lane: tu.lane && b.owner,
-            next: Next::First,
-            last_class: None,
-            max_attempts: b.max_attempts,
-            attempts: 0,
-            target_attempts: 0,
-            retries: 0,
-            prev_wait_ms: 0,
-            seq: b.seq,
-            in_flight: Few::new(),
-            rng: None,
-            final_decision: None,
-            tenant_counters: b.tenant_counters,
-            last_end: std::cell::Cell::new(None),
-            x: ManuallyDrop::new(x),
-            tu: Lent::new(tu),
-        }
-    }
-}
-
-impl Call {
-    /// [`Engine::begin_at`] once the thread has given the call its sequence
+    /// `Engine::begin_at` once the thread has given the call its sequence
     /// number and either its upstream's state or the policy handle.
     #[inline(never)]
     pub(crate) fn begin_resolved(spec: CallSpec, seq: u64, start: Start, now: Nanos) -> Call {
@@ -146,11 +94,7 @@ impl Call {
                 .unwrap_or_default();
             (target, m)
         });
-        let tenant_counters = tenant.as_ref().map(|t| {
-            let l = &pol.policy.limits;
-            sh.tenant_stats
-                .get_or_insert(t, now_ms, l.max_keys, l.idle_ms, Counters::default)
-        });
+        let tenant_counters = tenant_counters(pol, tenant.as_ref(), now_ms);
         let seq = lb.seq;
         let engine_id = sh.engine_id;
         let target = match &routed {
@@ -173,12 +117,8 @@ impl Call {
             && inbound_attempt.is_none()
             && needs == NO_NEEDS;
         let deadline_at = now.saturating_add(Nanos::of(deadline));
-        // Counted, and the initial fallback choice recorded, before the call
-        // is built: it is built in place, as the return value.
-        tu.handle.sink().bump(Ctr::Begun);
-        if let Some(t) = &tenant_counters {
-            t.value.bump(Ctr::Begun);
-        }
+        // The initial fallback choice recorded before the call is built: it
+        // is built in place, as the return value.
         let mut fallback_pending = false;
         if let Some((target, m)) = routed {
             if sh.bus.active() && !m.excluded.is_empty() {
@@ -214,18 +154,16 @@ impl Call {
         });
         Call::assemble(
             tu,
-            Begun {
-                id,
-                seq,
-                tenant,
-                task,
-                idem: idempotency,
-                key,
-                deadline_at,
-                owner,
-                max_attempts,
-                tenant_counters,
-            },
+            id,
+            seq,
+            tenant,
+            task,
+            idempotency,
+            key,
+            deadline_at,
+            owner,
+            max_attempts,
+            tenant_counters,
             x,
         )
     }

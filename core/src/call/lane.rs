@@ -6,9 +6,13 @@
 //! call and from its upstream's state, `Version::lane_for`) an attempt
 //! grant and a success report skip the general path's generic machinery:
 //! the checks that cannot apply, the enums built to be matched at once, and
-//! the event built as a whole record to be taken apart again. They count,
-//! deposit, record the breaker outcome and write the event ring exactly as
-//! the general path does.
+//! the event built as a whole record to be taken apart again.
+//!
+//! The lane keeps only its guards ("is this call plain?"): what a step does
+//! besides deciding — building the call and the attempt, counting,
+//! depositing, putting the attempt in flight, recording the breaker
+//! outcome, the start, the end and the decision — it does through the same
+//! functions as the general path (`effects.rs`).
 //!
 //! A lane step decides nothing on its own: whenever anything is not plain
 //! (the breaker is not closed, the deadline is too near, no attempt is left,
@@ -17,21 +21,19 @@
 //! `tests/lane.rs` runs random call sequences with the lane on and off and
 //! asserts identical decisions, attempts, counters and events.
 
-use super::{Attempt, Call, CallSpec, Decision, Final, Held, InFlight, Next};
+use super::effects::tenant_counters;
+use super::{Attempt, Call, CallSpec, Decision, Held, Next};
 use crate::clock::Nanos;
-use crate::few::Few;
 use crate::guards::breaker::Record;
-use crate::hot::{Lent, ThreadUp};
-use crate::id::{CallId, RequestId};
+use crate::hot::ThreadUp;
+use crate::id::RequestId;
 use crate::outcome::Outcome;
 use crate::rules::deadline::TokenEstimate;
-use crate::state::upstream::{BreakerRef, BudgetScope};
-use crate::stats::{Counters, Ctr};
-use crate::telemetry::ring::{End, Start, ThreadRing};
-use crate::telemetry::{header_allowed, EventKind, Then};
+use crate::state::upstream::BreakerRef;
+use crate::telemetry::ring::End;
+use crate::telemetry::{header_allowed, Then};
 use crate::types::Reason;
 use smol_str::SmolStr;
-use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 impl Call {
@@ -45,42 +47,25 @@ impl Call {
         let now_ms = now.ms();
         tu.touch(now_ms);
         let pol = &*tu.handle.pol;
-        let tenant_counters = tenant.as_ref().map(|t| {
-            let l = &pol.policy.limits;
-            pol.shared
-                .tenant_stats
-                .get_or_insert(t, now_ms, l.max_keys, l.idle_ms, Counters::default)
-        });
-        tu.here().version.bump(Ctr::Begun);
-        if let Some(t) = &tenant_counters {
-            t.value.bump(Ctr::Begun);
-        }
-        Call {
-            id: RequestId::local(pol.shared.id_prefix, seq),
-            id_text: std::cell::OnceCell::new(),
+        let id = RequestId::local(pol.shared.id_prefix, seq);
+        let tenant_counters = tenant_counters(pol, tenant.as_ref(), now_ms);
+        let deadline_at = now.saturating_add(deadline.map_or(pol.compiled.deadline, Nanos::of));
+        let max_attempts = pol.policy.max_attempts;
+        let key = idempotency_key.map(SmolStr::from);
+        Call::assemble(
+            tu,
+            id,
+            seq,
             tenant,
             task,
-            idem: idempotency,
-            key: idempotency_key.map(SmolStr::from),
-            deadline_at: now.saturating_add(deadline.map_or(pol.compiled.deadline, Nanos::of)),
-            owner: true,
-            lane: tu.lane,
-            next: Next::First,
-            last_class: None,
-            max_attempts: pol.policy.max_attempts,
-            attempts: 0,
-            target_attempts: 0,
-            retries: 0,
-            prev_wait_ms: 0,
-            seq,
-            in_flight: Few::new(),
-            rng: None,
-            final_decision: None,
+            idempotency,
+            key,
+            deadline_at,
+            true,
+            max_attempts,
             tenant_counters,
-            last_end: std::cell::Cell::new(None),
-            x: ManuallyDrop::new(None),
-            tu: Lent::new(tu),
-        }
+            None,
+        )
     }
 
     /// The next attempt, when the lane may grant it; `None` (nothing
@@ -107,118 +92,17 @@ impl Call {
         };
         let number = self.attempts + 1;
         let retry = self.next == Next::Retry;
-        let now_ms = now.ms();
-        let remaining_ms = remaining.ms();
-        let here = self.tu.here();
-        let start_rec = if pol.shared.bus.active() {
-            self.lane_start_event(here.ring, now, number, remaining_ms)
-        } else {
-            None
-        };
-        let tu = &*self.tu;
-        let pol = &*tu.handle.pol;
-        let c = Ctr::attempt(number);
-        here.version.bump(c);
-        if let Some(t) = &self.tenant_counters {
-            t.value.bump(c);
-        }
-        here.upstream.bump(c);
-        // The budget counts requests: one per first attempt, in every scope.
-        if !retry {
-            for (i, b) in tu.up.value.budgets.iter().enumerate() {
-                if let BudgetScope::Fixed(cell) = b {
-                    // Into this thread's shard when it may write it: no locked instruction.
-                    match here.deposits.get(i) {
-                        Some(Some(d)) => cell.value.deposit_via(d, &pol.budget, now_ms),
-                        _ => cell.value.deposit(&pol.budget, now_ms),
-                    }
-                }
-            }
-        }
-        self.in_flight.push(InFlight {
+        self.start_attempt(number, retry, false, false, held, None, now, remaining);
+        // A lane call's id is one made here: built in place, no match on its kind.
+        let id = RequestId::local(self.pol().shared.id_prefix, self.seq);
+        Some(self.attempt(
             number,
-            probe: false,
-            retry,
-            hedge: false,
-            started_ns: now.0,
-            remaining_ms,
-            start_rec,
-            breaker: held,
-            more: None,
-        });
-        self.attempts = number;
-        self.target_attempts += 1;
-        let pol = &*self.tu.handle.pol;
-        Some(Attempt {
-            number,
-            fallback: false,
-            upstream: self.tu.up.key.clone(),
-            timeouts: pol.timeouts(remaining, TokenEstimate::default()),
+            self.tu.up.key.clone(),
+            id,
+            TokenEstimate::default(),
+            now,
             remaining,
-            // A lane call's id is one made here: built in place, no match on its kind.
-            request_id: RequestId::local(pol.shared.id_prefix, self.seq),
-            idempotency_key: self.key.clone(),
-            hedge: false,
-            started: now,
-            margin_ms: pol.compiled.margin_ms,
-            propagate: pol.policy.propagation.enabled,
-            wire_number: number,
-        })
-    }
-
-    /// Records the start of attempt `number` (the events are on); its index
-    /// in this thread's ring, when it went there.
-    #[inline(always)]
-    fn lane_start_event(&self, ring: Option<&ThreadRing>, now: Nanos, number: u32, remaining_ms: u64) -> Option<u64> {
-        let tu = &*self.tu;
-        let bus = &tu.handle.pol.shared.bus;
-        let ring = ring.filter(|_| bus.ring_only());
-        // The usual start: its names' words are the upstream's, computed once.
-        if let (Some(ring), Some(up), CallId::Local { seq, .. }, None, None) =
-            (ring, &tu.up.value.packed, self.id.raw(), &self.tenant, &self.task)
-        {
-            let index = ring.push_plain_start(
-                tu.up.value.plain_names,
-                up,
-                *seq,
-                now.0,
-                tu.handle.pol.version_idx,
-                number,
-                remaining_ms,
-            );
-            self.last_end.set(None);
-            return Some(index);
-        }
-        let written = ring.and_then(|ring| {
-            ring.push_start(&Start {
-                at_ns: now.0,
-                version: tu.handle.pol.version_idx,
-                id: self.id.raw(),
-                up: tu.up.value.packed,
-                tenant: self.tenant.as_ref(),
-                task: self.task.as_ref(),
-                attempt: number,
-                hedge: false,
-                remaining_ms,
-            })
-        });
-        match written {
-            Some(index) => {
-                self.last_end.set(None);
-                Some(index)
-            }
-            None => self.start_event_slow(now, number, remaining_ms),
-        }
-    }
-
-    /// [`Call::lane_start_event`] when the start needs a whole record.
-    #[cold]
-    #[inline(never)]
-    fn start_event_slow(&self, now: Nanos, number: u32, remaining_ms: u64) -> Option<u64> {
-        let mut h = self.hot(EventKind::AttemptStart, now, &self.tu, number);
-        h.start = true;
-        h.remaining_ms = remaining_ms;
-        self.emit_hot(&h)
+        ))
     }
 
     /// The decision on a successful attempt `number`, when the lane may make
@@ -246,101 +130,37 @@ impl Call {
         let now = self.now();
         let now_ms = now.ms();
         let elapsed_ms = now.0.saturating_sub(f.started_ns) / 1_000_000;
-        let tu = &*self.tu;
-        let pol = &*tu.handle.pol;
-        let transition = match (&f.breaker, &tu.up.value.breaker) {
-            (Held::Fixed, BreakerRef::Fixed(cell, ovr)) => cell
-                .value
-                .record(
-                    &pol.breaker,
-                    *ovr,
-                    now_ms,
-                    f.probe,
-                    Record::Success,
-                    pol.breaker.is_slow(elapsed_ms),
-                )
-                .map(|t| (cell.key.clone(), t)),
+        // The lane's attempt holds its upstream's own breaker cell, if any.
+        let held = match (&f.breaker, &self.tu.up.value.breaker) {
+            (Held::Fixed, BreakerRef::Fixed(cell, ovr)) => Some((&**cell, *ovr)),
             _ => None,
         };
+        let transition = self.record_breaker(held, &f, Record::Success, now_ms, elapsed_ms);
         self.last_class = None;
         if let Some((key, t)) = transition {
             self.on_transition(&key, Some(t), now);
         }
         let active = self.active();
         let here = self.tu.here();
-        let decided = active && self.lane_end_event(here.ring, &f, now, outcome.status, elapsed_ms);
-        let c = Ctr::success(f.number);
-        here.version.bump(c);
-        if let Some(t) = &self.tenant_counters {
-            t.value.bump(c);
-        }
-        here.upstream.bump(c);
-        if !decided && active {
-            self.record_success(f.number, f.hedge, now);
-        }
-        self.final_decision = Some(Final::Succeeded {
-            attempt: f.number,
+        let end = || End {
+            at_ns: now.0,
+            status: outcome.status,
+            error_class: None,
+            reason: Some(Reason::Success),
+            phase: None,
+            error_kind: None,
             hedge: f.hedge,
-            upstream: None,
-        });
+            remaining_ms: f.remaining_ms,
+            delay_ms: elapsed_ms,
+        };
+        // The call ends here: its decision goes into the attempt's end record.
+        let then = || Then::success(self.deadline_at.saturating_sub(now).ms());
+        let decided = active && self.record_end(here.ring, &f, end, Some(then()));
+        self.count_success(&here, &f);
+        self.succeed(&f, None, active && !decided, now);
         // Built here, in the caller's slot: a decision built earlier and
         // moved here is read back before its stores land (a stalled copy).
         Some(Decision::success(f.number, f.hedge, upstream))
-    }
-
-    /// Records the success decision on its own (the end record could not take it).
-    #[cold]
-    #[inline(never)]
-    fn record_success(&self, number: u32, hedge: bool, now: Nanos) {
-        self.record_decision(&Decision::success(number, hedge, self.tu.up.key.clone()), now);
-    }
-
-    /// Records the end of successful attempt `f` with the success decision
-    /// folded in (the events are on); true when the decision was recorded.
-    #[inline(always)]
-    fn lane_end_event(
-        &self,
-        ring: Option<&ThreadRing>,
-        f: &InFlight,
-        now: Nanos,
-        status: Option<u16>,
-        elapsed_ms: u64,
-    ) -> bool {
-        let then = Then::success(self.deadline_at.saturating_sub(now).ms());
-        let tu = &*self.tu;
-        if let (Some(index), Some(ring)) = (f.start_rec, ring) {
-            let end = End {
-                at_ns: now.0,
-                status,
-                error_class: None,
-                reason: Some(Reason::Success),
-                phase: None,
-                error_kind: None,
-                hedge: f.hedge,
-                remaining_ms: f.remaining_ms,
-                delay_ms: elapsed_ms,
-            };
-            if tu.handle.pol.shared.bus.ring_only() && ring.end_at(index, end, Some(then)) {
-                self.last_end.set(None);
-                return true;
-            }
-        }
-        self.end_event_slow(f, now, status, elapsed_ms)
-    }
-
-    /// [`Call::lane_end_event`] when the end cannot go into its start
-    /// record: a record of its own (the decision is then recorded apart).
-    #[cold]
-    #[inline(never)]
-    fn end_event_slow(&self, f: &InFlight, now: Nanos, status: Option<u16>, elapsed_ms: u64) -> bool {
-        let mut h = self.hot(EventKind::AttemptEnd, now, &self.tu, f.number);
-        h.reason = Some(Reason::Success);
-        h.status = status;
-        h.hedge = f.hedge;
-        h.remaining_ms = f.remaining_ms;
-        h.delay_ms = Some(elapsed_ms);
-        self.emit_hot(&h);
-        false
     }
 }
 

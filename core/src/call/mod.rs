@@ -60,7 +60,7 @@ use crate::state::shared::Shared;
 use crate::state::upstream::{BreakerRef, UpstreamState};
 use crate::state::version::Version;
 use crate::stats::{Counters, Ctr};
-use crate::telemetry::{BreakerChange, EventKind, Hot};
+use crate::telemetry::{BreakerChange, EventKind, Recorder, StartMark};
 use crate::types::{ErrorClass, Idempotency, Reason};
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
@@ -110,7 +110,7 @@ struct InFlight {
     /// Time left before the deadline at the start, ms.
     remaining_ms: u64,
     /// Index of the attempt's start record in this thread's ring, for writing its end into it.
-    start_rec: Option<u64>,
+    start_rec: StartMark,
     breaker: Held,
     /// What a plain attempt does not hold, boxed so it stays small.
     more: Option<Box<FlightMore>>,
@@ -211,32 +211,11 @@ pub struct Call {
     rng: Option<Pcg64Mcg>,
     final_decision: Option<Final>,
     tenant_counters: Option<Arc<Slot<Counters>>>,
-    /// The attempt-end record this call wrote last, while it is the newest of the thread's ring.
-    last_end: std::cell::Cell<Option<EndMark>>,
+    /// How the call writes its events.
+    recorder: Recorder,
     /// Dropped by hand (`Drop for Call`): `None`, the usual case, then costs
     /// one inline check instead of a call to the drop of `Ext`.
     x: ManuallyDrop<Option<Box<Ext>>>,
-}
-
-/// Where an attempt's end was recorded, so the decision that follows can fold into it.
-struct EndMark {
-    index: u64,
-    attempt: u32,
-    hedge: bool,
-    upstream: Option<SmolStr>,
-}
-
-impl EndMark {
-    /// Attempt end `h`, recorded as (or into) record `index`.
-    #[inline(always)]
-    fn of(index: u64, h: &Hot) -> EndMark {
-        EndMark {
-            index,
-            attempt: h.attempt,
-            hedge: h.hedge,
-            upstream: Some(h.upstream.clone()),
-        }
-    }
 }
 
 impl std::fmt::Debug for Call {

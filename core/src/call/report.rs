@@ -2,14 +2,14 @@
 //! recorded with the breaker, throttle and counters, then decided: done,
 //! reconcile, stop, or go on (`retry.rs`).
 
-use super::{Call, Decision, Final, InFlight};
+use super::{Call, Decision, InFlight};
 use crate::guards::breaker::Record;
 use crate::outcome::Outcome;
 use crate::rules::classify::Disposition;
 use crate::rules::wait::parse_retry_after_with;
 use crate::state::shared::ReconcileItem;
-use crate::stats::Ctr;
-use crate::telemetry::{header_allowed, EventKind, Then};
+use crate::telemetry::ring::End;
+use crate::telemetry::{header_allowed, Then};
 use crate::types::{Action, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
@@ -69,17 +69,13 @@ impl Call {
         let f_up = self.tu_of(&f).up.key.clone();
         let cls = pol.classifier.classify(outcome, self.idem);
         // Breaker, throttle and per-upstream counters see every attempt.
-        let transition = Self::held_cell(&f.breaker, self.tu_of(&f)).and_then(|(cell, ovr)| {
-            let rec = match (cls.disposition, cls.class) {
-                (Disposition::Succeeded, _) => Record::Success,
-                (_, Some(c)) if pol.breaker.counts(c) => Record::Failure,
-                _ => Record::Ignored,
-            };
-            let t = cell
-                .value
-                .record(&pol.breaker, ovr, now_ms, f.probe, rec, pol.breaker.is_slow(elapsed_ms));
-            t.map(|t| (cell.key.clone(), t))
-        });
+        let record = match (cls.disposition, cls.class) {
+            (Disposition::Succeeded, _) => Record::Success,
+            (_, Some(c)) if pol.breaker.counts(c) => Record::Failure,
+            _ => Record::Ignored,
+        };
+        let held = Self::held_cell(&f.breaker, self.tu_of(&f));
+        let transition = self.record_breaker(held, &f, record, now_ms, elapsed_ms);
         if pol.policy.throttle.enabled
             && !matches!(
                 cls.class,
@@ -103,15 +99,17 @@ impl Call {
         // True once the success decision is recorded with the attempt's end.
         let mut decided = false;
         if self.active() {
-            let mut h = self.hot(EventKind::AttemptEnd, now, self.tu_of(&f), f.number);
-            h.error_class = cls.class;
-            h.reason = Some(cls.reason);
-            h.phase = if cls.class.is_some() { Some(cls.phase) } else { None };
-            h.status = outcome.status;
-            h.error_kind = outcome.error;
-            h.hedge = f.hedge;
-            h.remaining_ms = f.remaining_ms;
-            h.delay_ms = Some(elapsed_ms);
+            let end = || End {
+                at_ns: now.0,
+                status: outcome.status,
+                error_class: cls.class,
+                reason: Some(cls.reason),
+                phase: if cls.class.is_some() { Some(cls.phase) } else { None },
+                error_kind: outcome.error,
+                hedge: f.hedge,
+                remaining_ms: f.remaining_ms,
+                delay_ms: elapsed_ms,
+            };
             let allow = &self.pol().policy.telemetry.header_allowlist;
             let headers: Vec<(String, String)> = match outcome.headers.is_empty() {
                 true => Vec::new(),
@@ -126,9 +124,9 @@ impl Call {
                 // A success ends the call: its decision goes into the same record.
                 let then = (cls.disposition == Disposition::Succeeded && self.final_decision.is_none())
                     .then(|| Then::success(self.deadline_at.saturating_sub(now).ms()));
-                decided = self.emit_end(f.start_rec, &h, then);
+                decided = self.record_end(self.tu.handle.ring_here(), &f, end, then);
             } else {
-                let mut e = h.to_rec();
+                let mut e = self.end_event(&f, &end()).to_rec();
                 e.extra().headers = headers;
                 self.emit(&mut e);
             }
@@ -153,20 +151,11 @@ impl Call {
         };
         match cls.disposition {
             Disposition::Succeeded => {
-                let c = Ctr::success(f.number);
-                self.count(c);
-                self.tu_of(&f).sink().bump(c);
+                self.count_success(&self.tu_of(&f).here(), &f);
                 self.release_pending_hold();
-                let d = Decision::success(f.number, f.hedge, f_up.clone());
-                if !decided && self.active() {
-                    self.record_decision(&d, now);
-                }
-                self.final_decision = Some(Final::Succeeded {
-                    attempt: f.number,
-                    hedge: f.hedge,
-                    upstream: Some(f_up),
-                });
-                d
+                let upstream = f.tu().map(|t| t.up.key.clone());
+                self.succeed(&f, upstream, !decided && self.active(), now);
+                Decision::success(f.number, f.hedge, f_up)
             }
             Disposition::Reconcile => {
                 let d = Decision {
