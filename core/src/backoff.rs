@@ -1,7 +1,8 @@
 //! How long to wait: jittered exponential backoff, and server wait hints
-//! (`retry-after-ms`, then `retry-after` as delta-seconds or HTTP-date).
+//! (`retry-after-ms`, then `retry-after` as delta-seconds or HTTP-date, then
+//! gRPC's `grpc-retry-pushback-ms`, then a wait the error body asked for).
 
-use crate::outcome::Headers;
+use crate::outcome::{Headers, Outcome};
 use crate::policy::{Backoff, BackoffKind};
 use rand::Rng;
 use std::time::{Duration, SystemTime};
@@ -70,8 +71,10 @@ pub struct RetryHint {
     pub problem: Option<HintProblem>,
 }
 
-/// Anything above a year is treated as garbage, not as a wait.
-const ABSURD: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Anything above a year is no real wait: the parser reports it as
+/// [`HintProblem::Absurd`], and the wait rule treats it as a year (too long
+/// for any deadline or cap).
+pub const ABSURD: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Reads `retry-after-ms` (milliseconds, may be decimal), then `retry-after`
 /// (delta-seconds, integer or decimal, or an HTTP-date in IMF-fixdate, RFC 850
@@ -110,6 +113,34 @@ pub fn parse_retry_after_with(headers: &Headers, wall_now: impl FnOnce() -> Syst
                     hint.problem = Some(p)
                 }
             }
+        }
+    }
+    // gRPC (A6): whole milliseconds; a negative or unreadable value means
+    // "do not retry", which the classifier reads from the same header.
+    if let Some(v) = headers.get("grpc-retry-pushback-ms") {
+        let t = v.trim();
+        if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+            match parse_number(t, 1e-3) {
+                Ok(d) => {
+                    hint.wait = Some(d);
+                    hint.source = Some("grpc-retry-pushback-ms");
+                    return hint;
+                }
+                Err(p) => hint.problem = hint.problem.or(Some(p)),
+            }
+        }
+    }
+    hint
+}
+
+/// The wait hint of an outcome: its headers' ([`parse_retry_after_with`]),
+/// else the one its error body carried ([`Outcome::retry_delay`]).
+pub fn wait_hint(outcome: &Outcome, wall_now: impl FnOnce() -> SystemTime) -> RetryHint {
+    let mut hint = parse_retry_after_with(&outcome.headers, wall_now);
+    if hint.wait.is_none() {
+        if let Some(d) = outcome.retry_delay {
+            hint.wait = Some(d);
+            hint.source = Some("body");
         }
     }
     hint

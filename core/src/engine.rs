@@ -21,14 +21,14 @@
 //! upstream, a plain policy, a success) takes straight-line steps
 //! (`engine/lane.rs`); everything else, the general ones below.
 
-use crate::backoff::{jitter_ms, parse_retry_after_with};
+use crate::backoff::{jitter_ms, wait_hint, HintProblem, ABSURD};
 use crate::breaker::{Admit, BreakerCell, BreakerParams, BreakerState, Record, Transition};
 use crate::budget::{BudgetCell, BudgetParams, Refusal};
 use crate::classify::{Classifier, Disposition};
 use crate::clock::{Clock, EngineClock, Nanos, SystemClock};
 use crate::deadline::{
-    attempt_timeouts, AttemptTimeouts, Inbound, TimeoutsMs, TokenEstimate, H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY,
-    H_REQUEST_ID,
+    attempt_timeouts, AttemptTimeouts, Inbound, TimeoutsMs, Timer, TokenEstimate, H_ATTEMPT, H_DEADLINE,
+    H_IDEMPOTENCY_KEY, H_REQUEST_ID,
 };
 use crate::fallback::{match_candidates, Exclusion, MatchResult, Needs};
 use crate::few::Few;
@@ -44,7 +44,7 @@ use crate::policy::{
 use crate::registry::{Registry, Slot};
 use crate::stats::{CounterSet, Counters, Ctr, Stats, VersionStats, VersionTable};
 use crate::telemetry::{header_allowed, BreakerChange, Event, EventBus, EventKind, Hot, Rec, Sink, Then};
-use crate::throttle::{ThrottleCell, ThrottleParams};
+use crate::throttle::{self, ThrottleCell, ThrottleParams};
 use crate::types::{Action, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
 use crate::upstream::{breaker_seed, BreakerRef, BudgetScope, UpstreamState};
 use arc_swap::ArcSwap;
@@ -701,6 +701,24 @@ impl Attempt {
         if let Some(k) = &self.idempotency_key {
             f(H_IDEMPOTENCY_KEY, k);
         }
+    }
+
+    /// The error to report when one of this attempt's timers expired (see
+    /// [`crate::deadline::timer_error`]); `body_started`: the response's
+    /// headers had arrived.
+    ///
+    /// ```
+    /// use retrywise::{CallSpec, Engine, ErrorKind, Policy, Timer};
+    /// let engine = Engine::new(Policy::default()).unwrap();
+    /// let mut call = engine.begin(CallSpec::new("openai/gpt-4o").deadline_ms(2_000));
+    /// let attempt = call.next_attempt().unwrap();
+    /// // Given all the time left, the attempt's own timer is the deadline's.
+    /// assert_eq!(attempt.timer_error(Timer::Total, false), ErrorKind::DeadlineExceeded);
+    /// assert_eq!(attempt.timer_error(Timer::FirstByte, false), ErrorKind::FirstByteTimeout);
+    /// ```
+    pub fn timer_error(&self, timer: Timer, body_started: bool) -> ErrorKind {
+        let t = self.timeouts;
+        crate::deadline::timer_error(timer, t.total_ms(), self.remaining.ms(), body_started)
     }
 
     /// What a call started inside this attempt (same process) inherits: the
@@ -2692,7 +2710,8 @@ impl Call {
         let cls = pol.classifier.classify(outcome, self.idem);
         // Breaker, throttle and per-upstream counters see every attempt.
         let transition = Self::held_cell(&f.breaker, self.tu_of(&f)).and_then(|(cell, ovr)| {
-            let rec = match (cls.disposition, cls.class) {
+            // Upstream health, not the caller's idempotency or what its consumer saw.
+            let rec = match (cls.disposition, cls.evidence) {
                 (Disposition::Succeeded, _) => Record::Success,
                 (_, Some(c)) if pol.breaker.counts(c) => Record::Failure,
                 _ => Record::Ignored,
@@ -2702,19 +2721,14 @@ impl Call {
                 .record(&pol.breaker, ovr, now_ms, f.probe, rec, pol.breaker.is_slow(elapsed_ms));
             t.map(|t| (cell.key.clone(), t))
         });
-        if pol.policy.throttle.enabled
-            && !matches!(
-                cls.class,
-                Some(ErrorClass::RateLimit | ErrorClass::Overloaded | ErrorClass::Transient)
-            )
-        {
+        if pol.policy.throttle.enabled {
             let key = self.scope(&pol.policy.throttle.scope, &f_up);
             if let Some(cell) = pol.shared.throttles.get(&key) {
-                cell.value.accepted(now_ms);
+                cell.value.settle(now_ms, throttle::verdict(cls.class));
             }
         }
-        let hint = if pol.policy.retry_after.enabled && !outcome.headers.is_empty() {
-            parse_retry_after_with(&outcome.headers, || pol.shared.clock.wall())
+        let hint = if pol.policy.retry_after.enabled && (!outcome.headers.is_empty() || outcome.retry_delay.is_some()) {
+            wait_hint(outcome, || pol.shared.clock.wall())
         } else {
             Default::default()
         };
@@ -3097,7 +3111,11 @@ impl Call {
         // Wait: a valid, capped Retry-After wins over jitter and must fit the deadline.
         let ra = &self.pol().policy.retry_after;
         let (max_ms, on_exceed, ra_jitter) = (ra.max_ms, ra.on_exceed, ra.jitter_ms);
-        let (delay, source) = match hint.wait {
+        // An absurd hint (beyond a year) is a very long wait, not no hint.
+        let wait = hint
+            .wait
+            .or((hint.problem == Some(HintProblem::Absurd)).then_some(ABSURD));
+        let (delay, source) = match wait {
             Some(w) => {
                 let max = Duration::from_millis(max_ms);
                 let mut w = w;

@@ -38,6 +38,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod bodies;
 pub mod breaker;
 pub mod budget;
 pub mod classify;
@@ -65,7 +66,7 @@ mod upstream;
 
 pub use breaker::BreakerState;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use deadline::{AttemptTimeouts, Inbound, InboundError};
+pub use deadline::{AttemptTimeouts, Inbound, InboundError, Timer};
 pub use engine::{Attempt, Call, CallSpec, Decision, Engine, EngineBuilder, HedgePlan, Mode, ReconcileItem, Stopped};
 pub use fallback::Needs;
 pub use id::RequestId;

@@ -244,7 +244,10 @@ pub struct RetryAfter {
     pub max_ms: u64,
     /// Above `max_ms`: `stop` (default) or `cap`.
     pub on_exceed: OnExceed,
-    /// Additive jitter `U(0, jitter_ms)` on hinted waits so clients told the same second spread out. Default 0.
+    /// Additive jitter `U(0, jitter_ms)` on hinted waits: the hint is a
+    /// minimum, and clients told the same second (or `0`, or a past date)
+    /// spread out instead of waking at once. Default 250 (the backoff's base:
+    /// a hint of 0 waits like a first retry without one). 0 = exact hints.
     pub jitter_ms: u64,
 }
 
@@ -254,7 +257,7 @@ impl Default for RetryAfter {
             enabled: true,
             max_ms: 60_000,
             on_exceed: OnExceed::Stop,
-            jitter_ms: 0,
+            jitter_ms: 250,
         }
     }
 }
@@ -527,6 +530,9 @@ pub struct Throttle {
     pub buckets: u32,
     /// Scope. Default `[upstream]`.
     pub scope: ScopeSpec,
+    /// Requests with a known outcome in the window before anything is
+    /// refused: a few failures on a quiet upstream are no evidence. Default 10.
+    pub min_requests: u32,
 }
 
 impl Default for Throttle {
@@ -537,6 +543,7 @@ impl Default for Throttle {
             window_ms: 120_000,
             buckets: 12,
             scope: vec![ScopeDim::Upstream],
+            min_requests: 10,
         }
     }
 }
@@ -943,6 +950,18 @@ impl Policy {
         }
         v.range_u64("breaker.buckets", br.buckets as u64, 1, 3_600);
         v.range_u64("breaker.min_calls", br.min_calls as u64, 1, 10_000_000);
+        // A count window holds at most window_size calls: a larger minimum could never be met.
+        if br.window == WindowKind::Count {
+            v.check(
+                u64::from(br.min_calls) <= br.window_size,
+                "breaker.min_calls",
+                &format!(
+                    "must be at most breaker.window_size ({}): a count window never holds more calls",
+                    br.window_size
+                ),
+                || br.min_calls.to_string(),
+            );
+        }
         if let Some(r) = br.failure_rate {
             v.unit_rate("breaker.failure_rate", r);
         }
@@ -996,6 +1015,7 @@ impl Policy {
         );
         v.range_u64("throttle.window_ms", t.window_ms, 1, 86_400_000);
         v.range_u64("throttle.buckets", t.buckets as u64, 1, 3_600);
+        v.range_u64("throttle.min_requests", u64::from(t.min_requests), 0, 10_000_000);
         v.check(
             !t.scope.is_empty(),
             "throttle.scope",

@@ -10,7 +10,7 @@
 
 use crate::breaker::BreakerCell;
 use crate::budget::BudgetCell;
-use crate::engine::{breaker_override, fnv, scope_key, splitmix, Compiled};
+use crate::engine::{breaker_override, display_key, fnv, scope_key, splitmix, Compiled};
 use crate::policy::{BreakerOverride, ScopeDim};
 use crate::registry::Slot;
 use crate::ring::{pack, plain_names, Packed};
@@ -70,7 +70,8 @@ impl UpstreamState {
             BreakerRef::PerCall
         } else {
             let key = scope_key(&p.breaker.scope, upstream, p, None, None, None);
-            match breaker_override(p, &key, upstream) {
+            // Overrides name the key as users see it (`openai/gpt-4o/us`), without its dimension tag.
+            match breaker_override(p, display_key(&key), upstream) {
                 Some(BreakerOverride::Disabled) => BreakerRef::None,
                 ovr => BreakerRef::Fixed(pol.breaker_cell(&key, now_ms), ovr),
             }
