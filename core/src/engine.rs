@@ -1481,7 +1481,15 @@ impl Engine {
                 priority: priority.as_deref(),
                 task: task.as_deref(),
             };
-            let m = match_route(pol, route, &who, &needs, &[], None, now_ms, None);
+            // A call that may not fall back starts where its route starts,
+            // whatever the breakers say: an open breaker then stops it (with
+            // the route's on_failure) instead of moving it to another upstream.
+            let may_fall_back = route.fallback == FallbackMode::Allowed && owner && sh.mode().fallback;
+            let m = if may_fall_back {
+                match_route(pol, route, &who, &needs, &[], None, now_ms, None)
+            } else {
+                match_candidates(&pol.policy, route, who.task, &needs, &[], &|_| false)
+            };
             let target = m
                 .eligible
                 .first()
@@ -1563,7 +1571,7 @@ impl Engine {
                 seq,
                 tenant,
                 task,
-                idem: idempotency,
+                idem: crate::idempotency::effective(idempotency, key.is_some()),
                 key,
                 deadline_at,
                 owner,
@@ -2916,6 +2924,15 @@ impl Call {
         Ok(held)
     }
 
+    /// The upstream whose budget scopes a retry or hedge of this call draws
+    /// from: the one its first attempt went to, where its request was counted.
+    fn budget_origin(&self) -> SmolStr {
+        self.x
+            .as_ref()
+            .and_then(|e| e.tried.first().cloned())
+            .unwrap_or_else(|| self.tu.up.key.clone())
+    }
+
     /// Gives back the retry `withdraw_budget` granted for `target` (the wait did not fit).
     fn refund_budget(&self, target: &str, held: &BudgetHold, now_ms: u64) {
         self.refund_budget_for(target, held, Some(&self.tu), now_ms)
@@ -2992,11 +3009,13 @@ impl Call {
             return stop(self, Reason::NotOwner, Some(detail));
         }
         if !self.in_flight.is_empty() {
-            // A sibling (hedge) is still running: let it finish rather than add load.
+            // A sibling (hedge) is still running: wait for its outcome rather than add load.
             let mut d = base.clone();
-            d.action = Action::Retry;
+            d.action = Action::Wait;
+            d.reason = Reason::SiblingInFlight;
             d.upstream = Some(self.tu.up.key.clone());
-            d.detail = Some("sibling attempt in flight".into());
+            d.detail = Some(format!("evidence: {}", base.reason));
+            d.on_failure = None;
             self.next = Next::Retry;
             return d;
         }
@@ -3009,7 +3028,21 @@ impl Call {
         }
         let room = remaining.saturating_sub(self.pol().min_attempt).dur();
 
-        // Route: same upstream while it has attempts left and its breaker is not open; otherwise the next eligible candidate.
+        // The server's wait hint, as the rules read it: capped when the
+        // policy caps it; an absurd one (beyond a year) is a very long wait.
+        let ra = &self.pol().policy.retry_after;
+        let (max_ms, on_exceed, ra_jitter) = (ra.max_ms, ra.on_exceed, ra.jitter_ms);
+        let max = Duration::from_millis(max_ms);
+        let hint_wait = hint
+            .wait
+            .or((hint.problem == Some(HintProblem::Absurd)).then_some(ABSURD))
+            .map(|w| if w > max && on_exceed == OnExceed::Cap { max } else { w });
+        // A hint the call cannot honour keeps it off that upstream, not off every upstream.
+        let hint_blocks = hint_wait.is_some_and(|w| w > room || w > max);
+
+        // Route: same upstream while it has attempts left, its breaker is not
+        // open and its hint fits; otherwise the next eligible candidate (when
+        // none is, a blocking hint stops the call below, with its own reason).
         let route = self.route();
         let forbidden = route.fallback == FallbackMode::Forbidden;
         let per_upstream_cap = if forbidden {
@@ -3020,11 +3053,11 @@ impl Call {
         let max_up = route.max_upstreams.unwrap_or(u32::MAX);
         // The call's target, not the reported attempt's upstream: a hedge to another upstream does not move the call.
         // `tu` is the target's state: its breaker is at hand.
-        let same_ok = !force_switch
+        let same_possible = !force_switch
             && self.target_attempts < per_upstream_cap
             && !fixed_open(&self.tu, now_ms).unwrap_or_else(|| self.is_open(&self.tu.up.key, now_ms));
         let mut excluded = Vec::new();
-        let (target, is_fallback) = if same_ok {
+        let (target, is_fallback) = if same_possible && !hint_blocks {
             (self.tu.up.key.clone(), false)
         } else {
             let no_tried = Few::new();
@@ -3034,59 +3067,68 @@ impl Call {
             excluded = m.exclusion_strings();
             let distinct = tried_upstreams.len() as u32;
             let current_open = self.is_open(&self.tu.up.key, now_ms);
-            if forbidden || self.route_key().is_none() {
-                // Only one upstream is allowed; it has attempts left, so it is refused by its breaker or the failure demands another upstream.
-                let reason = if force_switch {
-                    base.reason
-                } else if current_open {
-                    Reason::BreakerOpen
-                } else {
-                    Reason::FallbackForbidden
-                };
-                let mut d = base.clone();
-                d.action = Action::Stop;
-                d.reason = reason;
-                d.excluded = excluded;
-                return self.finish(d, now);
-            }
-            if !self.sh().mode().fallback {
-                let mut d = base.clone();
-                d.action = Action::Stop;
-                d.reason = if force_switch {
-                    base.reason
-                } else if current_open {
-                    Reason::BreakerOpen
-                } else {
-                    Reason::FallbackForbidden
-                };
-                d.detail = Some("fallback switched off (kill switch)".into());
-                return self.finish(d, now);
-            }
-            if distinct >= max_up {
-                let mut d = base.clone();
-                d.action = Action::Stop;
-                d.reason = Reason::MaxUpstreams;
-                d.excluded = excluded;
-                return self.finish(d, now);
-            }
-            match m.eligible.first() {
-                Some(u) => (SmolStr::from(u.as_str()), true),
-                None => {
+            let alternative = if forbidden || self.route_key().is_none() {
+                Err((
+                    if force_switch {
+                        base.reason
+                    } else if current_open {
+                        Reason::BreakerOpen
+                    } else {
+                        Reason::FallbackForbidden
+                    },
+                    None,
+                ))
+            } else if !self.sh().mode().fallback {
+                Err((
+                    if force_switch {
+                        base.reason
+                    } else if current_open {
+                        Reason::BreakerOpen
+                    } else {
+                        Reason::FallbackForbidden
+                    },
+                    Some("fallback switched off (kill switch)".to_string()),
+                ))
+            } else if distinct >= max_up {
+                Err((Reason::MaxUpstreams, None))
+            } else {
+                match m.eligible.first() {
+                    Some(u) => Ok(SmolStr::from(u.as_str())),
+                    None => Err((
+                        if force_switch {
+                            base.reason
+                        } else {
+                            Reason::NoEligibleUpstream
+                        },
+                        None,
+                    )),
+                }
+            };
+            match alternative {
+                Ok(u) => (u, true),
+                // Nowhere else to go: the same upstream, whose hint then decides.
+                Err(_) if same_possible => {
+                    excluded.clear();
+                    (self.tu.up.key.clone(), false)
+                }
+                Err((reason, detail)) => {
                     let mut d = base.clone();
                     d.action = Action::Stop;
-                    d.reason = if force_switch {
-                        base.reason
+                    d.reason = reason;
+                    if detail.is_some() {
+                        d.detail = detail;
                     } else {
-                        Reason::NoEligibleUpstream
-                    };
-                    d.excluded = excluded;
+                        d.excluded = excluded;
+                    }
                     return self.finish(d, now);
                 }
             }
         };
 
-        // Budget: every scope of the target must grant.
-        let held = match self.withdraw_budget(&target, Some(&self.tu), now_ms) {
+        // Budget: every scope of the upstream the request started on must
+        // grant (its requests were counted there, whoever serves the retry).
+        let origin = self.budget_origin();
+        let held = match self.withdraw_budget(&origin, Some(&self.tu), now_ms) {
             Ok(held) => held,
             Err((r, key)) => {
                 let reason = match r {
@@ -3106,22 +3148,14 @@ impl Call {
                 return stop(self, reason, Some(detail));
             }
         };
-        let refund = |s: &Self, held: &BudgetHold| s.refund_budget(&target, held, now_ms);
+        let refund = |s: &Self, held: &BudgetHold| s.refund_budget(&origin, held, now_ms);
 
-        // Wait: a valid, capped Retry-After wins over jitter and must fit the deadline.
-        let ra = &self.pol().policy.retry_after;
-        let (max_ms, on_exceed, ra_jitter) = (ra.max_ms, ra.on_exceed, ra.jitter_ms);
-        // An absurd hint (beyond a year) is a very long wait, not no hint.
-        let wait = hint
-            .wait
-            .or((hint.problem == Some(HintProblem::Absurd)).then_some(ABSURD));
-        let (delay, source) = match wait {
+        // Wait: a retry waits for the upstream that failed (a valid, capped
+        // Retry-After wins over jitter and must fit the deadline); a fallback
+        // goes to another upstream now, whatever the first one asked for.
+        let (delay, source) = match hint_wait {
+            _ if is_fallback => (Duration::ZERO, WaitSource::None),
             Some(w) => {
-                let max = Duration::from_millis(max_ms);
-                let mut w = w;
-                if w > max && on_exceed == OnExceed::Cap {
-                    w = max;
-                }
                 // The user's deadline comes first: a hint that cannot fit stops at once.
                 if w > room {
                     refund(self, &held);
@@ -3133,6 +3167,7 @@ impl Call {
                     let detail = format!("retry-after {} ms > max {} ms", ms(w), max_ms);
                     return stop(self, Reason::RetryAfterTooLarge, Some(detail));
                 }
+                let mut w = w;
                 if ra_jitter > 0 {
                     let extra = Duration::from_millis(self.rng().gen_range(0..=ra_jitter));
                     w = (w + extra).min(room);
@@ -3251,7 +3286,8 @@ impl Call {
             primary.clone()
         };
         let target_up = self.thread_up(&target, now_ms);
-        let Ok(held) = self.withdraw_budget(&target, Some(&target_up), now_ms) else {
+        let origin = self.budget_origin();
+        let Ok(held) = self.withdraw_budget(&origin, Some(&self.tu), now_ms) else {
             return HedgePlan::No(Reason::BudgetExhausted);
         };
         let saved_target_attempts = self.target_attempts;
@@ -3273,7 +3309,7 @@ impl Call {
                 HedgePlan::Start(a)
             }
             Err(s) => {
-                self.refund_budget_for(&target, &held, Some(&target_up), now_ms);
+                self.refund_budget(&origin, &held, now_ms);
                 HedgePlan::No(s.reason)
             }
         }

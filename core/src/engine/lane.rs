@@ -47,7 +47,7 @@ impl Engine {
             id_text: std::cell::OnceCell::new(),
             tenant,
             task,
-            idem: idempotency,
+            idem: crate::idempotency::effective(idempotency, idempotency_key.is_some()),
             key: idempotency_key.map(SmolStr::from),
             deadline_at: now.saturating_add(deadline.map_or(pol.deadline, Nanos::of)),
             owner: true,
