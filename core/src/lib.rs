@@ -36,6 +36,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bodies;
 mod call;
 pub mod clock;
 pub mod engine;
@@ -73,7 +74,7 @@ pub use id::RequestId;
 pub use name::IntoName;
 pub use outcome::{json_media_type, vendor_code_from_body, Headers, Outcome};
 pub use policy::{Format, Mode, OnFailure, Policy, PolicyError, PolicyErrors};
-pub use rules::deadline::{AttemptTimeouts, Inbound, InboundError};
+pub use rules::deadline::{AttemptTimeouts, Inbound, InboundError, Timer};
 pub use rules::route::Needs;
 /// Inline small strings, used for upstream names, tenants, tasks and ids (re-exported for bindings).
 pub use smol_str::SmolStr;

@@ -155,7 +155,7 @@ fn stops_at_once_on_auth_invalid_quota() {
 
 #[test]
 fn retry_after_wins_over_jitter_and_is_exact() {
-    let (e, _) = engine("");
+    let (e, _) = engine("retry_after: {jitter_ms: 0}");
     let mut c = e.begin(CallSpec::new("up").deadline_ms(30_000));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::status(429).header("Retry-After", "2"));
@@ -201,7 +201,7 @@ fn retry_after_above_max_follows_on_exceed() {
         c.report(&Outcome::status(429).header("retry-after", "5")).reason,
         Reason::RetryAfterTooLarge
     );
-    let (e, _) = engine("retry_after: {max_ms: 1000, on_exceed: cap}\ndeadline_ms: 120000");
+    let (e, _) = engine("retry_after: {max_ms: 1000, on_exceed: cap, jitter_ms: 0}\ndeadline_ms: 120000");
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::status(429).header("retry-after", "5"));
@@ -337,7 +337,7 @@ fn should_retry_header_cannot_override_auth_or_budget() {
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
     assert_eq!(
-        c.report(&Outcome::status(409).header("x-should-retry", "true")).reason,
+        c.report(&Outcome::status(501).header("x-should-retry", "true")).reason,
         Reason::BudgetExhausted
     );
     let mut c = e.begin(CallSpec::new("up"));
@@ -513,8 +513,9 @@ fn budget_refuses_and_names_the_scope() {
     assert_eq!((d.action, d.reason), (Action::Stop, Reason::BudgetExhausted));
     assert_eq!(d.detail.as_deref(), Some("scope up"));
     assert!(e.stats().overall.budget_refusals >= 1);
-    // Refill: the window slides past the old requests and retries.
-    clock.advance_ms(10_000);
+    // Refill: the window slides past the old requests and retries (retries
+    // are judged over the buckets that overlap the window: one bucket more).
+    clock.advance_ms(11_000);
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
     assert_eq!(c.report(&Outcome::status(503)).reason, Reason::BudgetExhausted);
@@ -833,7 +834,7 @@ fn reload_is_atomic_in_flight_calls_keep_their_version() {
 
 #[test]
 fn events_have_exact_fields_and_never_carry_credentials() {
-    let (e, clock) = engine("version: pv9\ntelemetry: {ring_size: 64, header_allowlist: [retry-after, authorization, x-api-key, cookie, api-key]}");
+    let (e, clock) = engine("version: pv9\nretry_after: {jitter_ms: 0}\ntelemetry: {ring_size: 64, header_allowlist: [retry-after, authorization, x-api-key, cookie, api-key]}");
     let mut c = e.begin(CallSpec::new("up").tenant("acme").deadline_ms(10_000));
     c.next_attempt().unwrap();
     clock.advance_ms(100);

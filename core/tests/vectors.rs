@@ -264,6 +264,7 @@ fn outcome_of(v: &Value) -> Result<Outcome, String> {
             .map_err(|e| e.to_string())?,
         input_tokens: u(v, "input_tokens"),
         ok: v.get("ok").and_then(Value::as_bool).unwrap_or(false),
+        retry_delay: None,
     })
     .map(|o| match s(v, "body") {
         // After the headers: a 2xx body is judged by its content-type.

@@ -5,9 +5,9 @@ use crate::clock::Nanos;
 use crate::id::RequestId;
 use crate::policy::OnFailure;
 use crate::rules::deadline::{
-    AttemptTimeouts, Inbound, TimeoutsMs, H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY, H_REQUEST_ID,
+    AttemptTimeouts, Inbound, TimeoutsMs, Timer, H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY, H_REQUEST_ID,
 };
-use crate::types::{ErrorClass, Reason};
+use crate::types::{ErrorClass, ErrorKind, Reason};
 use smol_str::SmolStr;
 use std::time::Duration;
 
@@ -123,6 +123,23 @@ impl Attempt {
         if let Some(k) = &self.idempotency_key {
             f(H_IDEMPOTENCY_KEY, k);
         }
+    }
+
+    /// The error to report when one of this attempt's timers expired (see
+    /// [`crate::rules::deadline::timer_error`]); `body_started`: the
+    /// response's headers had arrived.
+    ///
+    /// ```
+    /// use retrywise::{CallSpec, Engine, ErrorKind, Policy, Timer};
+    /// let engine = Engine::new(Policy::default()).unwrap();
+    /// let mut call = engine.begin(CallSpec::new("openai/gpt-4o").deadline_ms(2_000));
+    /// let attempt = call.next_attempt().unwrap();
+    /// // Given all the time left, the attempt's own timer is the deadline's.
+    /// assert_eq!(attempt.timer_error(Timer::Total, false), ErrorKind::DeadlineExceeded);
+    /// assert_eq!(attempt.timer_error(Timer::FirstByte, false), ErrorKind::FirstByteTimeout);
+    /// ```
+    pub fn timer_error(&self, timer: Timer, body_started: bool) -> ErrorKind {
+        crate::rules::deadline::timer_error(timer, self.timeouts.total_ms(), self.remaining.ms(), body_started)
     }
 
     /// What a call started inside this attempt (same process) inherits: the

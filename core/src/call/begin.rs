@@ -7,6 +7,8 @@ use crate::clock::Nanos;
 use crate::few::Few;
 use crate::hot::{thread_up, Begin, Start};
 use crate::id::RequestId;
+use crate::policy::FallbackMode;
+use crate::rules::route::match_candidates;
 use crate::telemetry::EventKind;
 use smol_str::SmolStr;
 use std::time::Duration;
@@ -85,7 +87,15 @@ impl Call {
                 priority: priority.as_deref(),
                 task: task.as_deref(),
             };
-            let m = match_route(pol, route, &who, &needs, &[], None, now_ms, None);
+            // A call that may not fall back starts where its route starts,
+            // whatever the breakers say: an open breaker then stops it (with
+            // the route's on_failure) instead of moving it to another upstream.
+            let may_fall_back = route.fallback == FallbackMode::Allowed && owner && sh.mode().fallback;
+            let m = if may_fall_back {
+                match_route(pol, route, &who, &needs, &[], None, now_ms, None)
+            } else {
+                match_candidates(&pol.policy, route, who.task, &needs, &[], &|_| false)
+            };
             let target = m
                 .eligible
                 .first()

@@ -84,7 +84,7 @@ impl Call {
             id_text: std::cell::OnceCell::new(),
             tenant,
             task,
-            idem,
+            idem: crate::idempotency::effective(idem, key.is_some()),
             key,
             deadline_at,
             owner,

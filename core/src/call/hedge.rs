@@ -62,7 +62,8 @@ impl Call {
             primary.clone()
         };
         let target_up = self.thread_up(&target, now_ms);
-        let Ok(held) = self.withdraw_budget(&target, Some(&target_up), now_ms) else {
+        let origin = self.budget_origin();
+        let Ok(held) = self.withdraw_budget(&origin, Some(&self.tu), now_ms) else {
             return HedgePlan::No(Reason::BudgetExhausted);
         };
         let saved_target_attempts = self.target_attempts;
@@ -84,7 +85,7 @@ impl Call {
                 HedgePlan::Start(a)
             }
             Err(s) => {
-                self.refund_budget_for(&target, &held, Some(&target_up), now_ms);
+                self.refund_budget(&origin, &held, now_ms);
                 HedgePlan::No(s.reason)
             }
         }

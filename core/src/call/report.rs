@@ -4,9 +4,10 @@
 
 use super::{Call, Decision, InFlight};
 use crate::guards::breaker::Record;
+use crate::guards::throttle;
 use crate::outcome::Outcome;
 use crate::rules::classify::Disposition;
-use crate::rules::wait::parse_retry_after_with;
+use crate::rules::wait::wait_hint;
 use crate::state::shared::ReconcileItem;
 use crate::telemetry::ring::End;
 use crate::telemetry::{header_allowed, Then};
@@ -69,26 +70,22 @@ impl Call {
         let f_up = self.tu_of(&f).up.key.clone();
         let cls = pol.classifier.classify(outcome, self.idem);
         // Breaker, throttle and per-upstream counters see every attempt.
-        let record = match (cls.disposition, cls.class) {
+        // Upstream health, not the caller's idempotency or what its consumer saw.
+        let record = match (cls.disposition, cls.evidence) {
             (Disposition::Succeeded, _) => Record::Success,
             (_, Some(c)) if pol.breaker.counts(c) => Record::Failure,
             _ => Record::Ignored,
         };
         let held = Self::held_cell(&f.breaker, self.tu_of(&f));
         let transition = self.record_breaker(held, &f, record, now_ms, elapsed_ms);
-        if pol.policy.throttle.enabled
-            && !matches!(
-                cls.class,
-                Some(ErrorClass::RateLimit | ErrorClass::Overloaded | ErrorClass::Transient)
-            )
-        {
+        if pol.policy.throttle.enabled {
             let key = self.scope(&pol.policy.throttle.scope, &f_up);
             if let Some(cell) = pol.shared.throttles.get(&key) {
-                cell.value.accepted(now_ms);
+                cell.value.settle(now_ms, throttle::verdict(cls.class));
             }
         }
-        let hint = if pol.policy.retry_after.enabled && !outcome.headers.is_empty() {
-            parse_retry_after_with(&outcome.headers, || pol.shared.clock.wall())
+        let hint = if pol.policy.retry_after.enabled && (!outcome.headers.is_empty() || outcome.retry_delay.is_some()) {
+            wait_hint(outcome, || pol.shared.clock.wall())
         } else {
             Default::default()
         };

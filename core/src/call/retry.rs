@@ -104,6 +104,15 @@ impl Call {
         Ok(held)
     }
 
+    /// The upstream whose budget scopes a retry or hedge of this call draws
+    /// from: the one its first attempt went to, where its request was counted.
+    pub(super) fn budget_origin(&self) -> SmolStr {
+        self.x
+            .as_ref()
+            .and_then(|e| e.tried.first().cloned())
+            .unwrap_or_else(|| self.tu.up.key.clone())
+    }
+
     /// Gives back the retry `withdraw_budget` granted for `target` (the wait did not fit).
     pub(super) fn refund_budget(&self, target: &str, held: &BudgetHold, now_ms: u64) {
         self.refund_budget_for(target, held, Some(&self.tu), now_ms)
@@ -165,9 +174,11 @@ impl Call {
             Err(Halt::Sibling) => {
                 // Not final: the sibling's report decides.
                 let mut d = base;
-                d.action = Action::Retry;
+                d.action = Action::Wait;
+                d.detail = Some(format!("evidence: {}", d.reason));
+                d.reason = Reason::SiblingInFlight;
                 d.upstream = Some(self.tu.up.key.clone());
-                d.detail = Some("sibling attempt in flight".into());
+                d.on_failure = None;
                 self.next = Next::Retry;
                 d
             }
@@ -330,6 +341,10 @@ impl Failed for Failing<'_> {
     fn tried(&self) -> Vec<&str> {
         let tried = self.call.x.as_ref().map(|e| &e.tried);
         tried.iter().flat_map(|t| t.iter()).map(|s| s.as_str()).collect()
+    }
+
+    fn origin(&self) -> SmolStr {
+        self.call.budget_origin()
     }
 
     fn candidates(&self, tried: &[&str], larger_than: Option<u64>) -> MatchResult {

@@ -183,8 +183,12 @@ impl DepositShard {
 /// One scope's budget: per-bucket request and retry counts plus retries in flight.
 #[derive(Debug)]
 pub struct BudgetCell {
-    /// `buckets` request words, then `buckets` retry words; each `epoch << 24 | count`.
-    slots: SmallVec<[AtomicU64; 20]>,
+    /// `buckets` request words, then `buckets + 1` retry words; each `epoch << 24 | count`.
+    /// Retries are summed over one bucket more than requests: the buckets
+    /// that overlap the window ending now, however far into its bucket now
+    /// is, so no window of the configured length ever holds more grants than
+    /// the promise allows (requests are summed only over buckets inside it).
+    slots: SmallVec<[AtomicU64; 21]>,
     /// Fingerprint of the parameters the counts were made under.
     params_id: AtomicU64,
     in_flight: AtomicU32,
@@ -202,7 +206,9 @@ impl BudgetCell {
     /// An empty budget.
     pub fn new(params: BudgetParams) -> Self {
         BudgetCell {
-            slots: (0..2 * params.buckets as usize).map(|_| AtomicU64::new(0)).collect(),
+            slots: (0..2 * params.buckets as usize + 1)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             params_id: AtomicU64::new(params.id()),
             in_flight: AtomicU32::new(0),
             shards: ArcSwapOption::empty(),
@@ -213,11 +219,16 @@ impl BudgetCell {
     /// Whether this cell has room for `params`' buckets (a reload that changes
     /// the bucket count needs a new cell).
     pub fn fits(&self, params: &BudgetParams) -> bool {
-        self.slots.len() == 2 * params.buckets as usize
+        self.slots.len() == 2 * params.buckets as usize + 1
     }
 
     fn n(&self) -> usize {
         self.slots.len() / 2
+    }
+
+    /// The retry words (`n + 1`, see `slots`).
+    fn retry_words(&self) -> &[AtomicU64] {
+        &self.slots[self.n()..]
     }
 
     #[cold]
@@ -397,8 +408,8 @@ impl BudgetCell {
             return false;
         }
         let epoch = params.epoch(now_ms);
-        let retries = &self.slots[n..];
-        let slot = &retries[(epoch % n as u64) as usize];
+        let retries = self.retry_words();
+        let slot = &retries[(epoch % retries.len() as u64) as usize];
         loop {
             let cur = slot.load(Ordering::Acquire);
             let allowed = params
@@ -427,7 +438,8 @@ impl BudgetCell {
         let n = self.n();
         if n > 0 && self.params_id.load(Ordering::Acquire) == params.id() {
             let epoch = params.epoch(now_ms);
-            let slot = &self.slots[n + (epoch % n as u64) as usize];
+            let retries = self.retry_words();
+            let slot = &retries[(epoch % retries.len() as u64) as usize];
             let mut cur = slot.load(Ordering::Relaxed);
             loop {
                 let (e, c) = unpack(cur);
@@ -452,13 +464,12 @@ impl BudgetCell {
         }
     }
 
-    /// `(requests, retries)` in the window at `now_ms`.
+    /// `(requests, retries)` the allowance is judged on at `now_ms` (see `slots`).
     pub fn counts(&self, params: &BudgetParams, now_ms: u64) -> (u64, u64) {
         let _g = self.lock.lock();
         self.sync_params(params);
-        let n = self.n();
         let epoch = params.epoch(now_ms);
-        (self.requests_locked(epoch), Self::window_sum(&self.slots[n..], epoch))
+        (self.requests_locked(epoch), Self::window_sum(self.retry_words(), epoch))
     }
 
     /// Retries in flight now.
@@ -516,9 +527,12 @@ mod tests {
         }
         assert_eq!(n, 10);
         assert_eq!(b.try_withdraw(&p, 9_999), Err(Refusal::Exhausted));
-        // Once the bucket at t=0 leaves the window, the floor refills.
-        assert!(b.try_withdraw(&p, 10_000).is_ok());
-        assert_eq!(b.counts(&p, 10_000), (0, 1));
+        // Retries are judged over the buckets that overlap the window: the
+        // bucket [0, 1 s) still does at 10.5 s (grants at 0.9 s would be
+        // inside the 10 s before it); once it no longer can, the floor refills.
+        assert_eq!(b.try_withdraw(&p, 10_500), Err(Refusal::Exhausted));
+        assert!(b.try_withdraw(&p, 11_000).is_ok());
+        assert_eq!(b.counts(&p, 11_000), (0, 1));
     }
 
     #[test]

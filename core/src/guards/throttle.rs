@@ -2,9 +2,17 @@
 //! new attempt locally with probability `max(0, (requests − K·accepts) / (requests + 1))`
 //! over a sliding window, so a struggling upstream sees less traffic before it
 //! has to refuse it.
+//!
+//! `requests` are attempts whose outcome is known (plus the ones refused
+//! here): an attempt still in flight is neither a request nor an accept yet,
+//! so a burst of concurrent calls to a fresh upstream is not throttled for
+//! having no answers so far. Below `min_requests` in the window nothing is
+//! refused: a handful of outcomes is no evidence. [`verdict`] says which
+//! outcomes are accepts.
 
 use crate::policy::Throttle as ThrottlePolicy;
 use crate::sync::Mutex;
+use crate::types::ErrorClass;
 
 /// Throttle parameters compiled from the policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -15,6 +23,8 @@ pub struct ThrottleParams {
     pub bucket_ms: u64,
     /// Buckets in the window.
     pub buckets: u32,
+    /// Requests in the window before anything is refused.
+    pub min_requests: u64,
 }
 
 impl ThrottleParams {
@@ -25,7 +35,29 @@ impl ThrottleParams {
             k: p.k,
             bucket_ms: (p.window_ms / buckets as u64).max(1),
             buckets,
+            min_requests: u64::from(p.min_requests),
         }
+    }
+}
+
+/// What an attempt's outcome counts as: `Some(true)` an accept (the upstream
+/// answered: a success, or a refusal of the request itself), `Some(false)` a
+/// request it did not accept (overload, rate limit, transient failures, and
+/// attempts that never finished: out of time, effect unknown, a broken
+/// stream), `None` nothing (the caller cancelled: no evidence either way).
+pub fn verdict(class: Option<ErrorClass>) -> Option<bool> {
+    match class {
+        None => Some(true),
+        Some(ErrorClass::Cancelled) => None,
+        Some(ErrorClass::InvalidRequest | ErrorClass::AuthOrPolicy) => Some(true),
+        Some(
+            ErrorClass::RateLimit
+            | ErrorClass::Overloaded
+            | ErrorClass::Transient
+            | ErrorClass::DeadlineExceeded
+            | ErrorClass::ResultUnknown
+            | ErrorClass::PartialStream,
+        ) => Some(false),
     }
 }
 
@@ -83,8 +115,10 @@ impl ThrottleCell {
         }
     }
 
-    /// Counts a request and decides whether to reject it; `draw` is a uniform value in [0, 1).
-    /// Returns the rejection probability when rejected.
+    /// Decides whether to refuse an attempt now; `draw` is a uniform value in
+    /// [0, 1). A refusal counts as a request; an admitted attempt counts when
+    /// it is settled ([`ThrottleCell::settle`]). Returns the rejection
+    /// probability when refused.
     pub fn admit(&self, params: &ThrottleParams, now_ms: u64, draw: f64) -> Result<(), f64> {
         let mut g = self.inner.lock();
         if g.params != *params {
@@ -94,20 +128,26 @@ impl ThrottleCell {
             };
         }
         let (r, a, idx) = g.totals(now_ms);
+        if r < params.min_requests {
+            return Ok(());
+        }
         let p = reject_probability(r, a, params.k);
-        g.buckets[idx].requests += 1;
         if draw < p {
+            g.buckets[idx].requests += 1;
             Err(p)
         } else {
             Ok(())
         }
     }
 
-    /// Counts an attempt the upstream accepted (anything but overload, rate limiting or transient failure).
-    pub fn accepted(&self, now_ms: u64) {
+    /// Counts an admitted attempt's outcome (see [`verdict`]).
+    pub fn settle(&self, now_ms: u64, accepted: Option<bool>) {
+        let Some(accepted) = accepted else { return };
         let mut g = self.inner.lock();
         let (_, _, idx) = g.totals(now_ms);
-        g.buckets[idx].accepts += 1;
+        let b = &mut g.buckets[idx];
+        b.requests += 1;
+        b.accepts += u64::from(accepted);
     }
 
     /// `(requests, accepts)` in the window.
@@ -141,21 +181,67 @@ mod tests {
     fn rejects_when_upstream_stops_accepting_and_recovers() {
         let p = ThrottleParams::new(&ThrottlePolicy {
             enabled: true,
+            min_requests: 0,
             ..ThrottlePolicy::default()
         });
         let t = ThrottleCell::new(p);
         for _ in 0..100 {
-            let _ = t.admit(&p, 0, 0.5);
+            assert!(t.admit(&p, 0, 0.999).is_ok());
+            t.settle(0, Some(false));
         }
-        // No accepts at all: probability approaches 1.
-        assert!(t.admit(&p, 0, 0.9).is_err());
+        // No accepts at all: probability approaches 1, and a refusal counts as a request.
+        assert_eq!(t.admit(&p, 0, 0.9), Err(100.0 / 101.0));
+        assert_eq!(t.counts(0), (101, 0));
         // After the window passes, the history is gone.
         assert!(t.admit(&p, 200_000, 0.0).is_ok());
         for _ in 0..10 {
             t.admit(&p, 200_000, 0.99).ok();
-            t.accepted(200_000);
+            t.settle(200_000, Some(true));
         }
         assert!(t.admit(&p, 200_000, 0.0).is_ok());
-        assert_eq!(t.counts(200_000), (12, 10));
+        assert_eq!(t.counts(200_000), (10, 10));
+    }
+
+    #[test]
+    fn attempts_in_flight_and_few_requests_are_never_refused() {
+        let p = ThrottleParams::new(&ThrottlePolicy {
+            enabled: true,
+            min_requests: 5,
+            ..ThrottlePolicy::default()
+        });
+        let t = ThrottleCell::new(p);
+        // Twenty admitted, none answered yet: nothing is known, nothing refused.
+        for _ in 0..20 {
+            assert!(t.admit(&p, 0, 0.0).is_ok());
+        }
+        assert_eq!(t.counts(0), (0, 0));
+        // Four failures: below min_requests, still nothing refused.
+        for _ in 0..4 {
+            t.settle(0, Some(false));
+        }
+        assert!(t.admit(&p, 0, 0.0).is_ok());
+        t.settle(0, Some(false));
+        assert_eq!(t.admit(&p, 0, 0.0), Err(5.0 / 6.0));
+        // A cancellation counts for nothing.
+        t.settle(0, None);
+        assert_eq!(t.counts(0), (6, 0));
+    }
+
+    #[test]
+    fn what_counts_as_an_accept() {
+        assert_eq!(verdict(None), Some(true));
+        assert_eq!(verdict(Some(ErrorClass::InvalidRequest)), Some(true));
+        assert_eq!(verdict(Some(ErrorClass::AuthOrPolicy)), Some(true));
+        for c in [
+            ErrorClass::RateLimit,
+            ErrorClass::Overloaded,
+            ErrorClass::Transient,
+            ErrorClass::DeadlineExceeded,
+            ErrorClass::ResultUnknown,
+            ErrorClass::PartialStream,
+        ] {
+            assert_eq!(verdict(Some(c)), Some(false), "{c}");
+        }
+        assert_eq!(verdict(Some(ErrorClass::Cancelled)), None);
     }
 }

@@ -255,7 +255,10 @@ pub struct RetryAfter {
     pub max_ms: u64,
     /// Above `max_ms`: `stop` (default) or `cap`.
     pub on_exceed: OnExceed,
-    /// Additive jitter `U(0, jitter_ms)` on hinted waits so clients told the same second spread out. Default 0.
+    /// Additive jitter `U(0, jitter_ms)` on hinted waits: the hint is a
+    /// minimum, and clients told the same second (or `0`, or a past date)
+    /// spread out instead of waking at once. Default 250 (the backoff's base:
+    /// a hint of 0 waits like a first retry without one). 0 = exact hints.
     pub jitter_ms: u64,
 }
 
@@ -265,7 +268,7 @@ impl Default for RetryAfter {
             enabled: true,
             max_ms: 60_000,
             on_exceed: OnExceed::Stop,
-            jitter_ms: 0,
+            jitter_ms: 250,
         }
     }
 }
@@ -538,6 +541,9 @@ pub struct Throttle {
     pub buckets: u32,
     /// Scope. Default `[upstream]`.
     pub scope: ScopeSpec,
+    /// Requests with a known outcome in the window before anything is
+    /// refused: a few failures on a quiet upstream are no evidence. Default 10.
+    pub min_requests: u32,
 }
 
 impl Default for Throttle {
@@ -548,6 +554,7 @@ impl Default for Throttle {
             window_ms: 120_000,
             buckets: 12,
             scope: vec![ScopeDim::Upstream],
+            min_requests: 10,
         }
     }
 }

@@ -112,6 +112,18 @@ impl Policy {
         }
         v.range_u64("breaker.buckets", br.buckets as u64, 1, 3_600);
         v.range_u64("breaker.min_calls", br.min_calls as u64, 1, 10_000_000);
+        // A count window holds at most window_size calls: a larger minimum could never be met.
+        if br.window == WindowKind::Count {
+            v.check(
+                u64::from(br.min_calls) <= br.window_size,
+                "breaker.min_calls",
+                &format!(
+                    "must be at most breaker.window_size ({}): a count window never holds more calls",
+                    br.window_size
+                ),
+                || br.min_calls.to_string(),
+            );
+        }
         if let Some(r) = br.failure_rate {
             v.unit_rate("breaker.failure_rate", r);
         }
@@ -165,6 +177,7 @@ impl Policy {
         );
         v.range_u64("throttle.window_ms", t.window_ms, 1, 86_400_000);
         v.range_u64("throttle.buckets", t.buckets as u64, 1, 3_600);
+        v.range_u64("throttle.min_requests", u64::from(t.min_requests), 0, 10_000_000);
         v.check(
             !t.scope.is_empty(),
             "throttle.scope",

@@ -33,6 +33,13 @@ pub struct Classification {
     pub larger_context: bool,
     /// The phase used for the decision.
     pub phase: Phase,
+    /// What the outcome says about the upstream's health, whoever called it:
+    /// the class a breaker judges. It never depends on the call's idempotency,
+    /// its effect state or what its consumer already saw (an unsafe call's
+    /// timeout is as much a sign of trouble as a safe call's); `None` for a
+    /// success and for failures on the caller's side (cancelled, out of time
+    /// before sending).
+    pub evidence: Option<ErrorClass>,
 }
 
 /// Classification tables compiled from the policy: O(1) status lookups.
@@ -131,17 +138,21 @@ impl Classifier {
                 reason: Reason::Success,
                 larger_context: false,
                 phase: o.effective_phase(),
+                evidence: None,
             };
         }
         let phase = o.effective_phase();
+        let code = o.vendor_code.as_deref();
+        let skind = o.status.map(|s| self.status_kind(s));
+        let evidence = self.evidence(o, skind, phase);
         let mk = |class, disposition, reason| Classification {
             class: Some(class),
             disposition,
             reason,
             larger_context: false,
             phase,
+            evidence,
         };
-        let code = o.vendor_code.as_deref();
         // Cancellation and the deadline end the call; but an unsafe request
         // that was already sent may have executed, so it is reconciled
         // (unless the caller knows nothing happened).
@@ -168,7 +179,6 @@ impl Classifier {
             }
             _ => {}
         }
-        let skind = o.status.map(|s| self.status_kind(s));
         if skind == Some(StatusKind::Auth) {
             return mk(ErrorClass::AuthOrPolicy, Disposition::Stop, Reason::AuthError);
         }
@@ -288,8 +298,21 @@ impl Classifier {
         }
 
         if self.honor_should_retry && reason != Reason::QuotaExhausted {
-            match o.headers.get("x-should-retry").map(str::trim) {
-                Some(v) if v.eq_ignore_ascii_case("true") && disposition == Disposition::Stop => {
+            // gRPC's pushback: negative or unreadable means "do not retry" (A6).
+            let pushback = o.headers.get("grpc-retry-pushback-ms").map(str::trim);
+            let no_retry = pushback.is_some_and(|v| v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()));
+            let should_retry = if no_retry {
+                Some("false")
+            } else {
+                o.headers.get("x-should-retry").map(str::trim)
+            };
+            match should_retry {
+                // The server may ask again for what the operator allows, never for more.
+                Some(v)
+                    if v.eq_ignore_ascii_case("true")
+                        && disposition == Disposition::Stop
+                        && self.class_retryable(class) =>
+                {
                     disposition = Disposition::Retryable;
                     reason = Reason::ServerSaysRetry;
                 }
@@ -301,6 +324,21 @@ impl Classifier {
             }
         }
         mk(class, disposition, reason)
+    }
+
+    /// See [`Classification::evidence`]: the class the outcome would have
+    /// for a safe call that showed nothing, except that running out of time
+    /// after sending is a timeout like any other.
+    fn evidence(&self, o: &Outcome, skind: Option<StatusKind>, phase: Phase) -> Option<ErrorClass> {
+        match (o.error, skind) {
+            (Some(ErrorKind::Cancelled), _) => None,
+            (Some(ErrorKind::DeadlineExceeded), _) => (phase != Phase::BeforeSend).then_some(ErrorClass::Transient),
+            (Some(_), _) => Some(ErrorClass::Transient),
+            (None, Some(StatusKind::Auth)) => Some(ErrorClass::AuthOrPolicy),
+            (None, Some(StatusKind::Invalid)) => Some(ErrorClass::InvalidRequest),
+            (None, Some(StatusKind::Unlisted)) if o.status.is_some_and(|s| s < 500) => Some(ErrorClass::InvalidRequest),
+            (None, _) => Some(self.failure_class(o, skind, Phase::Headers)),
+        }
     }
 
     fn failure_class(&self, o: &Outcome, skind: Option<StatusKind>, phase: Phase) -> ErrorClass {
@@ -535,11 +573,11 @@ mod tests {
 
     #[test]
     fn should_retry_header_overrides_status_but_not_auth_or_effects() {
+        // The server may widen what is retried only within the operator's whitelist.
+        let o = Outcome::status(501).header("x-should-retry", "true");
+        assert_eq!(safe(o), (Some(C::Transient), D::Retryable, Reason::ServerSaysRetry));
         let o = Outcome::status(409).header("x-should-retry", "true");
-        assert_eq!(
-            safe(o),
-            (Some(C::InvalidRequest), D::Retryable, Reason::ServerSaysRetry)
-        );
+        assert_eq!(safe(o), (Some(C::InvalidRequest), D::Stop, Reason::NotRetryable));
         let o = Outcome::status(503).header("X-Should-Retry", "false");
         assert_eq!(safe(o), (Some(C::Transient), D::Stop, Reason::ServerSaysNoRetry));
         let o = Outcome::status(401).header("x-should-retry", "true");

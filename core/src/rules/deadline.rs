@@ -7,7 +7,7 @@ use super::Halt;
 use crate::clock::Nanos;
 use crate::outcome::Headers;
 use crate::policy::Timeouts as TimeoutPolicy;
-use crate::types::Reason;
+use crate::types::{ErrorKind, Reason};
 use std::time::Duration;
 
 /// Header carrying the remaining deadline in ms (relative, minus the safety margin).
@@ -81,6 +81,12 @@ impl TimeoutsMs {
         }
     }
 
+    /// The total, ms.
+    #[inline]
+    pub(crate) fn total_ms(&self) -> u64 {
+        u64::from(self.total)
+    }
+
     /// As durations.
     #[inline]
     pub(crate) fn timeouts(&self) -> AttemptTimeouts {
@@ -91,6 +97,35 @@ impl TimeoutsMs {
             idle: d(self.idle),
             total: d(self.total),
         }
+    }
+}
+
+/// One of an attempt's timers, as a binding arms them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// Connecting took longer than `timeouts.connect`.
+    Connect,
+    /// No response byte within `timeouts.first_byte`.
+    FirstByte,
+    /// The body went silent for `timeouts.idle`.
+    Idle,
+    /// The attempt as a whole ran `timeouts.total`.
+    Total,
+}
+
+/// The [`ErrorKind`] an expired timer means, the same in every binding: the
+/// total timer is the deadline's own when the attempt was given all the time
+/// left (`total_ms ≥ remaining_ms`); otherwise a hang before the response
+/// (`body_started` false) is a first-byte timeout and one inside the body an
+/// idle stream.
+pub fn timer_error(timer: Timer, total_ms: u64, remaining_ms: u64, body_started: bool) -> ErrorKind {
+    match timer {
+        Timer::Connect => ErrorKind::ConnectTimeout,
+        Timer::FirstByte => ErrorKind::FirstByteTimeout,
+        Timer::Idle => ErrorKind::StreamIdleTimeout,
+        Timer::Total if total_ms >= remaining_ms => ErrorKind::DeadlineExceeded,
+        Timer::Total if body_started => ErrorKind::StreamIdleTimeout,
+        Timer::Total => ErrorKind::FirstByteTimeout,
     }
 }
 

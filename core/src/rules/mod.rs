@@ -32,13 +32,15 @@ pub(crate) fn after_failure<C: Failed>(c: &mut C, f: &Failure) -> Result<Plan<C:
     owner(c, f)?; // the kill switch, a retry owner upstream, a sibling still running
     attempts(c)?; // max_attempts counts every attempt, the first included
     let room = deadline::room(c.remaining(), c.min_attempt())?; // time for one more attempt
-    let to = route::next(c, f)?; // the same upstream, or the next eligible fallback
-    let grant = c.withdraw(&to.upstream)?; // a retry from every budget scope of `to`
-    match wait::plan(c, f.hint, room) {
-        // Retry-After or jitter, within the deadline
+    let hint = wait::hinted(f.hint, c.waits().0); // the server's wait, capped; absurd = a year
+    let to = route::next(c, f, wait::too_long(hint, room, c.waits().0))?; // the same upstream, or the next eligible fallback
+    let origin = c.origin();
+    let grant = c.withdraw(&origin)?; // a retry from every budget scope the request started in
+    match wait::plan(c, hint, &to, room) {
+        // A retry: Retry-After or jitter, within the deadline; a fallback: now
         Ok(wait) => Ok(Plan { to, grant, wait }),
         Err(halt) => {
-            c.refund(&to.upstream, &grant);
+            c.refund(&origin, &grant);
             Err(halt)
         }
     }
@@ -139,6 +141,9 @@ pub(crate) trait Failed {
     fn target_open(&self) -> bool;
     /// Upstreams the call has tried.
     fn tried(&self) -> Vec<&str>;
+    /// The upstream the call's first attempt went to: its request was counted
+    /// there, so its retries and fallbacks draw from that upstream's budget.
+    fn origin(&self) -> SmolStr;
     /// The route's candidates now, apart from `tried` (see [`route::candidates`]).
     fn candidates(&self, tried: &[&str], larger_than: Option<u64>) -> MatchResult;
     /// A retry from every budget scope of `upstream`, or the stop a refusal means.

@@ -235,23 +235,46 @@ pub(crate) fn candidates(
 /// unless the failure demands another; otherwise the first eligible
 /// candidate the call has not tried — when the route and the kill switch
 /// allow a fallback and `max_upstreams` is not reached.
-pub(crate) fn next<C: Failed>(c: &C, f: &Failure) -> Result<Target, Halt> {
+///
+/// `stay_blocked`: the failed upstream asked for a wait the call cannot
+/// honour (longer than its deadline allows, or above the policy's maximum).
+/// That keeps the call off that upstream only: with an eligible candidate it
+/// falls back; with none it stays, and the wait rule stops it with the hint's
+/// own reason.
+pub(crate) fn next<C: Failed>(c: &C, f: &Failure, stay_blocked: bool) -> Result<Target, Halt> {
+    let stay = || Target {
+        upstream: c.target().clone(),
+        fallback: false,
+        excluded: Vec::new(),
+    };
+    let may_stay = stay_possible(c, f);
+    if may_stay && !stay_blocked {
+        return Ok(stay());
+    }
+    match elsewhere(c, f) {
+        Err(_) if may_stay => Ok(stay()),
+        other => other,
+    }
+}
+
+/// The same upstream may take the next attempt: the failure does not demand
+/// another, it has attempts left on it and its breaker admits.
+fn stay_possible<C: Failed>(c: &C, f: &Failure) -> bool {
     let route = c.route();
-    let forbidden = route.fallback == FallbackMode::Forbidden;
-    let per_upstream_cap = if forbidden {
+    let per_upstream_cap = if route.fallback == FallbackMode::Forbidden {
         c.attempts().1
     } else {
         route.attempts_per_upstream
     };
-    let max_up = route.max_upstreams.unwrap_or(u32::MAX);
     // The call's target, not the failed attempt's upstream: a hedge to another upstream does not move the call.
-    if !f.force_switch && c.target_attempts() < per_upstream_cap && !c.target_open() {
-        return Ok(Target {
-            upstream: c.target().clone(),
-            fallback: false,
-            excluded: Vec::new(),
-        });
-    }
+    !f.force_switch && c.target_attempts() < per_upstream_cap && !c.target_open()
+}
+
+/// The next eligible candidate, or why there is none.
+fn elsewhere<C: Failed>(c: &C, f: &Failure) -> Result<Target, Halt> {
+    let route = c.route();
+    let forbidden = route.fallback == FallbackMode::Forbidden;
+    let max_up = route.max_upstreams.unwrap_or(u32::MAX);
     let tried = c.tried();
     let m = c.candidates(&tried, f.larger_than);
     let excluded = m.exclusion_strings();

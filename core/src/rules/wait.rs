@@ -1,12 +1,14 @@
 //! How long to wait: jittered exponential backoff, server wait hints
-//! (`retry-after-ms`, then `retry-after` as delta-seconds or HTTP-date), and
-//! `plan`, the wait's rule after a failure: a valid, capped Retry-After
-//! wins over jitter and must fit the deadline.
+//! (`retry-after-ms`, then `retry-after` as delta-seconds or HTTP-date, then
+//! gRPC's `grpc-retry-pushback-ms`, then a wait the error body asked for),
+//! and `plan`, the wait's rule after a failure: a wait is for the upstream
+//! that failed (a valid, capped Retry-After wins over jitter and must fit
+//! the deadline); a fallback to another upstream goes now.
 
-use super::{Failed, Halt, Wait};
+use super::{Failed, Halt, Target, Wait};
 use crate::clock::ms;
-use crate::outcome::Headers;
-use crate::policy::{Backoff, BackoffKind, OnExceed};
+use crate::outcome::{Headers, Outcome};
+use crate::policy::{Backoff, BackoffKind, OnExceed, RetryAfter};
 use crate::types::{Reason, WaitSource};
 use rand::Rng;
 use std::time::{Duration, SystemTime};
@@ -75,8 +77,10 @@ pub struct RetryHint {
     pub problem: Option<HintProblem>,
 }
 
-/// Anything above a year is treated as garbage, not as a wait.
-const ABSURD: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Anything above a year is no real wait: the parser reports it as
+/// [`HintProblem::Absurd`], and the wait rule treats it as a year (too long
+/// for any deadline or cap).
+pub const ABSURD: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Reads `retry-after-ms` (milliseconds, may be decimal), then `retry-after`
 /// (delta-seconds, integer or decimal, or an HTTP-date in IMF-fixdate, RFC 850
@@ -115,6 +119,34 @@ pub fn parse_retry_after_with(headers: &Headers, wall_now: impl FnOnce() -> Syst
                     hint.problem = Some(p)
                 }
             }
+        }
+    }
+    // gRPC (A6): whole milliseconds; a negative or unreadable value means
+    // "do not retry", which the classifier reads from the same header.
+    if let Some(v) = headers.get("grpc-retry-pushback-ms") {
+        let t = v.trim();
+        if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+            match parse_number(t, 1e-3) {
+                Ok(d) => {
+                    hint.wait = Some(d);
+                    hint.source = Some("grpc-retry-pushback-ms");
+                    return hint;
+                }
+                Err(p) => hint.problem = hint.problem.or(Some(p)),
+            }
+        }
+    }
+    hint
+}
+
+/// The wait hint of an outcome: its headers' ([`parse_retry_after_with`]),
+/// else the one its error body carried ([`Outcome::retry_delay`]).
+pub fn wait_hint(outcome: &Outcome, wall_now: impl FnOnce() -> SystemTime) -> RetryHint {
+    let mut hint = parse_retry_after_with(&outcome.headers, wall_now);
+    if hint.wait.is_none() {
+        if let Some(d) = outcome.retry_delay {
+            hint.wait = Some(d);
+            hint.source = Some("body");
         }
     }
     hint
@@ -175,10 +207,39 @@ fn parse_number(v: &str, unit_secs: f64) -> Result<Duration, HintProblem> {
 /// `retry_after.jitter_ms` — and must fit `room`: a hint that cannot stops
 /// the call (`retry_after_exceeds_deadline`) instead of sleeping past the
 /// user's deadline. Without a hint, the backoff's jitter, cut to `room`.
-pub(crate) fn plan<C: Failed>(c: &mut C, hint: &RetryHint, room: Duration) -> Result<Wait, Halt> {
+/// The server's wait as the rules read it: capped at `retry_after.max_ms`
+/// when the policy says `on_exceed: cap`; an absurd hint (beyond a year) is
+/// a very long wait, not no hint.
+pub(crate) fn hinted(hint: &RetryHint, ra: &RetryAfter) -> Option<Duration> {
+    let max = Duration::from_millis(ra.max_ms);
+    hint.wait
+        .or((hint.problem == Some(HintProblem::Absurd)).then_some(ABSURD))
+        .map(|w| {
+            if w > max && ra.on_exceed == OnExceed::Cap {
+                max
+            } else {
+                w
+            }
+        })
+}
+
+/// A hinted wait the call cannot honour: past the deadline's room, or above the maximum.
+pub(crate) fn too_long(hint: Option<Duration>, room: Duration, ra: &RetryAfter) -> bool {
+    hint.is_some_and(|w| w > room || w > Duration::from_millis(ra.max_ms))
+}
+
+/// The wait's rule after a failure: a retry waits for the upstream that
+/// failed (its hint, else jitter); a fallback goes to another upstream now.
+pub(crate) fn plan<C: Failed>(c: &mut C, hint: Option<Duration>, to: &Target, room: Duration) -> Result<Wait, Halt> {
+    if to.fallback {
+        return Ok(Wait {
+            delay: Duration::ZERO,
+            source: WaitSource::None,
+        });
+    }
     let (ra, backoff) = c.waits();
-    let (max_ms, on_exceed, ra_jitter) = (ra.max_ms, ra.on_exceed, ra.jitter_ms);
-    let Some(mut w) = hint.wait else {
+    let (max_ms, ra_jitter) = (ra.max_ms, ra.jitter_ms);
+    let Some(mut w) = hint else {
         let cfg = backoff.clone();
         let (retries, prev_wait_ms) = c.waited();
         let j = jitter_ms(&cfg, retries, prev_wait_ms, c.rng());
@@ -188,9 +249,6 @@ pub(crate) fn plan<C: Failed>(c: &mut C, hint: &RetryHint, room: Duration) -> Re
         });
     };
     let max = Duration::from_millis(max_ms);
-    if w > max && on_exceed == OnExceed::Cap {
-        w = max;
-    }
     // The user's deadline comes first: a hint that cannot fit stops at once.
     if w > room {
         let detail = format!("retry-after {} ms, {} ms usable before the deadline", ms(w), ms(room));

@@ -13,7 +13,7 @@ use crate::guards::budget::BudgetCell;
 use crate::hash::{fnv, splitmix};
 use crate::policy::{BreakerOverride, ScopeDim};
 use crate::state::registry::Slot;
-use crate::state::scope::{breaker_override, scope_key};
+use crate::state::scope::{breaker_override, display_key, scope_key};
 use crate::state::version::Version;
 use crate::stats::CounterSet;
 use crate::telemetry::ring::{pack, plain_names, Packed};
@@ -72,7 +72,8 @@ impl UpstreamState {
             BreakerRef::PerCall
         } else {
             let key = scope_key(&p.breaker.scope, upstream, p, None, None, None);
-            match breaker_override(p, &key, upstream) {
+            // Overrides name the key as users see it (`openai/gpt-4o/us`), without its dimension tag.
+            match breaker_override(p, display_key(&key), upstream) {
                 Some(BreakerOverride::Disabled) => BreakerRef::None,
                 ovr => BreakerRef::Fixed(pol.breaker_cell(&key, now_ms), ovr),
             }
