@@ -24,6 +24,7 @@
 //!         Action::Succeeded => break,
 //!         Action::Retry | Action::Fallback => { /* sleep decision.delay */ }
 //!         Action::Stop | Action::Reconcile => panic!("{:?}", decision.reason),
+//!         Action::Wait => unreachable!("only while a hedge is in flight"),
 //!     }
 //! }
 //! assert_eq!(call.attempts(), 2);

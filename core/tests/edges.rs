@@ -86,7 +86,10 @@ fn trip_a(e: &Engine) {
     assert_eq!(e.breaker_state("a"), BreakerState::Open);
 }
 
-const TRIPPABLE: &str = "max_attempts: 1\nbreaker: {min_calls: 2, window_size: 2, failure_rate: 0.5, open_jitter: 0}\n";
+/// A breaker that two failures trip, and that fails calls fast while open
+/// (no hold: these tests are about where a call goes, not how long it waits).
+const TRIPPABLE: &str =
+    "max_attempts: 1\nbreaker: {min_calls: 2, window_size: 2, failure_rate: 0.5, open_jitter: 0, hold: false}\n";
 
 #[test]
 fn forbidden_route_never_starts_on_another_candidate() {
@@ -883,4 +886,51 @@ proptest! {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// An open breaker with nowhere else to go: wait for its probes, within the deadline
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_call_refused_by_an_open_breaker_waits_for_its_probe_window() {
+    let (e, clock) = engine(
+        "max_attempts: 1\nbreaker: {min_calls: 2, window_size: 2, failure_rate: 0.5, open_ms: 5000, open_jitter: 0}",
+    );
+    for _ in 0..2 {
+        one_attempt(&e, CallSpec::new("up"), &Outcome::status(503));
+    }
+    let mut c = e.begin(CallSpec::new("up").deadline_ms(30_000));
+    let s = c.next_attempt().unwrap_err();
+    assert_eq!((s.reason, s.is_final()), (Reason::BreakerOpen, false));
+    let wait = s.wait.unwrap();
+    assert!(
+        wait >= Duration::from_secs(5) && wait <= Duration::from_secs(6),
+        "{wait:?}"
+    );
+    assert!(!c.is_finished());
+    assert_eq!(
+        e.stats().overall.stops.get("breaker_open"),
+        None,
+        "a wait is not a stop"
+    );
+    // After the wait the call is a probe, and its success closes nothing yet but serves the call.
+    clock.advance(wait);
+    let a = c.next_attempt().unwrap();
+    assert_eq!(a.number, 1);
+    assert_eq!(c.report(&Outcome::status(200)).action, Action::Succeeded);
+
+    // A deadline the open period does not fit: a stop, at once.
+    for _ in 0..2 {
+        one_attempt(&e, CallSpec::new("other"), &Outcome::status(503));
+    }
+    let mut c = e.begin(CallSpec::new("other").deadline_ms(3_000));
+    let s = c.next_attempt().unwrap_err();
+    assert_eq!((s.reason, s.wait), (Reason::BreakerOpen, None));
+    assert!(c.is_finished());
+
+    // Forced open: no probe will come, so nothing waits.
+    let (e, _) = engine("breaker: {overrides: {up: force_open}}");
+    let s = e.begin(CallSpec::new("up")).next_attempt().unwrap_err();
+    assert_eq!((s.reason, s.wait), (Reason::BreakerOpen, None));
 }

@@ -146,6 +146,7 @@ fn canon_stop(s: &Stopped) -> Value {
             "class": s.class.map(|c| c.as_str()),
             "on_failure": s.on_failure.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
             "detail": s.detail,
+            "wait_ms": s.wait.map(|w| w.as_millis() as u64),
         }
     })
 }

@@ -5,7 +5,7 @@
 use super::{Attempt, Call, FlightMore, Held, Next, Slots, Stopped};
 use crate::clock::Nanos;
 use crate::few::Few;
-use crate::guards::breaker::{Admit, Transition};
+use crate::guards::breaker::{Admit, Transition, NEVER};
 use crate::guards::gate::{GateCell, PoolCell};
 use crate::guards::throttle::ThrottleCell;
 use crate::hot::ThreadUp;
@@ -20,6 +20,7 @@ use crate::types::Reason;
 use rand::Rng;
 use smol_str::SmolStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What the breaker's slow path decided for an attempt.
 enum Verdict {
@@ -66,10 +67,8 @@ impl Call {
         // sibling still in flight, the caller waits for the sibling.
         if !self.in_flight.is_empty() {
             return Err(Stopped {
-                reason: Reason::InvalidState,
-                class: None,
-                on_failure: None,
                 detail: Some("an attempt is still in flight: report it first".into()),
+                ..Stopped::plain(Reason::InvalidState)
             });
         }
         if let Some(c) = self.x.as_mut().and_then(|e| e.conflict.take()) {
@@ -239,12 +238,7 @@ impl Call {
         self.on_transition(key, t, now);
         match admit {
             Admit::Allowed { probe } => Ok(Verdict::Go { probe }),
-            Admit::Rejected { .. } if is_hedge => Err(Stopped {
-                reason: Reason::BreakerOpen,
-                class: None,
-                on_failure: None,
-                detail: None,
-            }),
+            Admit::Rejected { .. } if is_hedge => Err(Stopped::plain(Reason::BreakerOpen)),
             Admit::Rejected { retry_in_ms } => {
                 let (u, held, probe) = self.breaker_fallback(target, key, retry_in_ms, now)?;
                 Ok(Verdict::Moved { target: u, held, probe })
@@ -272,12 +266,7 @@ impl Call {
         };
         self.count(Ctr::Throttled);
         if is_hedge {
-            return Err(Stopped {
-                reason: Reason::Throttled,
-                class: None,
-                on_failure: None,
-                detail: None,
-            });
+            return Err(Stopped::plain(Reason::Throttled));
         }
         Err(self.stop_now(Reason::Throttled, Some(format!("p_reject={prob:.3}")), now))
     }
@@ -309,8 +298,23 @@ impl Call {
             None
         };
         let Some(u) = alt else {
+            if let Some(wait) = self.breaker_hold(retry_in_ms, now) {
+                return Err(Stopped {
+                    class: self.last_class,
+                    detail: Some(format!(
+                        "breaker {} admits probes in {retry_in_ms} ms",
+                        display_key(key)
+                    )),
+                    wait: Some(wait),
+                    ..Stopped::plain(Reason::BreakerOpen)
+                });
+            }
             let mut d = self.stop_decision(Reason::BreakerOpen, self.last_class, self.attempts);
-            d.detail = Some(format!("breaker {} open for {retry_in_ms} ms more", display_key(key)));
+            d.detail = Some(if retry_in_ms == NEVER {
+                format!("breaker {} forced open", display_key(key))
+            } else {
+                format!("breaker {} open for {retry_in_ms} ms more", display_key(key))
+            });
             d.excluded = m.exclusion_strings();
             return Err(self.finish(d, now).stopped());
         };
@@ -341,6 +345,25 @@ impl Call {
         }
         self.switch_target(u.clone(), tu2);
         Ok((u, held2, probe))
+    }
+
+    /// How long a call refused by its upstream's breaker waits before asking
+    /// again (`breaker.hold`): until the breaker admits probes, `retry_in_ms`
+    /// from now, plus a spread of up to `hold_jitter_ms`; `None` when the call
+    /// may not wait (holding is off, an owner above decides) or the wait would
+    /// not leave `min_attempt` before the deadline.
+    fn breaker_hold(&mut self, retry_in_ms: u64, now: Nanos) -> Option<Duration> {
+        let b = &self.pol().policy.breaker;
+        if !b.hold || !self.owner {
+            return None;
+        }
+        let spread = b.hold_jitter_ms;
+        let room = self
+            .deadline_at
+            .saturating_sub(now)
+            .saturating_sub(self.min_attempt().0);
+        let wait = Duration::from_millis(retry_in_ms.saturating_add(self.rng().gen_range(0..=spread)).max(1));
+        (wait <= room.dur()).then_some(wait)
     }
 
     /// Takes a concurrency-gate slot for the target's scope and a priority-pool slot, or says which refused.
@@ -384,10 +407,8 @@ impl Call {
     pub(super) fn gate_refusal(&mut self, hedge: bool, detail: String, now: Nanos) -> Stopped {
         if hedge {
             return Stopped {
-                reason: Reason::ConcurrencyLimit,
-                class: None,
-                on_failure: None,
                 detail: Some(detail),
+                ..Stopped::plain(Reason::ConcurrencyLimit)
             };
         }
         self.stop_now(Reason::ConcurrencyLimit, Some(detail), now)

@@ -154,7 +154,8 @@ impl Attempt {
     }
 }
 
-/// Why no attempt may start (from [`crate::Call::next_attempt`]).
+/// Why no attempt may start (from [`crate::Call::next_attempt`]): the call
+/// is over, or, when [`Stopped::wait`] is set, not yet.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stopped {
     /// Stable reason code.
@@ -165,6 +166,29 @@ pub struct Stopped {
     pub on_failure: Option<OnFailure>,
     /// Extra detail (refusing scope, conflicting digest, ...).
     pub detail: Option<String>,
+    /// Not a stop but "not yet": no attempt may start now, and one may after
+    /// this long, within the deadline (the upstream's breaker lets probes
+    /// through then). The call is not over: ask [`crate::Call::next_attempt`]
+    /// again after the wait. A loop that treats it as a stop only fails fast.
+    pub wait: Option<Duration>,
+}
+
+impl Stopped {
+    /// A stop (not a wait) with this reason and nothing else.
+    pub(crate) fn plain(reason: Reason) -> Stopped {
+        Stopped {
+            reason,
+            class: None,
+            on_failure: None,
+            detail: None,
+            wait: None,
+        }
+    }
+
+    /// True when the call is over; false when it only has to wait ([`Stopped::wait`]).
+    pub fn is_final(&self) -> bool {
+        self.wait.is_none()
+    }
 }
 
 impl std::fmt::Display for Stopped {
@@ -175,6 +199,9 @@ impl std::fmt::Display for Stopped {
         }
         if let Some(d) = &self.detail {
             write!(f, ": {d}")?;
+        }
+        if let Some(w) = self.wait {
+            write!(f, " (ask again in {} ms)", w.as_millis())?;
         }
         Ok(())
     }

@@ -78,6 +78,7 @@ impl Decision {
             class: self.class,
             on_failure: self.on_failure,
             detail: self.detail.clone(),
+            wait: None,
         }
     }
 }
@@ -132,12 +133,7 @@ impl Final {
 
     pub(super) fn stopped(&self) -> Stopped {
         match self {
-            Final::Succeeded { .. } => Stopped {
-                reason: Reason::CallFinished,
-                class: None,
-                on_failure: None,
-                detail: None,
-            },
+            Final::Succeeded { .. } => Stopped::plain(Reason::CallFinished),
             Final::Other(d) => d.stopped(),
         }
     }

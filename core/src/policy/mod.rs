@@ -500,6 +500,16 @@ pub struct Breaker {
     pub close_after: u32,
     /// Manual overrides by breaker key (e.g. `"openai/gpt-4o/us"`).
     pub overrides: BTreeMap<String, BreakerOverride>,
+    /// A call whose upstream's breaker refuses it, with no fallback to take,
+    /// waits for the breaker's next probe window when that comes before its
+    /// deadline (`next_attempt` says "not yet", with the wait) instead of
+    /// failing: an outage shorter than the deadline costs latency, not the
+    /// call. Off: such calls fail fast with `breaker_open`. Default true.
+    pub hold: bool,
+    /// Held calls wake spread over this long after the breaker's probe window
+    /// opens (and re-ask this often while its probes run), so they do not
+    /// reach a recovering upstream at one instant, ms. Default 1 000.
+    pub hold_jitter_ms: u64,
 }
 
 impl Default for Breaker {
@@ -523,6 +533,8 @@ impl Default for Breaker {
             half_open_probes: 1,
             close_after: 2,
             overrides: BTreeMap::new(),
+            hold: true,
+            hold_jitter_ms: 1_000,
         }
     }
 }

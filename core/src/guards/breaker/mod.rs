@@ -84,6 +84,9 @@ pub struct Transition {
     pub open_for_ms: u64,
 }
 
+/// `retry_in_ms` of a breaker that admits nothing until an operator says so (forced open).
+pub const NEVER: u64 = u64::MAX;
+
 /// Whether an attempt may go to the upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
@@ -94,7 +97,8 @@ pub enum Admit {
     },
     /// Refused; the breaker may admit probes after `retry_in_ms`.
     Rejected {
-        /// Time until the open period ends, ms (0 when only probe slots are full).
+        /// Time until the open period ends, ms (0 when only probe slots are
+        /// full; [`NEVER`] when forced open: no probe will come).
         retry_in_ms: u64,
     },
 }
@@ -379,7 +383,7 @@ impl BreakerCell {
         now_ms: u64,
     ) -> (Admit, Option<Transition>) {
         match ovr {
-            Some(BreakerOverride::ForceOpen) => return (Admit::Rejected { retry_in_ms: 0 }, None),
+            Some(BreakerOverride::ForceOpen) => return (Admit::Rejected { retry_in_ms: NEVER }, None),
             Some(BreakerOverride::Disabled | BreakerOverride::ForceClosed | BreakerOverride::MetricsOnly) => {
                 return (Admit::Allowed { probe: false }, None)
             }

@@ -179,7 +179,8 @@ fn overrides() {
     let b = BreakerCell::new(p.clone(), 1);
     assert_eq!(
         b.acquire(&p, Some(BreakerOverride::ForceOpen), 0).0,
-        Admit::Rejected { retry_in_ms: 0 }
+        Admit::Rejected { retry_in_ms: NEVER },
+        "forced open: no probe will come"
     );
     for ovr in [BreakerOverride::MetricsOnly, BreakerOverride::ForceClosed] {
         for _ in 0..50 {
