@@ -186,6 +186,27 @@ impl BreakerParams {
         })
     }
 
+    /// How long the breaker stays open on its `trips`-th trip in a row:
+    /// `open_ms × open_factor^(trips − 1)`, spread by ± `open_jitter`, and never
+    /// longer than `open_max_ms` — the cap bounds how long a recovered upstream
+    /// can stay unused, so jitter near the cap only shortens the period (the
+    /// spread is squeezed into `[base × (1 − jitter), open_max_ms]`).
+    fn open_for(&self, trips: u32, seed: u64) -> u64 {
+        let max = self.open_max_ms as f64;
+        let base = (self.open_ms as f64 * self.open_factor.powi(trips.saturating_sub(1).min(64) as i32)).min(max);
+        if self.open_jitter <= 0.0 {
+            return (base.round() as u64).max(1);
+        }
+        let mut rng = Pcg64Mcg::seed_from_u64(seed ^ (trips as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let j = rng.gen_range(-self.open_jitter..self.open_jitter);
+        let (lo, top) = (base * (1.0 - self.open_jitter), base * (1.0 + self.open_jitter));
+        let mut v = base * (1.0 + j);
+        if top > max {
+            v = lo + (v - lo) * (max - lo) / (top - lo);
+        }
+        (v.round() as u64).clamp(1, self.open_max_ms.max(1))
+    }
+
     /// Whether a failure of this class counts against the upstream.
     pub fn counts(&self, class: ErrorClass) -> bool {
         !matches!(class, ErrorClass::InvalidRequest | ErrorClass::AuthOrPolicy)
@@ -473,15 +494,7 @@ impl BreakerCell {
         reason: &'static str,
     ) -> Transition {
         g.trips = g.trips.saturating_add(1);
-        let grown = p.open_ms as f64 * p.open_factor.powi((g.trips - 1).min(64) as i32);
-        let base = grown.min(p.open_max_ms as f64);
-        let mut rng = Pcg64Mcg::seed_from_u64(self.seed ^ (g.trips as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let j = if p.open_jitter > 0.0 {
-            rng.gen_range(-p.open_jitter..p.open_jitter)
-        } else {
-            0.0
-        };
-        let open_for = (base * (1.0 + j)).round().max(1.0) as u64;
+        let open_for = p.open_for(g.trips, self.seed);
         self.set_state(
             g,
             State::Open {
@@ -801,12 +814,17 @@ impl BreakerCell {
 mod tests {
     use super::*;
 
+    /// A small breaker with one probe and doubling open periods up to 60 s,
+    /// so the mechanics tests read in round numbers (the defaults have their own tests).
     fn params(f: impl FnOnce(&mut BreakerPolicy)) -> BreakerParams {
         let mut p = BreakerPolicy {
             min_calls: 4,
             window_size: 10,
             open_jitter: 0.0,
             close_after: 2,
+            half_open_probes: 1,
+            open_factor: 2.0,
+            open_max_ms: 60_000,
             ..BreakerPolicy::default()
         };
         f(&mut p);
