@@ -62,7 +62,7 @@ pub mod types;
 /// benchmarks, loom models and examples: not part of the API.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::guards::breaker::{Admit, BreakerCell, BreakerParams, Record};
+    pub use crate::guards::breaker::{Admit, BreakerCell, BreakerParams, Record, Transition};
     pub use crate::guards::budget::{BudgetCell, BudgetParams};
     pub use crate::state::registry::Registry;
 }

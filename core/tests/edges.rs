@@ -894,9 +894,8 @@ proptest! {
 
 #[test]
 fn a_call_refused_by_an_open_breaker_waits_for_its_probe_window() {
-    let (e, clock) = engine(
-        "max_attempts: 1\nbreaker: {min_calls: 2, window_size: 2, failure_rate: 0.5, open_ms: 5000, open_jitter: 0}",
-    );
+    let yaml = "max_attempts: 1\nbreaker: {min_calls: 2, window_size: 2, failure_rate: 0.5, open_ms: 5000, open_jitter: 0, hold_max_ms: 5000}";
+    let (e, clock) = engine(yaml);
     for _ in 0..2 {
         one_attempt(&e, CallSpec::new("up"), &Outcome::status(503));
     }
@@ -928,6 +927,15 @@ fn a_call_refused_by_an_open_breaker_waits_for_its_probe_window() {
     let s = c.next_attempt().unwrap_err();
     assert_eq!((s.reason, s.wait), (Reason::BreakerOpen, None));
     assert!(c.is_finished());
+
+    // A probe window further off than hold_max_ms: a stop (calls held are
+    // at most that long's worth of traffic).
+    let (e, _) = engine(&yaml.replace("hold_max_ms: 5000", "hold_max_ms: 4999"));
+    for _ in 0..2 {
+        one_attempt(&e, CallSpec::new("up"), &Outcome::status(503));
+    }
+    let s = e.begin(CallSpec::new("up")).next_attempt().unwrap_err();
+    assert_eq!((s.reason, s.wait), (Reason::BreakerOpen, None));
 
     // Forced open: no probe will come, so nothing waits.
     let (e, _) = engine("breaker: {overrides: {up: force_open}}");

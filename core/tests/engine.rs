@@ -702,7 +702,7 @@ fn retry_concurrency_cap() {
 #[test]
 fn breaker_opens_stops_calls_and_recovers_through_half_open() {
     let (e, clock) = engine(
-        "breaker: {min_calls: 4, window_size: 10, failure_rate: 0.5, open_ms: 1000, open_jitter: 0, close_after: 1}\nbudget: {enabled: false}",
+        "breaker: {min_calls: 4, window_size: 10, failure_rate: 0.5, open_ms: 1000, open_jitter: 0, close_after: 1, half_open_probes: 1}\nbudget: {enabled: false}",
     );
     let events = Arc::new(Mutex::new(Vec::new()));
     let ev2 = events.clone();
@@ -1214,7 +1214,7 @@ fn begin_attempt_is_begin_then_next_attempt() {
 #[test]
 fn an_evicted_breaker_restarts_fresh_for_a_thread_that_cached_it() {
     let (e, clock) = engine(
-        "breaker: {min_calls: 2, window_size: 10, failure_rate: 0.5, open_ms: 60000, open_jitter: 0}\nbudget: {enabled: false}\nlimits: {max_keys: 16, idle_ms: 1}",
+        "breaker: {min_calls: 2, window_size: 10, failure_rate: 0.5, open_ms: 60000, open_max_ms: 60000, open_jitter: 0}\nbudget: {enabled: false}\nlimits: {max_keys: 16, idle_ms: 1}",
     );
     for _ in 0..2 {
         let mut c = e.begin(CallSpec::new("up"));

@@ -350,11 +350,12 @@ impl Call {
     /// How long a call refused by its upstream's breaker waits before asking
     /// again (`breaker.hold`): until the breaker admits probes, `retry_in_ms`
     /// from now, plus a spread of up to `hold_jitter_ms`; `None` when the call
-    /// may not wait (holding is off, an owner above decides) or the wait would
-    /// not leave `min_attempt` before the deadline.
+    /// may not wait (holding is off, an owner above decides, the probe window
+    /// is further than `hold_max_ms`) or the wait would not leave
+    /// `min_attempt` before the deadline.
     fn breaker_hold(&mut self, retry_in_ms: u64, now: Nanos) -> Option<Duration> {
         let b = &self.pol().policy.breaker;
-        if !b.hold || !self.owner {
+        if !b.hold || !self.owner || retry_in_ms > b.hold_max_ms {
             return None;
         }
         let spread = b.hold_jitter_ms;

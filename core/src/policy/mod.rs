@@ -486,17 +486,29 @@ pub struct Breaker {
     /// Classes that count as failures. Default `[transient, overloaded]`
     /// (timeouts classify as transient). InvalidRequest and AuthOrPolicy never count.
     pub count_classes: Vec<ErrorClass>,
-    /// First open duration, ms. Default 5 000.
+    /// First open duration, ms. Default 1 000: probes are cheap (ten calls
+    /// at most) and a provider that fails briefly is back in use within a
+    /// second; a provider that keeps failing is probed less and less often
+    /// (`open_factor`, up to `open_max_ms`).
     pub open_ms: u64,
-    /// Growth factor on repeated trips (≥ 1). Default 2.
+    /// Growth factor of the open duration on each trip in a row (a failed
+    /// probe reopens for longer), ≥ 1. Default 1.5: with 2 every open period
+    /// is as long as the upstream has already been failing, so a recovered
+    /// upstream can stay unused for as long again; 1.5 keeps that to about half.
     pub open_factor: f64,
-    /// Longest open duration, ms. Default 60 000.
+    /// Longest open duration, ms, jitter included: after the upstream
+    /// recovers, the next probe comes within this. Default 20 000, under the
+    /// default 30 s deadline, so a model call that starts when the provider
+    /// recovers can still be served by it.
     pub open_max_ms: u64,
     /// Random ± fraction applied to each open duration so instances do not probe in lockstep, in [0, 1). Default 0.1.
     pub open_jitter: f64,
-    /// Probes allowed in flight while half-open. Default 1.
+    /// Probes allowed in flight while half-open. Default 10 (resilience4j's
+    /// `permittedNumberOfCallsInHalfOpenState`): a model response takes
+    /// seconds, and with one probe at a time closing waits for `close_after`
+    /// responses in a row while every other call is refused or diverted.
     pub half_open_probes: u32,
-    /// Consecutive probe successes that close the breaker. Default 2.
+    /// Probe successes that close the breaker (any probe failure reopens it). Default 2.
     pub close_after: u32,
     /// Manual overrides by breaker key (e.g. `"openai/gpt-4o/us"`).
     pub overrides: BTreeMap<String, BreakerOverride>,
@@ -510,6 +522,11 @@ pub struct Breaker {
     /// opens (and re-ask this often while its probes run), so they do not
     /// reach a recovering upstream at one instant, ms. Default 1 000.
     pub hold_jitter_ms: u64,
+    /// The longest a call is held for one probe window, ms: only a breaker
+    /// that admits probes within this holds calls, so the calls waiting when
+    /// an upstream recovers are about this long's worth of traffic, not the
+    /// whole outage's arriving at once. Default 1 000.
+    pub hold_max_ms: u64,
 }
 
 impl Default for Breaker {
@@ -526,15 +543,16 @@ impl Default for Breaker {
             slow_call_rate: None,
             consecutive_failures: None,
             count_classes: vec![ErrorClass::Transient, ErrorClass::Overloaded],
-            open_ms: 5_000,
-            open_factor: 2.0,
-            open_max_ms: 60_000,
+            open_ms: 1_000,
+            open_factor: 1.5,
+            open_max_ms: 20_000,
             open_jitter: 0.1,
-            half_open_probes: 1,
+            half_open_probes: 10,
             close_after: 2,
             overrides: BTreeMap::new(),
             hold: true,
             hold_jitter_ms: 1_000,
+            hold_max_ms: 1_000,
         }
     }
 }

@@ -168,6 +168,8 @@ impl Policy {
         );
         v.range_u64("breaker.half_open_probes", br.half_open_probes as u64, 1, 10_000);
         v.range_u64("breaker.close_after", br.close_after as u64, 1, 10_000);
+        v.range_u64("breaker.hold_jitter_ms", br.hold_jitter_ms, 0, 600_000);
+        v.range_u64("breaker.hold_max_ms", br.hold_max_ms, 0, 86_400_000);
         let t = &self.throttle;
         v.check(
             t.k.is_finite() && t.k >= 1.0 && t.k <= 100.0,

@@ -18,8 +18,6 @@ pub use params::BreakerParams;
 
 use crate::policy::{BreakerOverride, WindowKind};
 use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Mutex};
-use rand::{Rng, SeedableRng};
-use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
@@ -338,15 +336,7 @@ impl BreakerCell {
         reason: &'static str,
     ) -> Transition {
         g.trips = g.trips.saturating_add(1);
-        let grown = p.open_ms as f64 * p.open_factor.powi((g.trips - 1).min(64) as i32);
-        let base = grown.min(p.open_max_ms as f64);
-        let mut rng = Pcg64Mcg::seed_from_u64(self.seed ^ (g.trips as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let j = if p.open_jitter > 0.0 {
-            rng.gen_range(-p.open_jitter..p.open_jitter)
-        } else {
-            0.0
-        };
-        let open_for = (base * (1.0 + j)).round().max(1.0) as u64;
+        let open_for = p.open_for(g.trips, self.seed);
         self.set_state(
             g,
             State::Open {

@@ -4,6 +4,8 @@
 
 use crate::policy::{Breaker as BreakerPolicy, WindowKind};
 use crate::types::ErrorClass;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 
 /// Breaker parameters compiled from the policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +84,27 @@ impl BreakerParams {
         words.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
             (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29)
         })
+    }
+
+    /// How long the breaker stays open on its `trips`-th trip in a row:
+    /// `open_ms × open_factor^(trips − 1)`, spread by ± `open_jitter`, and never
+    /// longer than `open_max_ms` — the cap bounds how long a recovered upstream
+    /// can stay unused, so jitter near the cap only shortens the period (the
+    /// spread is squeezed into `[base × (1 − jitter), open_max_ms]`).
+    pub(crate) fn open_for(&self, trips: u32, seed: u64) -> u64 {
+        let max = self.open_max_ms as f64;
+        let base = (self.open_ms as f64 * self.open_factor.powi(trips.saturating_sub(1).min(64) as i32)).min(max);
+        if self.open_jitter <= 0.0 {
+            return (base.round() as u64).max(1);
+        }
+        let mut rng = Pcg64Mcg::seed_from_u64(seed ^ (trips as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let j = rng.gen_range(-self.open_jitter..self.open_jitter);
+        let (lo, top) = (base * (1.0 - self.open_jitter), base * (1.0 + self.open_jitter));
+        let mut v = base * (1.0 + j);
+        if top > max {
+            v = lo + (v - lo) * (max - lo) / (top - lo);
+        }
+        (v.round() as u64).clamp(1, self.open_max_ms.max(1))
     }
 
     /// Whether a failure of this class counts against the upstream.

@@ -2,12 +2,18 @@ use super::*;
 use crate::policy::Breaker as BreakerPolicy;
 use crate::types::ErrorClass;
 
+/// A small breaker with one probe and open periods doubling from 5 s up to 60 s,
+/// so the mechanics tests read in round numbers (the defaults have their own tests).
 fn params(f: impl FnOnce(&mut BreakerPolicy)) -> BreakerParams {
     let mut p = BreakerPolicy {
         min_calls: 4,
         window_size: 10,
         open_jitter: 0.0,
         close_after: 2,
+        half_open_probes: 1,
+        open_ms: 5_000,
+        open_factor: 2.0,
+        open_max_ms: 60_000,
         ..BreakerPolicy::default()
     };
     f(&mut p);
