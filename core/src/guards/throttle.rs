@@ -8,7 +8,7 @@ use crate::sync::Mutex;
 
 /// Throttle parameters compiled from the policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ThrottleParams {
+pub(crate) struct ThrottleParams {
     /// `K`.
     pub k: f64,
     /// Bucket width, ms.
@@ -19,7 +19,7 @@ pub struct ThrottleParams {
 
 impl ThrottleParams {
     /// Compiles validated policy values.
-    pub fn new(p: &ThrottlePolicy) -> Self {
+    pub(crate) fn new(p: &ThrottlePolicy) -> Self {
         let buckets = p.buckets.max(1);
         ThrottleParams {
             k: p.k,
@@ -68,13 +68,13 @@ impl Inner {
 
 /// One scope's throttle.
 #[derive(Debug)]
-pub struct ThrottleCell {
+pub(crate) struct ThrottleCell {
     inner: Mutex<Inner>,
 }
 
 impl ThrottleCell {
     /// An empty window.
-    pub fn new(params: ThrottleParams) -> Self {
+    pub(crate) fn new(params: ThrottleParams) -> Self {
         ThrottleCell {
             inner: Mutex::new(Inner {
                 params,
@@ -85,7 +85,7 @@ impl ThrottleCell {
 
     /// Counts a request and decides whether to reject it; `draw` is a uniform value in [0, 1).
     /// Returns the rejection probability when rejected.
-    pub fn admit(&self, params: &ThrottleParams, now_ms: u64, draw: f64) -> Result<(), f64> {
+    pub(crate) fn admit(&self, params: &ThrottleParams, now_ms: u64, draw: f64) -> Result<(), f64> {
         let mut g = self.inner.lock();
         if g.params != *params {
             *g = Inner {
@@ -104,7 +104,7 @@ impl ThrottleCell {
     }
 
     /// Counts an attempt the upstream accepted (anything but overload, rate limiting or transient failure).
-    pub fn accepted(&self, now_ms: u64) {
+    pub(crate) fn accepted(&self, now_ms: u64) {
         let mut g = self.inner.lock();
         let (_, _, idx) = g.totals(now_ms);
         g.buckets[idx].accepts += 1;
@@ -112,7 +112,7 @@ impl ThrottleCell {
 
     /// `(requests, accepts)` in the window.
     #[cfg(test)]
-    pub fn counts(&self, now_ms: u64) -> (u64, u64) {
+    pub(crate) fn counts(&self, now_ms: u64) -> (u64, u64) {
         let mut g = self.inner.lock();
         let (r, a, _) = g.totals(now_ms);
         (r, a)
@@ -120,7 +120,7 @@ impl ThrottleCell {
 }
 
 /// `max(0, (requests − k·accepts) / (requests + 1))`.
-pub fn reject_probability(requests: u64, accepts: u64, k: f64) -> f64 {
+pub(crate) fn reject_probability(requests: u64, accepts: u64, k: f64) -> f64 {
     let r = requests as f64;
     ((r - k * accepts as f64) / (r + 1.0)).max(0.0)
 }
