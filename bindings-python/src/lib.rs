@@ -44,8 +44,9 @@ use retrywise::telemetry::Sink;
 use retrywise::HedgePlan;
 use retrywise::{
     Action, Attempt, Call, CallSpec, Decision, Engine, ErrorClass, Event, Inbound, ManualClock, Mode, OnFailure,
-    Outcome, Policy, PolicyErrors, Reason, SmolStr, Stopped, WaitSource,
+    Outcome, Policy, PolicyErrors, Reason, Stopped, WaitSource,
 };
+use smol_str::SmolStr;
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -30,12 +30,16 @@
 //! assert_eq!(call.attempts(), 2);
 //! ```
 //!
-//! Modules, one concept each: [`rules`] (classify, deadline, route, wait),
-//! guards (breaker, budget, throttle, gate), [`stream`] (a streamed
-//! answer's phase from its bytes), [`policy`], [`engine`] (Engine and
-//! Call), [`telemetry`] and [`stats`].
+//! Where each decision lives (the map: `docs/architecture.md`): [`rules`]
+//! (classify, deadline, route, wait; `rules/mod.rs` orders the checks after
+//! a failure), the guards (breaker, budget, throttle, gates), [`policy`]
+//! (every knob and its default), [`Call`] (one logical request) and
+//! [`Engine`]; [`telemetry`] and [`stats`] say what happened; [`stream`]
+//! reads a streamed answer's phase from its bytes. This file holds only
+//! these docs and the re-exports.
 
 #![deny(missing_docs)]
+#![deny(unreachable_pub)]
 
 pub mod bodies;
 mod call;
@@ -63,8 +67,8 @@ pub mod types;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::guards::breaker::{Admit, BreakerCell, BreakerParams, Record, Transition};
-    pub use crate::guards::budget::{BudgetCell, BudgetParams};
-    pub use crate::state::registry::Registry;
+    pub use crate::guards::budget::{BudgetCell, BudgetParams, Refusal};
+    pub use crate::state::registry::{Registry, Slot};
 }
 
 pub use call::{Attempt, Call, CallSpec, Decision, HedgePlan, Stopped};
@@ -77,8 +81,6 @@ pub use outcome::{json_media_type, vendor_code_from_body, Headers, Outcome};
 pub use policy::{Format, Mode, OnFailure, Policy, PolicyError, PolicyErrors};
 pub use rules::deadline::{AttemptTimeouts, Inbound, InboundError, Timer};
 pub use rules::route::Needs;
-/// Inline small strings, used for upstream names, tenants, tasks and ids (re-exported for bindings).
-pub use smol_str::SmolStr;
 pub use state::shared::ReconcileItem;
 pub use stats::{KeyStats, Stats};
 pub use stream::StreamGate;

@@ -12,8 +12,10 @@
 //!
 //! One file per step: `begin.rs`, `admit.rs` (`next_attempt`), `report.rs`
 //! (`report`, `cancel`), `retry.rs` (going on after a failure, by the
-//! order in `rules/mod.rs`), `hedge.rs`; `effects.rs` holds what every
-//! path does to count and record, `lane.rs` the fast lane.
+//! order in `rules/mod.rs`), `hedge.rs`; `upstreams.rs` (which upstreams
+//! the call may go to now); `effects.rs` holds what every path does
+//! besides deciding (build, count, deposit, record), `lane.rs` the fast
+//! lane's guards.
 //!
 //! Cost model: a call reads the clock once per step, finds its upstream's
 //! shared state once (`state/upstream.rs`) and borrows its thread's
@@ -109,7 +111,7 @@ struct InFlight {
     started_ns: u64,
     /// Time left before the deadline at the start, ms.
     remaining_ms: u64,
-    /// Index of the attempt's start record in this thread's ring, for writing its end into it.
+    /// Where the attempt's start was recorded, for writing its end into the same record.
     start_rec: StartMark,
     breaker: Held,
     /// What a plain attempt does not hold, boxed so it stays small.

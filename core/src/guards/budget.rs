@@ -141,23 +141,9 @@ fn one_more(w: u64, epoch: u64) -> u64 {
 /// as the cell's, written only by the thread it was made for, with a plain
 /// load and store. Its cell adds them to its own in every check; when the
 /// thread stops using it ([`BudgetCell::retire_shard`]) they are folded
-/// into the cell's.
-///
-/// ```
-/// use retrywise::internals::{BudgetCell, BudgetParams};
-/// use retrywise::policy::Budget;
-/// let p = BudgetParams::new(&Budget { ratio: 0.5, min_per_sec: 0.0, ..Budget::default() });
-/// let cell = BudgetCell::new(p);
-/// let shard = cell.new_shard(&p); // one per thread
-/// cell.deposit_via(&shard, &p, 0); // only on that thread
-/// cell.deposit(&p, 0); // on any thread
-/// assert_eq!(cell.counts(&p, 0), (2, 0));
-/// assert!(cell.try_withdraw(&p, 0).is_ok()); // 2 requests at 0.5: one retry
-/// cell.retire_shard(&shard); // its thread is done: its request stays counted
-/// assert_eq!(cell.counts(&p, 0), (2, 1));
-/// ```
+/// into the cell's (see the `shard_in_short` test).
 #[derive(Debug)]
-pub struct DepositShard {
+pub(crate) struct DepositShard {
     words: Box<[AtomicU64]>,
     /// The parameters it counts under.
     params_id: u64,
@@ -255,7 +241,7 @@ impl BudgetCell {
     }
 
     /// A deposit shard for one thread, counted with this cell from now on.
-    pub fn new_shard(&self, params: &BudgetParams) -> Arc<DepositShard> {
+    pub(crate) fn new_shard(&self, params: &BudgetParams) -> Arc<DepositShard> {
         let _g = self.lock.lock();
         self.sync_params(params);
         let shard = Arc::new(DepositShard {
@@ -273,7 +259,7 @@ impl BudgetCell {
     /// while this cell counts it under `params`, else into the cell itself.
     /// Only the thread `shard` was made for may pass it.
     #[inline]
-    pub fn deposit_via(&self, shard: &DepositShard, params: &BudgetParams, now_ms: u64) {
+    pub(crate) fn deposit_via(&self, shard: &DepositShard, params: &BudgetParams, now_ms: u64) {
         if shard.params_id == params.id() && shard.counted.load(Ordering::Relaxed) {
             shard.deposit(params, now_ms);
         } else {
@@ -283,7 +269,7 @@ impl BudgetCell {
 
     /// Folds `shard`'s requests into the cell's own once its thread no
     /// longer writes it (one step under the lock: a check counts them once).
-    pub fn retire_shard(&self, shard: &Arc<DepositShard>) {
+    pub(crate) fn retire_shard(&self, shard: &Arc<DepositShard>) {
         let _g = self.lock.lock();
         let Some(mut v) = self.shards.load().as_deref().cloned() else {
             return;
@@ -601,6 +587,24 @@ mod tests {
         assert_eq!(b.counts(&p, 10_000), (1, 0));
         b.retire_shard(&s4);
         assert_eq!(b.counts(&p, 10_000), (1, 0));
+    }
+
+    /// A shard in short: one per thread, counted with its cell, folded in when retired.
+    #[test]
+    fn shard_in_short() {
+        let p = BudgetParams::new(&BudgetPolicy {
+            ratio: 0.5,
+            min_per_sec: 0.0,
+            ..BudgetPolicy::default()
+        });
+        let cell = BudgetCell::new(p);
+        let shard = cell.new_shard(&p); // one per thread
+        cell.deposit_via(&shard, &p, 0); // only on that thread
+        cell.deposit(&p, 0); // on any thread
+        assert_eq!(cell.counts(&p, 0), (2, 0));
+        assert!(cell.try_withdraw(&p, 0).is_ok()); // 2 requests at 0.5: one retry
+        cell.retire_shard(&shard); // its thread is done: its request stays counted
+        assert_eq!(cell.counts(&p, 0), (2, 1));
     }
 
     #[test]

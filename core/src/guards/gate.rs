@@ -6,14 +6,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// In-flight counters for one scope (or one priority pool).
 #[derive(Debug, Default)]
-pub struct GateCell {
+pub(crate) struct GateCell {
     first: AtomicU32,
     retries: AtomicU32,
 }
 
 impl GateCell {
     /// Takes a slot if fewer than `limit` are held (`None` = unlimited, still counted).
-    pub fn try_enter(&self, retry: bool, limit: Option<u32>) -> bool {
+    pub(crate) fn try_enter(&self, retry: bool, limit: Option<u32>) -> bool {
         let c = if retry { &self.retries } else { &self.first };
         match limit {
             None => {
@@ -27,34 +27,34 @@ impl GateCell {
     }
 
     /// Returns a slot taken by `try_enter`.
-    pub fn leave(&self, retry: bool) {
+    pub(crate) fn leave(&self, retry: bool) {
         let c = if retry { &self.retries } else { &self.first };
         let _ = c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
     }
 
     /// `(first attempts, retries)` in flight.
     #[cfg(test)]
-    pub fn in_flight(&self) -> (u32, u32) {
+    pub(crate) fn in_flight(&self) -> (u32, u32) {
         (self.first.load(Ordering::Acquire), self.retries.load(Ordering::Acquire))
     }
 }
 
 /// A priority pool: one shared in-flight counter.
 #[derive(Debug, Default)]
-pub struct PoolCell {
+pub(crate) struct PoolCell {
     in_flight: AtomicU32,
 }
 
 impl PoolCell {
     /// Takes a slot if fewer than `limit` are held.
-    pub fn try_enter(&self, limit: u32) -> bool {
+    pub(crate) fn try_enter(&self, limit: u32) -> bool {
         self.in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v < limit).then_some(v + 1))
             .is_ok()
     }
 
     /// Returns a slot.
-    pub fn leave(&self) {
+    pub(crate) fn leave(&self) {
         let _ = self
             .in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
@@ -62,7 +62,7 @@ impl PoolCell {
 
     /// Slots held.
     #[cfg(test)]
-    pub fn in_flight(&self) -> u32 {
+    pub(crate) fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Acquire)
     }
 }

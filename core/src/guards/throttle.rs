@@ -16,7 +16,7 @@ use crate::types::ErrorClass;
 
 /// Throttle parameters compiled from the policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ThrottleParams {
+pub(crate) struct ThrottleParams {
     /// `K`.
     pub k: f64,
     /// Bucket width, ms.
@@ -29,7 +29,7 @@ pub struct ThrottleParams {
 
 impl ThrottleParams {
     /// Compiles validated policy values.
-    pub fn new(p: &ThrottlePolicy) -> Self {
+    pub(crate) fn new(p: &ThrottlePolicy) -> Self {
         let buckets = p.buckets.max(1);
         ThrottleParams {
             k: p.k,
@@ -45,7 +45,7 @@ impl ThrottleParams {
 /// request it did not accept (overload, rate limit, transient failures, and
 /// attempts that never finished: out of time, effect unknown, a broken
 /// stream), `None` nothing (the caller cancelled: no evidence either way).
-pub fn verdict(class: Option<ErrorClass>) -> Option<bool> {
+pub(crate) fn verdict(class: Option<ErrorClass>) -> Option<bool> {
     match class {
         None => Some(true),
         Some(ErrorClass::Cancelled) => None,
@@ -100,13 +100,13 @@ impl Inner {
 
 /// One scope's throttle.
 #[derive(Debug)]
-pub struct ThrottleCell {
+pub(crate) struct ThrottleCell {
     inner: Mutex<Inner>,
 }
 
 impl ThrottleCell {
     /// An empty window.
-    pub fn new(params: ThrottleParams) -> Self {
+    pub(crate) fn new(params: ThrottleParams) -> Self {
         ThrottleCell {
             inner: Mutex::new(Inner {
                 params,
@@ -119,7 +119,7 @@ impl ThrottleCell {
     /// [0, 1). A refusal counts as a request; an admitted attempt counts when
     /// it is settled ([`ThrottleCell::settle`]). Returns the rejection
     /// probability when refused.
-    pub fn admit(&self, params: &ThrottleParams, now_ms: u64, draw: f64) -> Result<(), f64> {
+    pub(crate) fn admit(&self, params: &ThrottleParams, now_ms: u64, draw: f64) -> Result<(), f64> {
         let mut g = self.inner.lock();
         if g.params != *params {
             *g = Inner {
@@ -141,7 +141,7 @@ impl ThrottleCell {
     }
 
     /// Counts an admitted attempt's outcome (see [`verdict`]).
-    pub fn settle(&self, now_ms: u64, accepted: Option<bool>) {
+    pub(crate) fn settle(&self, now_ms: u64, accepted: Option<bool>) {
         let Some(accepted) = accepted else { return };
         let mut g = self.inner.lock();
         let (_, _, idx) = g.totals(now_ms);
@@ -152,7 +152,7 @@ impl ThrottleCell {
 
     /// `(requests, accepts)` in the window.
     #[cfg(test)]
-    pub fn counts(&self, now_ms: u64) -> (u64, u64) {
+    pub(crate) fn counts(&self, now_ms: u64) -> (u64, u64) {
         let mut g = self.inner.lock();
         let (r, a, _) = g.totals(now_ms);
         (r, a)
@@ -160,7 +160,7 @@ impl ThrottleCell {
 }
 
 /// `max(0, (requests − k·accepts) / (requests + 1))`.
-pub fn reject_probability(requests: u64, accepts: u64, k: f64) -> f64 {
+pub(crate) fn reject_probability(requests: u64, accepts: u64, k: f64) -> f64 {
     let r = requests as f64;
     ((r - k * accepts as f64) / (r + 1.0)).max(0.0)
 }

@@ -75,7 +75,7 @@ impl Ring {
 }
 
 /// Ring buffers + sinks.
-pub struct EventBus {
+pub(crate) struct EventBus {
     /// Records of calls used off their thread, reloads, mode changes, and
     /// the records of thread rings that were retired.
     shared: Mutex<Ring>,
@@ -107,7 +107,7 @@ const MAX_NAMES: usize = 4096;
 
 impl EventBus {
     /// A bus keeping at most `cap` events.
-    pub fn new(cap: u32) -> Self {
+    pub(crate) fn new(cap: u32) -> Self {
         EventBus {
             shared: Mutex::new(Ring::default()),
             rings: Mutex::new(Vec::new()),
@@ -125,7 +125,7 @@ impl EventBus {
 
     /// True when anyone will see events (skip building them otherwise).
     #[inline]
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.active.load(Ordering::Relaxed)
     }
 
@@ -157,7 +157,7 @@ impl EventBus {
     /// Changes the ring size (on reload); excess old events are dropped and
     /// counted. Threads' rings take the new size when their calls move to the
     /// new policy version.
-    pub fn set_capacity(&self, cap: u32) {
+    pub(crate) fn set_capacity(&self, cap: u32) {
         self.cap.store(cap as u64, Ordering::Relaxed);
         self.shared.lock().keep_newest(cap as usize);
         self.refresh_active();
@@ -190,7 +190,7 @@ impl EventBus {
     }
 
     /// Registers a sink; returns its id for [`EventBus::remove_sink`].
-    pub fn add_sink(&self, sink: Sink) -> u64 {
+    pub(crate) fn add_sink(&self, sink: Sink) -> u64 {
         let id = self.next_sink.fetch_add(1, Ordering::Relaxed);
         self.sinks.write().push((id, sink));
         self.refresh_active();
@@ -198,7 +198,7 @@ impl EventBus {
     }
 
     /// Removes a sink; true when it existed.
-    pub fn remove_sink(&self, id: u64) -> bool {
+    pub(crate) fn remove_sink(&self, id: u64) -> bool {
         let mut s = self.sinks.write();
         let before = s.len();
         s.retain(|(i, _)| *i != id);
@@ -209,7 +209,7 @@ impl EventBus {
     }
 
     /// Publishes a full event (reloads, mode changes) through the shared ring.
-    pub fn emit(&self, ev: Event) {
+    pub(crate) fn emit(&self, ev: Event) {
         let mut rec = Rec::new(
             ev.kind,
             ev.at_ms.saturating_mul(1_000_000),
@@ -358,17 +358,17 @@ impl EventBus {
     }
 
     /// A copy of the ring, oldest first.
-    pub fn snapshot(&self) -> Vec<Event> {
+    pub(crate) fn snapshot(&self) -> Vec<Event> {
         self.merged(false)
     }
 
     /// Takes every event out of the ring, oldest first.
-    pub fn drain(&self) -> Vec<Event> {
+    pub(crate) fn drain(&self) -> Vec<Event> {
         self.merged(true)
     }
 
     /// Events dropped from the ring so far.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         let (mut dropped, mut held) = {
             let r = self.shared.lock();
             (r.dropped, r.held())
@@ -384,7 +384,7 @@ impl EventBus {
     }
 
     /// Sink calls that panicked.
-    pub fn sink_panics(&self) -> u64 {
+    pub(crate) fn sink_panics(&self) -> u64 {
         self.sink_panics.load(Ordering::Relaxed)
     }
 }

@@ -17,7 +17,7 @@ mod record;
 mod recorder;
 pub(crate) mod ring;
 
-pub use bus::EventBus;
+pub(crate) use bus::EventBus;
 pub(crate) use record::{Extra, Hot, Rec, Then};
 pub(crate) use recorder::{PlainStart, Recorder, StartMark};
 

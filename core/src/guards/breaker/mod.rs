@@ -83,7 +83,7 @@ pub struct Transition {
 }
 
 /// `retry_in_ms` of a breaker that admits nothing until an operator says so (forced open).
-pub const NEVER: u64 = u64::MAX;
+pub(crate) const NEVER: u64 = u64::MAX;
 
 /// Whether an attempt may go to the upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
