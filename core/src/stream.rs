@@ -12,6 +12,15 @@
 //! `StreamOpen`: nothing reached the consumer, so the attempt may be retried
 //! and the next attempt's stream delivered in its place.
 //!
+//! An error event (`event: error`, Anthropic's `{"type": "error", ...}`,
+//! OpenAI's `{"error": {...}}` chunk, the Responses API's `response.failed`)
+//! is not output either: before any output the gate holds it and everything
+//! after it, and [`StreamGate::outcome`] reports the attempt as the failure
+//! the event names (an `overloaded_error` is an overload, retried like a
+//! 529), still `StreamOpen`. After output, the gate keeps watching the bytes
+//! it passes on for one, so a stream that shows text and then an error is a
+//! partial stream, never a success.
+//!
 //! The SSE framing (lines ending in LF, CRLF or CR; an event ends at a blank
 //! line; `event:` and `data:` fields; `:` comments) is scanned by hand: only
 //! the first few events are looked at, from bytes already buffered, which the
@@ -29,7 +38,7 @@
 //! assert!(gate.is_visible());
 //! ```
 
-use crate::outcome::media_type;
+use crate::outcome::{media_type, Outcome};
 use crate::types::Phase;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -58,6 +67,40 @@ pub struct StreamGate {
     holding: bool,
     /// Bytes reached the consumer.
     visible: bool,
+    /// An event stream: after release, its lines are still watched for an error event.
+    sse: bool,
+    /// The error event the stream carried, when it carried one.
+    error: Option<StreamError>,
+}
+
+/// An error event carried by a stream (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamError {
+    /// The provider's error type or code (`overloaded_error`, `server_error`, `rate_limit_exceeded`).
+    pub code: Option<String>,
+    /// Its message, when it had one.
+    pub message: Option<String>,
+    /// It came after output reached the consumer.
+    pub after_output: bool,
+}
+
+impl StreamError {
+    /// The HTTP status an error of this type stands for in the classifier's
+    /// tables (the stream itself answered 200): overloads are 529, rate
+    /// limits 429, request and auth errors their 4xx, anything else a 500.
+    pub fn status(&self) -> u16 {
+        match self.code.as_deref().unwrap_or("") {
+            "overloaded_error" | "overloaded" => 529,
+            "rate_limit_error" | "rate_limit_exceeded" | "rate_limited" | "RESOURCE_EXHAUSTED" => 429,
+            "invalid_request_error" | "invalid_request" | "context_length_exceeded" => 400,
+            "authentication_error" | "invalid_api_key" => 401,
+            "permission_error" => 403,
+            "not_found_error" => 404,
+            "request_too_large" => 413,
+            "timeout_error" => 504,
+            _ => 500,
+        }
+    }
 }
 
 impl StreamGate {
@@ -75,6 +118,39 @@ impl StreamGate {
             bom_checked: false,
             holding: sse,
             visible: false,
+            sse,
+            error: None,
+        }
+    }
+
+    /// The error event the stream carried, when it carried one.
+    pub fn stream_error(&self) -> Option<&StreamError> {
+        self.error.as_ref()
+    }
+
+    /// Whether the gate still reads what it is fed: an event stream is
+    /// watched for an error event to its end, other bodies only until their
+    /// first byte. A binding that stops feeding once this is false loses nothing.
+    pub fn watching(&self) -> bool {
+        self.error.is_none() && (self.holding || self.sse || !self.visible)
+    }
+
+    /// The outcome of an attempt whose body ended (or broke) now with HTTP
+    /// `status`: a plain `status` when the stream carried no error event,
+    /// else the failure the event names (see [`StreamError::status`]) with
+    /// its vendor code, in the phase it came in.
+    pub fn outcome(&self, status: u16) -> Outcome {
+        match &self.error {
+            None => Outcome::status(status),
+            Some(e) => {
+                let mut o = Outcome::status(e.status()).phase(if e.after_output {
+                    Phase::StreamVisible
+                } else {
+                    Phase::StreamOpen
+                });
+                o.vendor_code = e.code.clone();
+                o
+            }
         }
     }
 
@@ -111,12 +187,32 @@ impl StreamGate {
     /// `chunk` itself after that (and from the first byte for other bodies).
     pub fn feed<'a>(&mut self, chunk: &'a [u8]) -> Cow<'a, [u8]> {
         if !self.holding {
+            if self.error.is_some() && !self.visible {
+                // The attempt failed before any output: nothing of it is shown.
+                return Cow::Borrowed(&[]);
+            }
             self.visible |= !chunk.is_empty();
+            if self.sse && self.error.is_none() {
+                self.watch(chunk);
+            }
             return Cow::Borrowed(chunk);
         }
         self.held.extend_from_slice(chunk);
-        if self.scan() || self.held.len() > HOLD_LIMIT {
-            return Cow::Owned(self.release());
+        let output = self.scan();
+        if self.error.is_some() {
+            // Held, never delivered: the next attempt's stream takes its place.
+            self.holding = false;
+            self.held = Vec::new();
+            return Cow::Borrowed(&[]);
+        }
+        if output || self.held.len() > HOLD_LIMIT {
+            // What followed the first output in this chunk is watched like any later chunk.
+            let unread = self.held.get(self.line..).map(<[u8]>::to_vec).unwrap_or_default();
+            let out = self.release();
+            if self.sse && output {
+                self.watch(&unread);
+            }
+            return Cow::Owned(out);
         }
         Cow::Borrowed(&[])
     }
@@ -135,7 +231,13 @@ impl StreamGate {
     /// The body ended: everything still held (a stream of preamble only, or
     /// a last event without its blank line), to deliver before the end.
     pub fn finish(&mut self) -> Vec<u8> {
-        self.release()
+        if self.error.is_some() && !self.visible {
+            return Vec::new();
+        }
+        if self.holding {
+            return self.release();
+        }
+        Vec::new()
     }
 
     fn release(&mut self) -> Vec<u8> {
@@ -146,6 +248,23 @@ impl StreamGate {
         let out = std::mem::take(&mut self.held);
         self.visible |= !out.is_empty();
         out
+    }
+
+    /// After release: reads the lines of `chunk` passed on for an error
+    /// event, keeping only an unfinished line (and the event being read only
+    /// when it may be an error) between chunks.
+    fn watch(&mut self, chunk: &[u8]) {
+        self.held.extend_from_slice(chunk);
+        self.scan();
+        let consumed = self.line.min(self.held.len());
+        self.held.drain(..consumed);
+        self.searched = self.searched.saturating_sub(consumed);
+        self.line = 0;
+        if self.held.len() > HOLD_LIMIT {
+            // A line this long is output, not an error event.
+            self.held.clear();
+            self.searched = 0;
+        }
     }
 
     /// Reads the complete lines not read yet; true when an event with output completed.
@@ -202,10 +321,13 @@ impl StreamGate {
             match field {
                 b"event" => self.name = value.to_vec(),
                 b"data" => {
-                    if self.has_data {
-                        self.data.push(b'\n');
+                    // After release only a possible error event is kept whole.
+                    if self.holding || may_be_error(&self.name, value) || (self.has_data && !self.data.is_empty()) {
+                        if self.has_data {
+                            self.data.push(b'\n');
+                        }
+                        self.data.extend_from_slice(value);
                     }
-                    self.data.extend_from_slice(value);
                     self.has_data = true;
                 }
                 _ => {} // id, retry, unknown fields: nothing for a reader
@@ -213,13 +335,70 @@ impl StreamGate {
         }
     }
 
-    /// The event just ended: whether it carries output. Resets the event.
+    /// The event just ended: whether it carries output (an error event is
+    /// recorded instead). Resets the event.
     fn dispatch(&mut self) -> bool {
         let name = std::mem::take(&mut self.name);
         let data = std::mem::take(&mut self.data);
         // SSE drops an event without data; a reader sees nothing.
-        std::mem::replace(&mut self.has_data, false) && meaningful(&name, &data)
+        if !std::mem::replace(&mut self.has_data, false) {
+            return false;
+        }
+        if self.error.is_none() {
+            if let Some(mut e) = error_event(&name, &data) {
+                e.after_output = self.visible;
+                self.error = Some(e);
+                return false;
+            }
+        }
+        self.holding && meaningful(&name, &data)
     }
+}
+
+/// Whether a `data:` line of an event named `name` may belong to an error
+/// event (cheap: the first bytes only), so an event stream's output is not
+/// copied while it is watched.
+fn may_be_error(name: &[u8], value: &[u8]) -> bool {
+    name == b"error"
+        || name == b"response.failed"
+        || value.starts_with(b"{\"error\"")
+        || value.starts_with(b"{\"type\":\"error\"")
+        || value.starts_with(b"{\"type\": \"error\"")
+        || value.starts_with(b"{\"type\":\"response.failed\"")
+}
+
+/// The error an SSE event reports, when it is an error event: `event: error`,
+/// a JSON payload of `type` `error` (Anthropic, the Responses API) or with an
+/// `error` object (OpenAI chat chunks), or `response.failed`.
+pub fn error_event(name: &[u8], data: &[u8]) -> Option<StreamError> {
+    let named = name == b"error" || name == b"response.failed";
+    if !named && !may_be_error(name, data) {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
+    let ty = v.get("type").and_then(Value::as_str);
+    let err = match ty {
+        Some("response.failed") => v.get("response").and_then(|r| r.get("error")),
+        _ => v.get("error"),
+    };
+    let text = |x: Option<&Value>, k: &str| {
+        x.and_then(|x| x.get(k))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let is_error = named || ty == Some("error") || ty == Some("response.failed") || err.is_some_and(Value::is_object);
+    if !is_error {
+        return None;
+    }
+    let obj = err.filter(|e| e.is_object());
+    Some(StreamError {
+        code: text(obj, "type")
+            .or_else(|| text(obj, "code"))
+            .or_else(|| text(Some(&v), "code")),
+        message: text(obj, "message").or_else(|| text(Some(&v), "message")),
+        after_output: false,
+    })
 }
 
 /// Whether an SSE event (its `event:` name and `data:`) carries output.
@@ -357,7 +536,6 @@ mod tests {
             r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}],"error":{"message":"x"}}"#,
             r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#,
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
-            r#"{"type":"error","error":{"type":"overloaded_error"}}"#,
             r#"{"type":"response.output_item.added","item":{"type":"function_call","name":"f","arguments":""}}"#,
             r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
             r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}]}"#,
@@ -369,6 +547,77 @@ mod tests {
             assert_eq!(g.feed(ev.as_bytes()).into_owned(), ev.as_bytes(), "{data}");
             assert!(g.is_visible(), "{data}");
         }
+    }
+
+    #[test]
+    fn error_events_before_output_are_held_and_never_delivered() {
+        for (ev, code) in [
+            (
+                "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+                Some("overloaded_error"),
+            ),
+            (
+                "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"code\":null}}\n\n",
+                Some("server_error"),
+            ),
+            (
+                "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"error\":{\"code\":\"server_error\",\"message\":\"x\"}}}\n\n",
+                Some("server_error"),
+            ),
+            ("event: error\ndata: not json\n\n", None),
+        ] {
+            let mut g = sse();
+            assert!(g.feed(ROLE.as_bytes()).is_empty());
+            assert!(g.feed(ev.as_bytes()).is_empty(), "{ev}");
+            // Whatever follows the error is not delivered either.
+            assert!(g.feed(TEXT.as_bytes()).is_empty(), "{ev}");
+            assert!(g.finish().is_empty(), "{ev}");
+            assert!(!g.is_visible() && !g.watching(), "{ev}");
+            let e = g.stream_error().expect(ev);
+            assert_eq!((e.code.as_deref(), e.after_output), (code, false), "{ev}");
+            let o = g.outcome(200);
+            assert_eq!((o.phase, o.status), (Some(Phase::StreamOpen), Some(e.status())), "{ev}");
+        }
+        let e = |code: &str| StreamError {
+            code: Some(code.into()),
+            message: None,
+            after_output: false,
+        };
+        assert_eq!(e("overloaded_error").status(), 529);
+        assert_eq!(e("rate_limit_error").status(), 429);
+        assert_eq!(e("invalid_request_error").status(), 400);
+        assert_eq!(e("api_error").status(), 500);
+    }
+
+    #[test]
+    fn error_events_after_output_are_watched_for() {
+        // The error in the same chunk as the first output, and in a later chunk split mid-line.
+        let err = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
+        let mut g = sse();
+        let both = format!("{TEXT}{err}");
+        assert_eq!(g.feed(both.as_bytes()).into_owned(), both.as_bytes());
+        assert_eq!(g.stream_error().map(|e| e.after_output), Some(true));
+        assert_eq!(g.outcome(200).phase, Some(Phase::StreamVisible));
+
+        let mut g = sse();
+        for _ in 0..4 {
+            g.feed(TEXT.as_bytes());
+        }
+        assert!(g.stream_error().is_none() && g.watching());
+        let (a, b) = err.split_at(30);
+        assert_eq!(g.feed(a.as_bytes()).into_owned(), a.as_bytes());
+        assert!(g.stream_error().is_none());
+        assert_eq!(g.feed(b.as_bytes()).into_owned(), b.as_bytes());
+        assert_eq!(
+            g.stream_error().and_then(|e| e.code.as_deref()),
+            Some("overloaded_error")
+        );
+        assert!(!g.watching());
+        // A clean stream ends a success.
+        let mut g = sse();
+        g.feed(TEXT.as_bytes());
+        g.feed(DONE.as_bytes());
+        assert_eq!(g.outcome(200), crate::outcome::Outcome::status(200));
     }
 
     #[test]

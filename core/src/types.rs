@@ -199,6 +199,9 @@ vocab! {
         Stop = 3 => "stop",
         /// The effect is unknown: check its state (idempotency key, ledger) before anything else.
         Reconcile = 4 => "reconcile",
+        /// A sibling (hedged) attempt is still in flight: no new attempt now;
+        /// await the sibling and report its outcome, which decides.
+        Wait = 5 => "wait",
     }
 }
 
@@ -289,6 +292,8 @@ vocab! {
         EffectPending = 34 => "effect_pending",
         /// Hedging is off, not configured, or not allowed for this call.
         HedgeNotAllowed = 35 => "hedge_not_allowed",
+        /// An attempt failed while a sibling is still in flight: wait for the sibling.
+        SiblingInFlight = 36 => "sibling_in_flight",
     }
 }
 
@@ -312,6 +317,7 @@ impl Reason {
                 | Reason::Overloaded
                 | Reason::ServerSaysRetry
                 | Reason::StreamNotStarted
+                | Reason::SiblingInFlight
         )
     }
 }

@@ -146,6 +146,7 @@ fn canon_stop(s: &Stopped) -> Value {
             "class": s.class.map(|c| c.as_str()),
             "on_failure": s.on_failure.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
             "detail": s.detail,
+            "wait_ms": s.wait.map(|w| w.as_millis() as u64),
         }
     })
 }
@@ -264,6 +265,7 @@ fn outcome_of(v: &Value) -> Result<Outcome, String> {
             .map_err(|e| e.to_string())?,
         input_tokens: u(v, "input_tokens"),
         ok: v.get("ok").and_then(Value::as_bool).unwrap_or(false),
+        retry_delay: None,
     })
     .map(|o| match s(v, "body") {
         // After the headers: a 2xx body is judged by its content-type.
