@@ -63,6 +63,7 @@ pub mod telemetry;
 pub mod throttle;
 pub mod types;
 mod upstream;
+pub mod wire;
 
 pub use breaker::BreakerState;
 pub use clock::{Clock, ManualClock, SystemClock};
