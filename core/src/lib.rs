@@ -32,7 +32,8 @@
 //! Modules, one concept each: [`classify`] (outcome → class), [`deadline`]
 //! (timeouts, propagation), [`backoff`] (jitter, Retry-After), [`budget`],
 //! [`breaker`], [`throttle`], [`gate`], [`fallback`] (capability matcher),
-//! [`stream`] (a streamed answer's phase from its bytes),
+//! [`stream`] (a streamed answer's phase from its bytes), [`wire`] (requests
+//! and streams moved to another upstream, continuations spliced in),
 //! [`policy`], [`engine`] (Engine and Call), [`telemetry`] and [`stats`].
 
 #![deny(missing_docs)]
@@ -79,7 +80,10 @@ pub use smol_str::SmolStr;
 pub use stats::{KeyStats, Stats};
 pub use stream::StreamGate;
 pub use telemetry::{AttemptId, Event, EventKind};
-pub use types::{Action, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
+pub use types::{
+    Action, ApiFamily, Continuation, EffectState, ErrorClass, ErrorKind, Idempotency, MalformedEvent, Phase, Reason,
+    WaitSource,
+};
 
 /// The README's Rust quickstart, compiled and run as a doc test.
 #[doc = include_str!("../../README.md")]

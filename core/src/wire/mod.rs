@@ -1,7 +1,100 @@
 //! Wire helpers for the drop-in transports: pure functions over the bytes an
-//! SDK sends and receives, so no binding writes its own request rewriting or
-//! SSE handling.
+//! SDK sends and receives (no I/O), written once here so no binding writes
+//! its own request rewriting or SSE splicing.
 //!
-//! - [`sse`]: the incremental SSE event reader every stream reader shares.
+//! - [`rewrite`]: the request for the upstream the core chose — its URL, its
+//!   `model`, its key (read from the environment variable the policy names;
+//!   a key never travels to another provider).
+//! - [`Transcript`]: what a streamed answer delivered to the caller so far —
+//!   its text, whether it finished, whether it can be continued.
+//! - [`continuation_body`]: the fallback's request that continues that text,
+//!   by assistant prefill or by an instruction quoting it.
+//! - [`sse`]: the SSE event reader they (and the stream gate) share.
+//!
+use std::fmt;
 
+mod api;
+mod body;
+mod continuation;
+mod rewrite;
 pub mod sse;
+mod transcript;
+
+pub use api::Endpoint;
+pub use continuation::{continuation_body, instruction};
+pub use rewrite::{rewrite, Reach, WireRequest};
+pub use transcript::{Transcript, Usage};
+
+/// Why a request could not be rewritten or continued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireError {
+    /// The request's URL could not be read (shown without its query).
+    InvalidUrl {
+        /// The URL, up to its path.
+        url: String,
+    },
+    /// The URL path names no endpoint that can move to another base URL.
+    UnknownEndpoint {
+        /// The path.
+        path: String,
+    },
+    /// The environment variable that holds the upstream's key is unset or empty.
+    EnvUnset {
+        /// The variable's name (never its value).
+        var: String,
+        /// The upstream whose key it holds.
+        upstream: String,
+    },
+    /// The body must be a JSON object (to set its `model` or its conversation) and is not.
+    BodyNotJson {
+        /// What the JSON parser said.
+        detail: String,
+    },
+    /// An Azure OpenAI deployment URL needs the deployment's name, and no
+    /// model was given (by the upstream or the request).
+    NoDeployment {
+        /// The upstream.
+        upstream: String,
+    },
+    /// The request has no conversation to continue (`messages` or `input`).
+    NoConversation,
+}
+
+impl WireError {
+    /// A stable machine-readable code for bindings and telemetry.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WireError::InvalidUrl { .. } => "invalid_url",
+            WireError::UnknownEndpoint { .. } => "unknown_endpoint",
+            WireError::EnvUnset { .. } => "env_unset",
+            WireError::BodyNotJson { .. } => "body_not_json",
+            WireError::NoDeployment { .. } => "no_deployment",
+            WireError::NoConversation => "no_conversation",
+        }
+    }
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::InvalidUrl { url } => write!(f, "cannot read the request URL {url:?}"),
+            WireError::UnknownEndpoint { path } => write!(
+                f,
+                "cannot move {path:?} to another upstream: its path names none of /chat/completions, \
+                 /responses, /completions, /embeddings, /messages"
+            ),
+            WireError::EnvUnset { var, upstream } => write!(
+                f,
+                "environment variable {var} (api_key_env of upstream {upstream:?}) is unset or empty"
+            ),
+            WireError::BodyNotJson { detail } => write!(f, "the request body is not a JSON object: {detail}"),
+            WireError::NoDeployment { upstream } => write!(
+                f,
+                "upstream {upstream:?} is Azure OpenAI with an api_version: set its model (the deployment name)"
+            ),
+            WireError::NoConversation => f.write_str("the request has no `messages` or `input` to continue"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
