@@ -426,10 +426,22 @@ fn verdict(name: &[u8], data: &[u8], truncated: bool, holding: bool) -> Verdict 
 }
 
 /// Event data an SDK's stream parser would raise on: neither `[DONE]` nor a
-/// JSON text (which is UTF-8). One validating pass, no allocation.
+/// JSON text (which is UTF-8). Data that does not even start like a JSON
+/// object or array is rejected at its first byte; the rest takes one
+/// validating pass without allocation: a cut event starts like JSON too
+/// (the common failure: a proxy or a broken upstream loses its end).
 pub fn malformed(data: &[u8]) -> bool {
-    !data.starts_with(b"[DONE]")
-        && std::str::from_utf8(data).map_or(true, |s| serde_json::from_str::<serde::de::IgnoredAny>(s).is_err())
+    if data.starts_with(b"[DONE]") {
+        return false;
+    }
+    let first = data.iter().find(|b| !b.is_ascii_whitespace());
+    if !matches!(
+        first,
+        Some(b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n')
+    ) {
+        return true;
+    }
+    std::str::from_utf8(data).map_or(true, |s| serde_json::from_str::<serde::de::IgnoredAny>(s).is_err())
 }
 
 fn malformed_error(shown: String, after_output: bool) -> StreamError {
