@@ -9,20 +9,56 @@
 //!   its text, whether it finished, whether it can be continued.
 //! - [`continuation_body`]: the fallback's request that continues that text,
 //!   by assistant prefill or by an instruction quoting it.
+//! - [`Splicer`]: the fallback's stream turned into the rest of the caller's
+//!   stream — no second opening, no restated text, indexes that continue.
 //! - [`sse`]: the SSE event reader they (and the stream gate) share.
 //!
+//! A transport's continuation, end to end:
+//!
+//! ```
+//! use retrywise::wire::{continuation_body, Splicer, Transcript};
+//! use retrywise::{ApiFamily, Continuation};
+//!
+//! // The primary's stream, as the caller received it, broke after "Hello".
+//! let mut seen = Transcript::new(ApiFamily::OpenAi);
+//! seen.observe(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello\"}}]}\n\n");
+//! assert!(seen.resumable() && !seen.finished());
+//!
+//! let body = br#"{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Hi"}]}"#;
+//! let next = continuation_body(ApiFamily::OpenAi, body, &seen, Continuation::Prefill).unwrap();
+//! assert!(next.ends_with(br#"{"role":"assistant","content":"Hello"}]}"#));
+//!
+//! // The fallback's stream opens again and restates the text: the caller sees only the rest.
+//! let mut splice = Splicer::new(ApiFamily::OpenAi, &seen);
+//! let mut out = splice.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n");
+//! out.extend(splice.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\n"));
+//! out.extend(splice.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"}}]}\n\ndata: [DONE]\n\n"));
+//! out.extend(splice.finish());
+//! seen.observe(&out); // the transcript follows what the caller now has
+//! assert_eq!(seen.text(), "Hello world");
+//! assert!(seen.finished());
+//! ```
+
 use std::fmt;
 
 mod api;
 mod body;
 mod continuation;
+mod restate;
 mod rewrite;
+mod splice;
 pub mod sse;
 mod transcript;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod fixtures;
 
 pub use api::Endpoint;
 pub use continuation::{continuation_body, instruction};
 pub use rewrite::{rewrite, Reach, WireRequest};
+pub use splice::Splicer;
 pub use transcript::{Transcript, Usage};
 
 /// Why a request could not be rewritten or continued.
