@@ -35,8 +35,9 @@
 //! a failure), the guards (breaker, budget, throttle, gates), [`policy`]
 //! (every knob and its default), [`Call`] (one logical request) and
 //! [`Engine`]; [`telemetry`] and [`stats`] say what happened; [`stream`]
-//! reads a streamed answer's phase from its bytes. This file holds only
-//! these docs and the re-exports.
+//! reads a streamed answer's phase from its bytes, and [`wire`] moves a
+//! request or a broken stream to another upstream (continuations spliced
+//! in). This file holds only these docs and the re-exports.
 
 #![deny(missing_docs)]
 #![deny(unreachable_pub)]
@@ -61,6 +62,7 @@ pub mod stream;
 mod sync;
 pub mod telemetry;
 pub mod types;
+pub mod wire;
 
 /// The shared-state cells and the registry, for the crate's own tests,
 /// benchmarks, loom models and examples: not part of the API.
@@ -85,7 +87,10 @@ pub use state::shared::ReconcileItem;
 pub use stats::{KeyStats, Stats};
 pub use stream::StreamGate;
 pub use telemetry::{AttemptId, Event, EventKind};
-pub use types::{Action, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
+pub use types::{
+    Action, ApiFamily, Continuation, EffectState, ErrorClass, ErrorKind, Idempotency, MalformedEvent, Phase, Reason,
+    WaitSource,
+};
 
 /// The README's Rust quickstart, compiled and run as a doc test.
 #[doc = include_str!("../../README.md")]
