@@ -53,6 +53,7 @@ mod local;
 pub mod name;
 pub mod outcome;
 pub mod policy;
+pub mod ratelimit;
 pub mod registry;
 mod ring;
 pub mod stats;
