@@ -180,6 +180,13 @@ impl Reading {
             && !self.rate_limited
             && !self.quota_exhausted
     }
+
+    /// True when the reading states `kind`'s remaining allowance: it then
+    /// accounts for the request whose response carried it.
+    #[inline]
+    pub(crate) fn confirms(&self, kind: Kind) -> bool {
+        self.windows[kind.index()].remaining.is_some()
+    }
 }
 
 #[cfg(test)]
@@ -240,6 +247,8 @@ mod tests {
         assert!(!r.is_empty());
         assert!(!Reading::default().rate_limited().is_empty());
         assert!(!Reading::default().quota_exhausted().is_empty());
+        let r = Reading::default().with_window(Kind::Tokens, w(None, Some(1), None));
+        assert!(r.confirms(Kind::Tokens) && !r.confirms(Kind::Requests));
         assert_eq!(
             Kind::ALL.map(Kind::as_str),
             ["requests", "tokens", "input_tokens", "output_tokens"]
