@@ -73,7 +73,7 @@ pub use id::RequestId;
 pub use name::IntoName;
 pub use outcome::{json_media_type, vendor_code_from_body, Headers, Outcome};
 pub use policy::{Format, OnFailure, Policy, PolicyError, PolicyErrors};
-pub use ratelimit::RateLimits;
+pub use ratelimit::{AdaptiveConcurrency, RateLimits};
 /// Inline small strings, used for upstream names, tenants, tasks and ids (re-exported for bindings).
 pub use smol_str::SmolStr;
 pub use stats::{KeyStats, Stats};

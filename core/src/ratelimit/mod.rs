@@ -3,7 +3,7 @@
 //!
 //! retrywise sees every response of every call in the process, so it can know
 //! the provider's remaining allowance and keep calls from spending what is
-//! not there. Two parts, each usable alone:
+//! not there. Three parts, each usable alone:
 //!
 //! - [`Reading`] ([`headers`] and the value grammars in [`values`]): one
 //!   response's evidence — OpenAI, Azure OpenAI, Anthropic and IETF
@@ -20,6 +20,7 @@
 //!   at once). [`RateLimits::settle`] takes the attempt's response (and
 //!   [`RateLimits::observe`] a reading that belongs to no admitted attempt).
 //!   [`RateLimits::snapshot`] feeds gauges and stats.
+//! - [`AdaptiveConcurrency`]: AIMD on attempts in flight per upstream.
 //!
 //! Time is injected (monotonic nanoseconds on the engine's clock, plus a wall
 //! clock only for RFC 3339 and HTTP-date instants), randomness too.
@@ -29,7 +30,9 @@
 //! ```
 //! use rand::SeedableRng;
 //! use retrywise::deadline::TokenEstimate;
-//! use retrywise::ratelimit::{Admission, Kind, RateLimits, Reading, StopWhy, Usage};
+//! use retrywise::ratelimit::{
+//!     AdaptiveConcurrency, Admission, Feedback, Kind, RateLimits, Reading, StopWhy, Usage,
+//! };
 //! use std::time::{Duration, UNIX_EPOCH};
 //!
 //! const S: u64 = 1_000_000_000; // engine time is in nanoseconds
@@ -89,9 +92,19 @@
 //! assert_eq!(snap.scopes[0].kinds[0].limit, Some(60));
 //! assert!(snap.scopes[0].quota_exhausted);
 //! assert_eq!((snap.counters.paced_waits, snap.counters.stops_quota), (1, 1));
+//!
+//! // Adaptive concurrency: a 429 halves the attempts allowed in flight.
+//! let gate = AdaptiveConcurrency::default();
+//! let permits: Vec<_> = (0..8).map(|_| gate.try_acquire().unwrap()).collect();
+//! gate.release(permits[0], Feedback::RateLimited);
+//! assert_eq!(gate.limit(), 4);
+//! for p in &permits[1..] {
+//!     gate.release(*p, Feedback::Success);
+//! }
 //! ```
 
 mod admission;
+mod concurrency;
 pub mod headers;
 mod ietf;
 mod reading;
@@ -101,6 +114,7 @@ mod table;
 pub mod values;
 
 pub use admission::{Admission, Reservation, StopWhy, Ticket, Usage};
+pub use concurrency::{AdaptiveConcurrency, AimdConfig, Feedback, Permit};
 pub use reading::{Kind, Reading, Window};
 pub use snapshot::{KindSnapshot, RateLimitCounters, RateLimitSnapshot, ScopeSnapshot};
 pub use table::{RateLimitConfig, RateLimits};
