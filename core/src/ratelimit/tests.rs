@@ -544,6 +544,15 @@ fn threads_share_one_remaining_allowance() {
     assert_eq!(l.counters().admitted, 50);
 }
 
+#[test]
+fn handles_cross_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<RateLimits>();
+    shared::<Reservation>();
+    shared::<Ticket>();
+    shared::<AdaptiveConcurrency>();
+}
+
 /// One step of the property test below.
 #[derive(Debug, Clone)]
 enum Op {
