@@ -70,25 +70,20 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    pub(crate) fn new(cell: Option<Cell>, costs: [u64; 4], sent_at: u64) -> Self {
-        Reservation { cell, costs, sent_at }
-    }
-
-    /// True when the scope had state and units were reserved in it.
-    pub fn is_tracked(&self) -> bool {
-        self.cell.is_some()
-    }
-
-    /// Units reserved of `kind` (zero when untracked).
-    pub fn cost(&self, kind: Kind) -> u64 {
-        if self.is_tracked() {
-            self.costs[kind.index()]
-        } else {
-            0
+    pub(crate) fn new(cell: Cell, costs: [u64; 4], sent_at: u64) -> Self {
+        Reservation {
+            cell: Some(cell),
+            costs,
+            sent_at,
         }
     }
 
-    /// Its scope's state (when tracked), the units reserved, and the admission time.
+    /// Units reserved of `kind`.
+    pub fn cost(&self, kind: Kind) -> u64 {
+        self.costs[kind.index()]
+    }
+
+    /// Its scope's state (until settled or dropped), the units reserved, and the admission time.
     pub(crate) fn into_parts(mut self) -> (Option<Cell>, [u64; 4], u64) {
         (self.cell.take(), self.costs, self.sent_at)
     }
@@ -231,8 +226,5 @@ mod tests {
         assert_eq!(half.consumed(reserved), Some([1, 1_500, 900, 500]));
         assert_eq!(StopWhy::RateLimitedUntil(Duration::ZERO).reason(), "rate_limited_until");
         assert_eq!(StopWhy::QuotaExhausted.reason(), "quota_exhausted");
-        let r = Reservation::new(None, [1, 2, 3, 4], 0);
-        assert!(!r.is_tracked());
-        assert_eq!(r.cost(Kind::Requests), 0);
     }
 }

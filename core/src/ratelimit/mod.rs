@@ -43,9 +43,8 @@
 //! let est = TokenEstimate { input: Some(1_000), max_output: Some(500) };
 //! let left = Duration::from_secs(60);
 //!
-//! // Nothing known about the scope yet: go, nothing reserved.
+//! // Nothing known about the scope yet: go (the attempt is counted in flight).
 //! let Admission::Go(first) = limits.admit(scope, 0, est, left, None, &mut rng) else { panic!() };
-//! assert!(!first.is_tracked());
 //!
 //! // Its response: one request left in this minute, the window resets in 20 s.
 //! let headers = [

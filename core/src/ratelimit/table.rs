@@ -98,8 +98,8 @@ fn bump(c: &AtomicU64, n: u64) {
 ///
 /// The cycle: [`RateLimits::admit`] before each attempt, then
 /// [`RateLimits::settle`] with the response's [`Reading`]. Time is the engine's monotonic clock in nanoseconds, passed
-/// in; randomness comes from the caller's RNG. A scope nothing is known
-/// about costs one map lookup per admission.
+/// in; randomness comes from the caller's RNG. An admission costs one map
+/// lookup and one short lock of its scope's state.
 #[derive(Debug)]
 pub struct RateLimits {
     cfg: RateLimitConfig,
@@ -165,11 +165,13 @@ impl RateLimits {
             // Nothing to learn; only a quota hold to end, if the scope has one.
             return self.scopes.get(scope);
         }
+        Some(self.cell(scope, now))
+    }
+
+    fn cell(&self, scope: &str, now: u64) -> Cell {
         let (max, idle) = (self.cfg.max_scopes, ns(self.cfg.idle) / 1_000_000);
-        Some(
-            self.scopes
-                .get_or_insert(scope, now / 1_000_000, max, idle, ScopeCell::default),
-        )
+        self.scopes
+            .get_or_insert(scope, now / 1_000_000, max, idle, ScopeCell::default)
     }
 
     /// Decides whether an attempt in `scope` may be sent at `now`.
@@ -188,10 +190,9 @@ impl RateLimits {
         ticket: Option<Ticket>,
         rng: &mut R,
     ) -> Admission {
-        let Some(cell) = self.scopes.get(scope) else {
-            return Admission::Go(Reservation::new(None, [0; 4], now));
-        };
-        cell.touch(now / 1_000_000);
+        // The scope's state is made at its first attempt, so the attempts in
+        // flight when its first reading arrives are counted against it.
+        let cell = self.cell(scope, now);
         // A ticket of another scope (the call moved on) is dropped before this
         // scope is locked: it locks its own.
         let ticket = ticket.filter(|t| t.is_for(&cell));
@@ -206,7 +207,7 @@ impl RateLimits {
         match decision {
             Decision::Go => {
                 bump(&self.counters.admitted, 1);
-                Admission::Go(Reservation::new(Some(cell), costs, now))
+                Admission::Go(Reservation::new(cell, costs, now))
             }
             Decision::Wait { wait, promises } => {
                 bump(&self.counters.paced_waits, 1);
