@@ -87,6 +87,7 @@ impl Reading {
         let (mut hint_ms, mut hint): (Option<Duration>, Option<Duration>) = (None, None);
         let mut buf = [0u8; NAME_MAX];
         for (name, value) in headers {
+            r.answered = true;
             if name.len() > NAME_MAX {
                 continue;
             }
@@ -373,8 +374,9 @@ mod tests {
             (long, "oops"),
             ("x-ratelimit-remaining-requésts", "1"),
         ]);
-        assert!(r.is_empty(), "{r:?}");
+        assert!(r.is_empty() && r.answered, "{r:?}");
         assert_eq!(r.problems(), 0);
+        assert!(!read(&[]).answered);
     }
 
     #[test]

@@ -125,6 +125,11 @@ pub struct Reading {
     pub(crate) windows: [Window; 4],
     /// The server's wait hint (`retry-after-ms`, `retry-after`, or Gemini's `RetryInfo.retryDelay`).
     pub retry_after: Option<Duration>,
+    /// A response arrived (any status): set by [`Reading::parse`] when there
+    /// was any header, and by [`Reading::answered`]. Only an answered reading
+    /// that is no quota refusal ends a quota hold; a connection that failed
+    /// says nothing about the quota.
+    pub answered: bool,
     /// The response refused the request for its rate (a 429 without quota exhaustion).
     pub rate_limited: bool,
     /// The response says a quota that does not come back within a rate window
@@ -149,15 +154,23 @@ impl Reading {
         self
     }
 
+    /// Marks that a response arrived (the outcome has a status).
+    pub fn answered(mut self) -> Self {
+        self.answered = true;
+        self
+    }
+
     /// Marks the response as a rate-limit refusal (a 429 without quota exhaustion).
     pub fn rate_limited(mut self) -> Self {
         self.rate_limited = true;
+        self.answered = true;
         self
     }
 
     /// Marks a quota as exhausted (per-day `QuotaFailure`, `insufficient_quota`).
     pub fn quota_exhausted(mut self) -> Self {
         self.quota_exhausted = true;
+        self.answered = true;
         self
     }
 
@@ -173,7 +186,8 @@ impl Reading {
         self.malformed.len()
     }
 
-    /// True when the reading carries no window, no hint and no refusal.
+    /// True when the reading carries no window, no hint and no refusal
+    /// (whether it was answered or not).
     pub fn is_empty(&self) -> bool {
         self.windows.iter().all(Window::is_empty)
             && self.retry_after.is_none()
@@ -247,6 +261,7 @@ mod tests {
         assert!(!r.is_empty());
         assert!(!Reading::default().rate_limited().is_empty());
         assert!(!Reading::default().quota_exhausted().is_empty());
+        assert!(Reading::default().answered().is_empty() && Reading::default().rate_limited().answered);
         let r = Reading::default().with_window(Kind::Tokens, w(None, Some(1), None));
         assert!(r.confirms(Kind::Tokens) && !r.confirms(Kind::Requests));
         assert_eq!(

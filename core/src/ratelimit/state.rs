@@ -296,7 +296,9 @@ impl ScopeState {
             return;
         }
         // A response that is not a quota refusal ends a quota hold.
-        self.quota_until = None;
+        if r.answered {
+            self.quota_until = None;
+        }
         if !r.rate_limited {
             return;
         }

@@ -320,24 +320,27 @@ fn an_exhausted_quota_stops_at_once_then_lets_one_probe() {
         kind_of(&ask(&l, SCOPE, 60 * S, secs(3600), &mut r)),
         D::Stop(StopWhy::QuotaExhausted)
     );
-    // The probe succeeds (a response with no rate-limit headers at all): the hold ends.
+    // Its connection fails: that says nothing about the quota, the hold stays.
     let Admission::Go(probe) = probe else { panic!() };
-    l.settle(SCOPE, probe, &Reading::default(), Usage::sent(), 61 * S);
-    assert_eq!(kind_of(&ask(&l, SCOPE, 61 * S, secs(3600), &mut r)), D::Go);
+    l.settle(SCOPE, probe, &Reading::default(), Usage::sent(), 60 * S);
+    let a = ask(&l, SCOPE, 61 * S, secs(3600), &mut r);
+    assert_eq!(kind_of(&a), D::Stop(StopWhy::QuotaExhausted));
+    // The next probe (a quota hold later) succeeds, with no rate-limit headers at all: the hold ends.
+    let Admission::Go(probe) = ask(&l, SCOPE, 120 * S, secs(3600), &mut r) else {
+        panic!()
+    };
+    let ok = Reading::parse([("content-type", "application/json")], wall());
+    l.settle(SCOPE, probe, &ok, Usage::sent(), 121 * S);
+    assert_eq!(kind_of(&ask(&l, SCOPE, 121 * S, secs(3600), &mut r)), D::Go);
     // A longer hint than the hold is respected.
-    l.observe(
-        SCOPE,
-        &Reading::default().quota_exhausted().retry_delay(secs(7200)),
-        62 * S,
-    );
-    let later = (62 + 7199) * S;
-    assert_eq!(
-        kind_of(&ask(&l, SCOPE, later, secs(60), &mut r)),
-        D::Stop(StopWhy::QuotaExhausted)
-    );
+    let day = Reading::default().quota_exhausted().retry_delay(secs(7200));
+    l.observe(SCOPE, &day, 122 * S);
+    let later = (122 + 7199) * S;
+    let a = ask(&l, SCOPE, later, secs(60), &mut r);
+    assert_eq!(kind_of(&a), D::Stop(StopWhy::QuotaExhausted));
     assert_eq!(kind_of(&ask(&l, SCOPE, later + S, secs(60), &mut r)), D::Go);
     let c = l.counters();
-    assert_eq!((c.quota_exhausted, c.stops_quota), (2, 5));
+    assert_eq!((c.quota_exhausted, c.stops_quota), (2, 6));
 }
 
 #[test]
