@@ -20,6 +20,11 @@
 //! the current one began. Resets are taken at the latest instant a reading
 //! allows.
 //!
+//! What safety costs: a token bucket's refill before its reset is left unused
+//! (at small limits, a few requests per minute, this is a visible share of
+//! the limit; `examples/pacing.rs` measures it), and headers held back by a
+//! long non-streamed generation move the reset later by as long.
+//!
 //! Callers that must wait are spread over the windows to come: with the limit
 //! `L` known, the next `L` units of waiters are given distinct slots across
 //! the next window (slot `i` of a unit-cost queue starts `i · window / L` after
