@@ -83,6 +83,8 @@ pub use outcome::{json_media_type, vendor_code_from_body, Headers, Outcome};
 pub use policy::{Format, Mode, OnFailure, Policy, PolicyError, PolicyErrors};
 pub use rules::deadline::{AttemptTimeouts, Inbound, InboundError, Timer};
 pub use rules::route::Needs;
+pub use state::ratelimit;
+pub use state::ratelimit::{AdaptiveConcurrency, RateLimits};
 pub use state::shared::ReconcileItem;
 pub use stats::{KeyStats, Stats};
 pub use stream::StreamGate;

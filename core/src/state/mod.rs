@@ -3,6 +3,7 @@
 //! once (`upstream.rs`), one policy version compiled with its upstreams'
 //! state (`version.rs`), and the rest an engine shares (`shared.rs`).
 
+pub mod ratelimit;
 pub(crate) mod registry;
 pub(crate) mod scope;
 pub(crate) mod shared;

@@ -16,9 +16,9 @@
 //! `response.completed`) name the caller's ids and carry the whole text.
 
 use super::restate::Restate;
+use super::sse::meaningful;
 use super::sse::EventReader;
 use super::transcript::{str_of, u64_of, Block, ResponseIds, Transcript};
-use crate::stream::meaningful;
 use crate::types::ApiFamily;
 use serde_json::{json, Value};
 

@@ -25,6 +25,7 @@
 //! assert_eq!(r.pending_start(), r.buffered().len() - b"data: par".len());
 //! ```
 
+use serde_json::Value;
 use std::ops::Range;
 
 /// A complete event, borrowed from the reader until its next call.
@@ -274,6 +275,92 @@ impl EventReader {
 
 fn shift(r: &Range<usize>, n: usize) -> Range<usize> {
     r.start.saturating_sub(n)..r.end.saturating_sub(n)
+}
+
+/// Whether an SSE event (its `event:` name and `data:`) carries output.
+/// Only known preamble shapes are not: anything else counts as output.
+pub fn meaningful(name: &[u8], data: &[u8]) -> bool {
+    if OPENING_EVENTS.iter().any(|e| e.as_bytes() == name) {
+        return false;
+    }
+    match serde_json::from_slice::<Value>(data) {
+        Ok(v) => !preamble(&v),
+        Err(_) => true,
+    }
+}
+
+/// Events (by `event:` name or JSON `type`) that only open or keep alive an
+/// answer: Anthropic's and the OpenAI Responses API's.
+const OPENING_EVENTS: &[&str] = &[
+    "ping",
+    "message_start",
+    "response.created",
+    "response.queued",
+    "response.in_progress",
+];
+
+/// A JSON event payload that only opens the answer: no text, tool call,
+/// refusal, log-probabilities or finish reason in it.
+fn preamble(v: &Value) -> bool {
+    match v.get("type").and_then(Value::as_str) {
+        // Anthropic and the OpenAI Responses API.
+        Some(t) if OPENING_EVENTS.contains(&t) => true,
+        Some("content_block_start") => v.get("content_block").is_some_and(|b| {
+            matches!(b.get("type").and_then(Value::as_str), Some("text" | "thinking")) && empty_except(b, &["type"])
+        }),
+        Some("response.output_item.added") => {
+            v.get("item")
+                .is_some_and(|i| match i.get("type").and_then(Value::as_str) {
+                    Some("message") => empty_except(i, &["type", "id", "role", "status"]),
+                    // Reasoning starts; its summary, once it has one, is output.
+                    Some("reasoning") => empty_except(i, &["type", "id", "status", "encrypted_content"]),
+                    _ => false,
+                })
+        }
+        Some("response.content_part.added") => v.get("part").is_some_and(|p| empty_except(p, &["type"])),
+        Some(_) => false,
+        // OpenAI chat completion chunks (`choices: []` opens Azure streams). A
+        // choice's other members (a legacy completion's `text`, a finish
+        // reason, log-probabilities) are output unless empty.
+        None => v.get("choices").and_then(Value::as_array).is_some_and(|choices| {
+            empty_except(v, CHUNK_META)
+                && choices.iter().all(|c| {
+                    c.get("delta").is_none_or(|d| empty_except(d, &["role"]))
+                        && empty_except(c, &["index", "delta", "content_filter_results"])
+                })
+        }),
+    }
+}
+
+/// Members of an OpenAI chat completion chunk that describe it rather than carry output.
+const CHUNK_META: &[&str] = &[
+    "id",
+    "object",
+    "created",
+    "model",
+    "system_fingerprint",
+    "service_tier",
+    "choices",
+    "prompt_filter_results",
+    "obfuscation",
+    "x_groq",
+];
+
+/// `v` is an object whose members other than `keep` are all empty.
+fn empty_except(v: &Value, keep: &[&str]) -> bool {
+    v.as_object()
+        .is_some_and(|o| o.iter().all(|(k, x)| keep.contains(&k.as_str()) || empty(x)))
+}
+
+/// Null, `""`, `[]`, `{}`, or an object of empty members.
+fn empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.values().all(empty),
+        Value::Bool(_) | Value::Number(_) => false,
+    }
 }
 
 #[cfg(test)]
