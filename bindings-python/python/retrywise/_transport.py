@@ -20,12 +20,13 @@ import functools
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._errors import Stopped
+from ._errors import NotYet, Stopped, StreamInterrupted
 from ._outcomes import error_kind, is_cancellation
-from ._retrywise import Attempt, Call, Decision, StreamGate, json_media_type
+from ._retrywise import Attempt, Call, Decision, json_media_type
 
 if TYPE_CHECKING:
     from ._engine import Engine
+    from ._retrywise import StreamGate
     from .types import Phase
 
 _RETRY = ("retry", "fallback")
@@ -103,12 +104,35 @@ class _Driver:
         self.engine._wait(decision)
 
     async def wait_async(self, decision: Decision) -> None:
+        await self._sleep_async(decision.delay_s)
+
+    async def _sleep_async(self, seconds: float) -> None:
         if self.engine.manual_clock:
-            self.engine.advance_clock(decision.delay_ms)
-        elif decision.delay_s > 0:
+            self.engine.advance_clock(round(seconds * 1000))
+        elif seconds > 0:
             import anyio  # httpx's own async backend: works under asyncio and trio
 
-            await anyio.sleep(decision.delay_s)
+            await anyio.sleep(seconds)
+
+    def next_attempt(self, call: Call) -> Attempt:
+        """The next attempt; a "not yet" (``NotYet``: an open breaker that lets a
+        probe through soon) is waited out here, a stop raises ``Stopped``."""
+        while True:
+            try:
+                return call.next_attempt()
+            except NotYet as w:
+                self.engine._sleep(w.wait_s)
+
+    async def next_attempt_async(self, call: Call) -> Attempt:
+        while True:
+            try:
+                return call.next_attempt()
+            except NotYet as w:
+                try:
+                    await self._sleep_async(w.wait_s)
+                except BaseException:
+                    call.cancel()
+                    raise
 
     @staticmethod
     def give_up(stopped: Stopped, response: Any, exc: BaseException | None) -> Any:
@@ -145,17 +169,40 @@ def _note(exc: BaseException, reason: str) -> None:
 class _StreamState:
     """Reports a streamed response's outcome once: at its end, its failure, or its close."""
 
-    def __init__(self, call: Call, response: Any) -> None:
+    def __init__(self, call: Call, response: Any, gate: StreamGate) -> None:
         self.call = call
         self.status = response.status_code
         self.headers = response.headers
+        self.gate = gate
         self.delivered = False
         self.done = False
 
-    def success(self) -> None:
-        if not self.done:
-            self.done = True
-            self.call.report(status=self.status, headers=self.headers)
+    def pass_on(self, chunk: bytes) -> bytes:
+        """What the caller gets of ``chunk``: the gate reads an event stream to its
+        end (an error event after output, malformed events skipped or ending it)."""
+        out = self.gate.feed(chunk) if self.gate.watching else chunk
+        if out:
+            self.delivered = True
+        return out
+
+    @property
+    def cut_short(self) -> bool:
+        """A malformed event ended the stream (``streams.malformed_event: error``):
+        nothing after it is delivered."""
+        error = self.gate.stream_error
+        return error is not None and error["code"] == "malformed_event"
+
+    def end(self) -> BaseException | None:
+        """The body ended: reports what the gate saw (a plain success, or the
+        failure an error event named); returns an exception to raise when a
+        malformed event ended the stream (never a truncated success)."""
+        if self.done:
+            return None
+        self.done = True
+        decision = self.call.report(**self.gate.outcome(self.status), headers=self.headers)
+        if self.cut_short:
+            return StreamInterrupted.from_decision(decision, provider_error=self.gate.stream_error)
+        return None
 
     def failure(self, exc: BaseException) -> BaseException:
         """Reports a mid-body failure; returns the exception to raise."""
@@ -179,55 +226,27 @@ class _StreamState:
         """The consumer closed the stream before its end (an SDK stops at ``[DONE]``;
         an app breaks out of the loop): the upstream answered and nothing failed, so
         the attempt is a success as far as anyone saw."""
-        self.success()
+        self.end()
 
 
-class _Prefixed:
-    """A sync byte stream whose first chunk was already read (to know the stream started)."""
-
-    def __init__(self, first: bytes | None, rest: Iterator[bytes], inner: Any) -> None:
-        self._first, self._rest, self._inner = first, rest, inner
-
-    def __iter__(self) -> Iterator[bytes]:
-        if self._first:
-            yield self._first
-        yield from self._rest
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class _AsyncPrefixed:
-    """The async counterpart of ``_Prefixed``."""
-
-    def __init__(self, first: bytes | None, rest: AsyncIterator[bytes], inner: Any) -> None:
-        self._first, self._rest, self._inner = first, rest, inner
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._first:
-            yield self._first
-        async for chunk in self._rest:
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def _first_release(it: Iterator[bytes], gate: StreamGate) -> bytes | None:
+def _first_release(it: Iterator[bytes], gate: StreamGate, raw: list[bytes]) -> bytes | None:
     """The first bytes the caller may see: the gate holds a stream's preamble (a
-    role-only delta, ``message_start``, pings) until its first meaningful event,
-    so a cut before it is ``stream_open``. None when the body ended empty."""
+    role-only delta, ``message_start``, pings) and an error event before output
+    until its first meaningful event, so a cut before it is ``stream_open``.
+    None when the body ended with nothing to show (``raw``: what came)."""
     for chunk in it:
         if chunk:
+            raw.append(chunk)
             out = gate.feed(chunk)
             if out:
                 return out
     return gate.finish() or None
 
 
-async def _afirst_release(it: AsyncIterator[bytes], gate: StreamGate) -> bytes | None:
+async def _afirst_release(it: AsyncIterator[bytes], gate: StreamGate, raw: list[bytes]) -> bytes | None:
     async for chunk in it:
         if chunk:
+            raw.append(chunk)
             out = gate.feed(chunk)
             if out:
                 return out
@@ -239,17 +258,26 @@ def _stream_types(hx: Any) -> tuple[type, type]:
     """Stream wrappers for one httpx flavour (created once per flavour)."""
 
     class SyncStream(hx.SyncByteStream):  # type: ignore[misc]
-        def __init__(self, inner: Any, state: _StreamState) -> None:
-            self._inner = inner
+        def __init__(self, first: bytes | None, rest: Iterator[bytes], inner: Any, state: _StreamState) -> None:
+            self._first, self._rest, self._inner = first, rest, inner
             self._state = state
 
         def __iter__(self) -> Iterator[bytes]:
             state = self._state
             try:
-                for chunk in self._inner:
-                    if chunk:
-                        state.delivered = True
-                    yield chunk
+                if self._first:
+                    state.delivered = True
+                    yield self._first
+                for chunk in self._rest:
+                    out = state.pass_on(chunk)
+                    if out:
+                        yield out
+                    if state.cut_short:
+                        break
+                tail = state.gate.finish()
+                if tail:
+                    state.delivered = True
+                    yield tail
             except GeneratorExit:
                 state.closed()
                 raise
@@ -258,24 +286,35 @@ def _stream_types(hx: Any) -> tuple[type, type]:
                 if err is exc:
                     raise
                 raise err from exc
-            state.success()
+            broken = state.end()
+            if broken is not None:
+                raise broken
 
         def close(self) -> None:
             self._state.closed()
             self._inner.close()
 
     class AsyncStream(hx.AsyncByteStream):  # type: ignore[misc]
-        def __init__(self, inner: Any, state: _StreamState) -> None:
-            self._inner = inner
+        def __init__(self, first: bytes | None, rest: AsyncIterator[bytes], inner: Any, state: _StreamState) -> None:
+            self._first, self._rest, self._inner = first, rest, inner
             self._state = state
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             state = self._state
             try:
-                async for chunk in self._inner:
-                    if chunk:
-                        state.delivered = True
-                    yield chunk
+                if self._first:
+                    state.delivered = True
+                    yield self._first
+                async for chunk in self._rest:
+                    out = state.pass_on(chunk)
+                    if out:
+                        yield out
+                    if state.cut_short:
+                        break
+                tail = state.gate.finish()
+                if tail:
+                    state.delivered = True
+                    yield tail
             except GeneratorExit:
                 state.closed()
                 raise
@@ -284,7 +323,9 @@ def _stream_types(hx: Any) -> tuple[type, type]:
                 if err is exc:
                     raise
                 raise err from exc
-            state.success()
+            broken = state.end()
+            if broken is not None:
+                raise broken
 
         async def aclose(self) -> None:
             self._state.closed()
@@ -303,7 +344,7 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
     last_exc: BaseException | None = None
     while True:
         try:
-            attempt = call.next_attempt()
+            attempt = d.next_attempt(call)
         except Stopped as stopped:
             return d.give_up(stopped, last, last_exc)
         d.prepare(request, attempt, base)
@@ -323,8 +364,10 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                     d.idle_timeout(request, attempt, base)
                     body = response.stream
                     rest = iter(body)
+                    gate = d.engine.stream_gate(response.headers.get("content-type"))
+                    held: list[bytes] = []
                     try:
-                        first = _first_release(rest, StreamGate(response.headers.get("content-type")))
+                        first = _first_release(rest, gate, held)
                     except BaseException as exc:
                         # Broken before anything meaningful reached the caller: phase stream_open, retryable.
                         body.close()
@@ -337,9 +380,15 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                         )
                         last, last_exc = None, exc
                     else:
-                        wrapped = _Prefixed(first, rest, body)
-                        response.stream = _stream_types(d.hx)[0](wrapped, _StreamState(call, response))
-                        return response
+                        if first is None and gate.stream_error is not None:
+                            # An error event before any output: the attempt failed as the event says.
+                            body.close()
+                            decision = call.report(**gate.outcome(response.status_code), headers=response.headers)
+                            last, last_exc = d.rebuild(response, b"".join(held), request), None
+                        else:
+                            state = _StreamState(call, response, gate)
+                            response.stream = _stream_types(d.hx)[0](first, rest, body, state)
+                            return response
                     if decision.action in _RETRY:
                         d.wait(decision)
                         continue
@@ -378,7 +427,7 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
     last_exc: BaseException | None = None
     while True:
         try:
-            attempt = call.next_attempt()
+            attempt = await d.next_attempt_async(call)
         except Stopped as stopped:
             return d.give_up(stopped, last, last_exc)
         d.prepare(request, attempt, base)
@@ -398,8 +447,10 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                     d.idle_timeout(request, attempt, base)
                     abody = response.stream
                     arest = abody.__aiter__()
+                    agate = d.engine.stream_gate(response.headers.get("content-type"))
+                    aheld: list[bytes] = []
                     try:
-                        afirst = await _afirst_release(arest, StreamGate(response.headers.get("content-type")))
+                        afirst = await _afirst_release(arest, agate, aheld)
                     except BaseException as exc:
                         # Broken before anything meaningful reached the caller: phase stream_open, retryable.
                         await abody.aclose()
@@ -412,9 +463,14 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                         )
                         last, last_exc = None, exc
                     else:
-                        awrapped = _AsyncPrefixed(afirst, arest, abody)
-                        response.stream = _stream_types(d.hx)[1](awrapped, _StreamState(call, response))
-                        return response
+                        if afirst is None and agate.stream_error is not None:
+                            await abody.aclose()
+                            decision = call.report(**agate.outcome(response.status_code), headers=response.headers)
+                            last, last_exc = d.rebuild(response, b"".join(aheld), request), None
+                        else:
+                            astate = _StreamState(call, response, agate)
+                            response.stream = _stream_types(d.hx)[1](afirst, arest, abody, astate)
+                            return response
                     if decision.action in _RETRY:
                         try:
                             await d.wait_async(decision)
