@@ -12,6 +12,7 @@ error naming the provider's reason."""
 
 from __future__ import annotations
 
+import importlib
 import time
 from typing import Any
 
@@ -256,3 +257,43 @@ async def test_async_silent_primary_falls_back(fault: FaultServer) -> None:
     r = await client.chat.completions.create(model="fb-silent", messages=MESSAGES)
     assert r.choices[0].message.content == answer("fb-ok") and r.model == "fb-ok"
     assert models_of(fault, "fb-silent") == [P, B]
+
+
+@pytest.mark.parametrize(("model", "seen"), [("fb-503", [P, P, B]), ("fb-silent", [P, B]), ("fb-ok:id=p", [P])])
+def test_run_calls_the_upstream_the_core_chose(fault: FaultServer, model: str, seen: list[str]) -> None:
+    """``engine.run``: ``attempt.reach`` says where the attempt goes (base URL,
+    model, the key read from the variable the catalog names)."""
+    engine = Engine(policy(fault.base + "/v1", model), seed=5)
+
+    def fn(attempt: retrywise.Attempt) -> Any:
+        reach = attempt.reach
+        assert reach is not None and reach.api_key == "sk-fault-test"
+        t = attempt.timeouts
+        client = openai.OpenAI(
+            base_url=reach.base_url,
+            api_key=reach.api_key,
+            max_retries=0,
+            timeout=httpx.Timeout(t.total, connect=t.connect, read=t.first_byte),
+        )
+        return client.chat.completions.create(model=reach.model, messages=MESSAGES)
+
+    r = engine.run(fn, route=engine.route_for_model(model))
+    answered = model if seen[-1] == P else "fb-ok"
+    assert r.model == answered and r.choices[0].message.content == answer(answered)
+    assert models_of(fault, model) == seen
+
+
+def test_httpx2_flavour_continues_a_cut_stream(fault: FaultServer) -> None:
+    hx2 = pytest.importorskip("httpx2")
+    rw2 = importlib.import_module("retrywise.httpx2")
+    engine = Engine(policy(fault.base + "/v1", "fb-stream-cut"), seed=5)
+    body = {"model": "fb-stream-cut", "messages": MESSAGES, "stream": True}
+    with (
+        hx2.Client(transport=rw2.RetryTransport(engine)) as c,
+        c.stream("POST", fault.base + "/v1/chat/completions", json=body) as r,
+    ):
+        raw = r.read()
+    seen = retrywise.Transcript("openai")
+    seen.observe(raw)
+    assert seen.text == answer("fb-stream-cut") and seen.finished and raw.endswith(b"data: [DONE]\n\n")
+    assert models_of(fault, "fb-stream-cut") == [P, B]
