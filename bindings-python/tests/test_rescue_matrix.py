@@ -194,6 +194,21 @@ def test_stream_recovery_never_ends_the_stream_with_an_error(fault: FaultServer)
     assert engine.stats()["stops"] == {"stream_visible_output": 1}
 
 
+def test_stream_recovery_never_ends_at_an_error_event_with_a_clean_error(fault: FaultServer) -> None:
+    """An error event after output is not handed to the SDK mid-answer: the
+    caller's stream ends with ``StreamInterrupted`` naming the provider's error
+    and what the caller had received."""
+    model = "fb-stream-cut:end=error"
+    p = policy(fault.base + "/v1", model)
+    del p["routes"]["chat"]["stream_recovery"]
+    engine = Engine(p, seed=5)
+    with pytest.raises(retrywise.StreamInterrupted) as e:
+        call(sdk(engine, fault), model, stream=True)
+    assert e.value.reason == "stream_visible_output" and e.value.text == f"answer from {model}: w1"
+    assert e.value.provider_error is not None and "the stream failed" in e.value.provider_error["message"]
+    assert models_of(fault, model) == [P]
+
+
 def test_unknown_model_is_an_error_before_any_request(fault: FaultServer) -> None:
     engine = Engine(policy(fault.base + "/v1", "fb-ok"), seed=5)
     with pytest.raises(retrywise.PolicyError) as e:
@@ -297,3 +312,31 @@ def test_httpx2_flavour_continues_a_cut_stream(fault: FaultServer) -> None:
     seen.observe(raw)
     assert seen.text == answer("fb-stream-cut") and seen.finished and raw.endswith(b"data: [DONE]\n\n")
     assert models_of(fault, "fb-stream-cut") == [P, B]
+
+
+@pytest.mark.parametrize(
+    ("model", "seen", "text_of"),
+    [
+        ("fb-stream-cut", [P, B], "primary"),
+        ("fb-stream-cut:end=error", [P, B], "primary"),
+        ("fb-stream-stall", [P, B], "primary"),
+        ("fb-silent", [P, B], "backup"),
+        ("fb-503", [P, P, B], "backup"),
+        ("fb-malformed-sse", [P], "primary"),
+    ],
+)
+def test_anthropic_messages_stream_is_rescued(fault: FaultServer, model: str, seen: list[str], text_of: str) -> None:
+    """The same wiring under the anthropic SDK (httpx2): Anthropic message
+    events continued and spliced (content-block indexes continue the caller's)."""
+    anthropic = pytest.importorskip("anthropic")
+    hx2 = pytest.importorskip("httpx2")
+    rw2 = importlib.import_module("retrywise.httpx2")
+    engine = Engine(policy(fault.base + "/v1", model), seed=5)
+    http = hx2.Client(transport=rw2.RetryTransport(engine))
+    client = anthropic.Anthropic(base_url=fault.base, api_key="sk-caller", max_retries=0, http_client=http)
+    with client.messages.stream(model=model, max_tokens=100, messages=MESSAGES) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == answer(model if text_of == "primary" else "fb-ok")
+    assert final.stop_reason == "end_turn" and final.usage.output_tokens > 0
+    assert models_of(fault, model) == seen
