@@ -340,3 +340,14 @@ def test_anthropic_messages_stream_is_rescued(fault: FaultServer, model: str, se
     assert text == answer(model if text_of == "primary" else "fb-ok")
     assert final.stop_reason == "end_turn" and final.usage.output_tokens > 0
     assert models_of(fault, model) == seen
+
+
+def test_unset_key_variable_is_a_clean_error(fault: FaultServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalog names a variable that is unset: ``WireError`` naming it (never
+    a request with the caller's key to the other upstream), the call cancelled."""
+    monkeypatch.delenv(KEY_ENV)
+    engine = Engine(policy(fault.base + "/v1", "fb-ok"), seed=5)
+    with pytest.raises(retrywise.WireError) as e:
+        call(sdk(engine, fault), "fb-ok", stream=False)
+    assert e.value.code == "env_unset" and KEY_ENV in str(e.value)
+    assert fault.requests() == [] and engine.stats()["stops"] == {"cancelled": 1}

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._errors import Stopped, StreamInterrupted
+from ._errors import Stopped, StreamInterrupted, WireError
 from ._outcomes import error_kind, is_cancellation
 from ._retrywise import Splicer, continuation_body
 
@@ -183,8 +183,13 @@ class _RelayBase:
         raise err from exc
 
     def continuation_request(self, attempt: Attempt, how: ContinuationName) -> Any:
-        body = continuation_body(self.transcript.api, self.request.content, self.transcript, how)
-        return self.d.build(self.request, attempt, self.base, body=body)
+        try:
+            body = continuation_body(self.transcript.api, self.request.content, self.transcript, how)
+        except WireError:
+            self.done = True
+            self.call.cancel()
+            raise
+        return self.d.build(self.call, self.request, attempt, self.base, body=body)
 
     def new_leg(self, response: Any, rest: Any, how: ContinuationName) -> Leg:
         gate = self.d.engine.stream_gate(response.headers.get("content-type"), end_at_error=True)

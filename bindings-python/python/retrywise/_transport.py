@@ -28,7 +28,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._errors import NotYet, Stopped
+from ._errors import NotYet, Stopped, WireError
 from ._outcomes import error_kind, is_cancellation
 from ._relay import AsyncRelay, Leg, Relay
 from ._retrywise import Attempt, Call, Decision, Transcript, api_family, json_media_type, rewrite
@@ -98,9 +98,20 @@ class _Driver:
     def begin(self, request: Any) -> Call:
         return self.engine.begin(self.route_for(request), **self.call_kwargs)
 
-    def build(self, request: Any, attempt: Attempt, base: dict[str, Any], *, body: bytes | None = None) -> Any:
+    def build(
+        self, call: Call, request: Any, attempt: Attempt, base: dict[str, Any], *, body: bytes | None = None
+    ) -> Any:
         """The request for this attempt: as the SDK built it, or rewritten by the
-        core for the upstream it chose (and with ``body`` in place of the SDK's)."""
+        core for the upstream it chose (and with ``body`` in place of the SDK's).
+        A request that cannot be rewritten (``WireError``: the key's variable is
+        unset, ...) is a configuration error: the call is cancelled, the error raised."""
+        try:
+            return self._build(request, attempt, base, body)
+        except WireError:
+            call.cancel()
+            raise
+
+    def _build(self, request: Any, attempt: Attempt, base: dict[str, Any], body: bytes | None) -> Any:
         reach = attempt.reach
         if body is None and (reach is None or not reach.rewrites):
             self.prepare(request, attempt, base)
@@ -299,7 +310,7 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
             attempt = d.next_attempt(call)
         except Stopped as stopped:
             return d.give_up(stopped, last, last_exc)
-        req = d.build(request, attempt, base)
+        req = d.build(call, request, attempt, base)
         token = current_attempt.set(attempt)
         try:
             sent = time.monotonic()
@@ -382,7 +393,7 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
             attempt = await d.next_attempt_async(call)
         except Stopped as stopped:
             return d.give_up(stopped, last, last_exc)
-        req = d.build(request, attempt, base)
+        req = d.build(call, request, attempt, base)
         token = current_attempt.set(attempt)
         try:
             sent = time.monotonic()
