@@ -243,6 +243,14 @@ typedef enum rw_reason {
    * Hedging is off, not configured, or not allowed for this call.
    */
   RW_REASON_HEDGE_NOT_ALLOWED = 35,
+  /**
+   * An attempt failed while a sibling is still in flight: wait for the sibling.
+   */
+  RW_REASON_SIBLING_IN_FLIGHT = 36,
+  /**
+   * A continuation sent with assistant prefill was refused: it goes again at once as an instruction.
+   */
+  RW_REASON_PREFILL_REJECTED = 37,
 } rw_reason;
 
 /**
@@ -333,6 +341,11 @@ typedef enum rw_action {
    * The effect is unknown: check its state before anything else.
    */
   RW_ACTION_RECONCILE = 4,
+  /**
+   * A sibling (hedged) attempt is still in flight: start nothing; report
+   * the sibling's outcome when it comes, which decides.
+   */
+  RW_ACTION_WAIT = 5,
 } rw_action;
 
 /**
