@@ -47,6 +47,7 @@ mod panic;
 mod spare;
 pub mod stream;
 pub mod types;
+pub mod vocab;
 
 pub use call::*;
 pub use engine::*;
@@ -54,6 +55,7 @@ pub use error::*;
 pub use names::*;
 pub use stream::*;
 pub use types::*;
+pub use vocab::*;
 
 // The thread-safety contract in the header, checked: an engine is shared
 // between threads, a call moves between them, an error is read from any.

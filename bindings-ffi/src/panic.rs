@@ -4,7 +4,8 @@
 //! Functions returning `rw_result` give `RW_ERR_PANIC`; functions returning
 //! pointers give NULL; sizes give 0.
 
-use crate::types::{rw_phase, rw_result};
+use crate::types::rw_result;
+use crate::vocab::rw_phase;
 use std::os::raw::c_char;
 
 /// The value a function returns after catching a panic.
