@@ -10,6 +10,7 @@
  *       SUCCEEDED: done; RETRY / FALLBACK: sleep decision.delay_ms and loop;
  *       STOP / RECONCILE: surface it with rw_reason_name(decision.reason).
  *   }
+ *   (RW_STOPPED with attempt.wait_ms >= 0 is "not yet": sleep it, ask again.)
  *   rw_call_free(call); ... rw_engine_free(engine);
  *
  * Conventions
@@ -42,10 +43,11 @@
 #include <stdint.h>
 
 /* Initializer for an rw_outcome with nothing set: no status, no error kind,
- * inferred phase, no headers, no vendor code, effect unset. A zeroed
+ * inferred phase, no headers, no vendor code, effect unset, not resumable,
+ * no continuation. A zeroed
  * rw_outcome means RW_ERROR_KIND_DNS, so start from this:
  *   rw_outcome o = RW_OUTCOME_INIT; o.status = 503; */
-#define RW_OUTCOME_INIT { 0, RW_ERROR_KIND_NONE, RW_PHASE_NONE, NULL, 0, { NULL, 0 }, RW_EFFECT_UNSET, 0, false, { NULL, 0 } }
+#define RW_OUTCOME_INIT { 0, RW_ERROR_KIND_NONE, RW_PHASE_NONE, NULL, 0, { NULL, 0 }, RW_EFFECT_UNSET, 0, false, { NULL, 0 }, false, RW_CONTINUATION_NONE }
 
 /* rw_str initializer for a string literal: rw_str s = RW_LIT("openai/gpt-4o"); */
 #define RW_LIT(s) { (s), sizeof(s) - 1 }
@@ -367,6 +369,27 @@ typedef enum rw_wait_source {
 } rw_wait_source;
 
 /**
+ * How the next attempt continues a streamed answer that already showed
+ * text (core `Continuation`): carried by a decision, and by the outcome of
+ * the attempt that continued.
+ */
+typedef enum rw_continuation {
+  /**
+   * No continuation: the request goes as it was built.
+   */
+  RW_CONTINUATION_NONE = -1,
+  /**
+   * The delivered text goes as a trailing assistant message for the
+   * upstream to extend (only where it declares `assistant_prefill`).
+   */
+  RW_CONTINUATION_PREFILL = 0,
+  /**
+   * A user message quotes the delivered text and asks to continue right after it.
+   */
+  RW_CONTINUATION_INSTRUCTION = 1,
+} rw_continuation;
+
+/**
  * What `rw_call_next_hedge` says (core `HedgePlan`).
  */
 typedef enum rw_hedge_action {
@@ -516,6 +539,30 @@ typedef enum rw_effect {
    */
   RW_EFFECT_UNKNOWN = 3,
 } rw_effect;
+
+/**
+ * One of an attempt's timers (core `Timer`), for `rw_attempt_timer_error`.
+ * A first-token timer (`first_token_timeout_ms`) is `RW_TIMER_FIRST_BYTE`:
+ * the core reads its expiry as a first-byte timeout in `RW_PHASE_STREAM_OPEN`.
+ */
+typedef enum rw_timer {
+  /**
+   * Connecting took longer than `connect_timeout_ms`.
+   */
+  RW_TIMER_CONNECT = 0,
+  /**
+   * No response byte (or, for a stream, no first token) in time.
+   */
+  RW_TIMER_FIRST_BYTE = 1,
+  /**
+   * The body went silent for `idle_timeout_ms`.
+   */
+  RW_TIMER_IDLE = 2,
+  /**
+   * The attempt as a whole ran `total_timeout_ms`.
+   */
+  RW_TIMER_TOTAL = 3,
+} rw_timer;
 
 /**
  * One logical request.
@@ -732,6 +779,20 @@ typedef struct rw_attempt {
    * With `RW_STOPPED`: extra detail (the refusing scope, ...); NULL when none.
    */
   struct rw_str detail;
+  /**
+   * Request sent -> first visible output of a streamed answer, ms
+   * (keep-alive pings and an opening preamble do not count). Its expiry is
+   * `rw_attempt_timer_error(.., RW_TIMER_FIRST_BYTE, ..)`, reported with
+   * `RW_PHASE_STREAM_OPEN`.
+   */
+  uint64_t first_token_timeout_ms;
+  /**
+   * With `RW_STOPPED`: -1 for a stop. Otherwise not a stop but "not yet":
+   * no attempt may start now and one may after this many ms, within the
+   * deadline (the upstream's breaker lets probes through then). The call
+   * is not over: sleep it and call `rw_call_next_attempt` again.
+   */
+  int64_t wait_ms;
 } rw_attempt;
 
 /**
@@ -784,6 +845,18 @@ typedef struct rw_outcome {
    * is reported as `RW_ERROR_KIND_MALFORMED_RESPONSE`.
    */
   struct rw_str body;
+  /**
+   * A stream that broke after visible output showed only text (no
+   * tool-call delta) and had not finished: another upstream may continue
+   * it (routes with `stream_recovery: continue`).
+   */
+  bool resumable;
+  /**
+   * An `rw_continuation` value: this attempt continued a broken stream
+   * that way (what the previous decision's `continuation` asked for);
+   * `RW_CONTINUATION_NONE` (-1) = a plain attempt.
+   */
+  int32_t continuation;
 } rw_outcome;
 
 /**
@@ -847,6 +920,16 @@ typedef struct rw_decision {
    * Number of entries in `excluded`.
    */
   size_t excluded_len;
+  /**
+   * With Retry / Fallback: the next attempt continues a streamed answer
+   * that already showed text, and how. Build its request as a
+   * continuation (`RW_CONTINUATION_PREFILL`: the delivered text as a
+   * trailing assistant message; `RW_CONTINUATION_INSTRUCTION`: a user
+   * message asking to continue), splice its stream after what the caller
+   * already has, and report its outcome with this `continuation`.
+   * `RW_CONTINUATION_NONE`: the next attempt sends the request as it is.
+   */
+  enum rw_continuation continuation;
 } rw_decision;
 
 /**
@@ -927,7 +1010,9 @@ enum rw_result rw_call_begin(const struct rw_engine *engine,
  * (upstream, timeouts, headers to send). `RW_STOPPED`: no attempt may start;
  * `out->stop_reason` (and `stop_class`, `on_failure`, `detail`) say why —
  * e.g. `RW_REASON_CALL_FINISHED` after a final decision, `RW_REASON_DEADLINE_EXCEEDED`,
- * `RW_REASON_BREAKER_OPEN`. Strings and headers in `*out` are owned by the
+ * `RW_REASON_BREAKER_OPEN`. A stop with `out->wait_ms >= 0` is "not yet"
+ * (a held call: the upstream's breaker lets a probe through then): sleep
+ * `wait_ms` and ask again. Strings and headers in `*out` are owned by the
  * call and valid until the next `rw_call_next_attempt` or `rw_call_free`.
  *
  * On an error result (`RW_ERR_NULL`, `RW_ERR_PANIC`), `*out` (when `out` is
@@ -946,12 +1031,15 @@ enum rw_result rw_call_next_attempt(struct rw_call *call, struct rw_attempt *out
  * Reports what the attempt returned by the last `rw_call_next_attempt` met,
  * and returns the decision in `*out`: `RW_ACTION_SUCCEEDED` (done),
  * `RW_ACTION_RETRY` / `RW_ACTION_FALLBACK` (sleep `delay_ms`, then call
- * `rw_call_next_attempt` again), `RW_ACTION_STOP` / `RW_ACTION_RECONCILE`
- * (surface it with its reason). Strings in `*out` are owned by the call and
- * valid until the next `rw_call_report`, `rw_call_report_attempt`,
- * `rw_call_cancel` or `rw_call_free`. `outcome` and what it points to are
- * only read during this call. With a hedge in flight, report each attempt by
- * number with `rw_call_report_attempt` instead.
+ * `rw_call_next_attempt` again; with `continuation` set, that attempt
+ * continues the broken stream), `RW_ACTION_STOP` / `RW_ACTION_RECONCILE`
+ * (surface it with its reason), `RW_ACTION_WAIT` (a hedge sibling is still
+ * in flight: start nothing, report the sibling's outcome when it comes).
+ * Strings in `*out` are owned by the call and valid until the next
+ * `rw_call_report`, `rw_call_report_attempt`, `rw_call_cancel` or
+ * `rw_call_free`. `outcome` and what it points to are only read during this
+ * call. With a hedge in flight, report each attempt by number with
+ * `rw_call_report_attempt` instead.
  *
  * Returns `RW_ERR_NULL`, `RW_ERR_INVALID_ARG` (enum value out of range,
  * vendor code not UTF-8; the attempt stays in flight, report it again) or
@@ -1245,6 +1333,14 @@ const char *rw_class_name(int32_t code);
 const char *rw_wait_source_name(int32_t code);
 
 /**
+ * Stable snake_case name of an `rw_continuation` code (`"prefill"`,
+ * `"instruction"`). Static; NULL for `RW_CONTINUATION_NONE` and unknown codes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+const char *rw_continuation_name(int32_t code);
+
+/**
  * Stable snake_case name of an `rw_hedge_action` code (`"start"`, `"after"`,
  * `"no"`). Static; NULL for an unknown code.
  *
@@ -1329,6 +1425,25 @@ enum rw_phase rw_stream_gate_phase(const struct rw_stream_gate *gate);
  * `gate` is NULL or a gate from `rw_stream_gate_new` not yet freed.
  */
 void rw_stream_gate_free(struct rw_stream_gate *gate);
+
+/**
+ * The `rw_error_kind` to report (with `rw_call_report`) when one of
+ * `attempt`'s timers (an `rw_timer` value) expired. The total timer is the
+ * deadline's own (`RW_ERROR_KIND_DEADLINE_EXCEEDED`) when the attempt was
+ * given all the time left (`total_timeout_ms >= remaining_ms`); otherwise a
+ * hang before the response (`body_started` false: no headers yet) is a
+ * first-byte timeout and one inside the body an idle stream. An expired
+ * first-token timer is `RW_TIMER_FIRST_BYTE`. `RW_ERROR_KIND_NONE` when
+ * `attempt` is NULL or `timer` is not an `rw_timer` value.
+ *
+ * Thread safety: may be called from any thread; reads only `*attempt`.
+ *
+ * # Safety
+ * `attempt` is NULL or a readable `rw_attempt`.
+ */
+enum rw_error_kind rw_attempt_timer_error(const struct rw_attempt *attempt,
+                                          int32_t timer,
+                                          bool body_started);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -161,6 +161,10 @@ unsafe fn outcome_from(o: &rw_outcome) -> Result<Outcome, rw_result> {
     if o.effect != rw_effect::Unset as i32 {
         out.effect = Some(rw_effect::core_from_code(o.effect).ok_or(rw_result::RwErrInvalidArg)?);
     }
+    out.resumable = o.resumable;
+    if o.continuation != rw_continuation::None as i32 {
+        out.continuation = Some(rw_continuation::core_from_code(o.continuation).ok_or(rw_result::RwErrInvalidArg)?);
+    }
     if o.headers_len > 0 {
         // SAFETY: pointers in `o` are valid per the caller's contract.
         let headers = unsafe { args::headers(o.headers, o.headers_len) }?;
@@ -310,6 +314,7 @@ impl AttemptStrings {
             headers_len: n,
             hedge: a.hedge,
             fallback: a.fallback,
+            first_token_timeout_ms: ms(t.first_token),
             ..rw_attempt::stopped(rw_reason::Success)
         }
     }
@@ -397,6 +402,7 @@ impl rw_call {
             stop_class: rw_error_class::of(s.class),
             on_failure: rw_on_failure::of(s.on_failure),
             detail: rw_str::of_opt(self.att_detail.as_deref()),
+            wait_ms: s.wait.map_or(-1, |w| i64::try_from(ms(w)).unwrap_or(i64::MAX)),
             ..rw_attempt::stopped(s.reason.into())
         }
     }
@@ -430,6 +436,7 @@ impl rw_call {
             detail: rw_str::of_opt(self.dec_detail.as_deref()),
             excluded: excluded.map_or(std::ptr::null(), |v| v.as_ptr()),
             excluded_len: excluded.map_or(0, Vec::len),
+            continuation: rw_continuation::of(d.continuation),
         }
     }
 }
@@ -533,7 +540,9 @@ fn error_detail(r: rw_result) -> Option<&'static str> {
 /// (upstream, timeouts, headers to send). `RW_STOPPED`: no attempt may start;
 /// `out->stop_reason` (and `stop_class`, `on_failure`, `detail`) say why —
 /// e.g. `RW_REASON_CALL_FINISHED` after a final decision, `RW_REASON_DEADLINE_EXCEEDED`,
-/// `RW_REASON_BREAKER_OPEN`. Strings and headers in `*out` are owned by the
+/// `RW_REASON_BREAKER_OPEN`. A stop with `out->wait_ms >= 0` is "not yet"
+/// (a held call: the upstream's breaker lets a probe through then): sleep
+/// `wait_ms` and ask again. Strings and headers in `*out` are owned by the
 /// call and valid until the next `rw_call_next_attempt` or `rw_call_free`.
 ///
 /// On an error result (`RW_ERR_NULL`, `RW_ERR_PANIC`), `*out` (when `out` is
@@ -571,12 +580,15 @@ pub unsafe extern "C" fn rw_call_next_attempt(call: *mut rw_call, out: *mut rw_a
 /// Reports what the attempt returned by the last `rw_call_next_attempt` met,
 /// and returns the decision in `*out`: `RW_ACTION_SUCCEEDED` (done),
 /// `RW_ACTION_RETRY` / `RW_ACTION_FALLBACK` (sleep `delay_ms`, then call
-/// `rw_call_next_attempt` again), `RW_ACTION_STOP` / `RW_ACTION_RECONCILE`
-/// (surface it with its reason). Strings in `*out` are owned by the call and
-/// valid until the next `rw_call_report`, `rw_call_report_attempt`,
-/// `rw_call_cancel` or `rw_call_free`. `outcome` and what it points to are
-/// only read during this call. With a hedge in flight, report each attempt by
-/// number with `rw_call_report_attempt` instead.
+/// `rw_call_next_attempt` again; with `continuation` set, that attempt
+/// continues the broken stream), `RW_ACTION_STOP` / `RW_ACTION_RECONCILE`
+/// (surface it with its reason), `RW_ACTION_WAIT` (a hedge sibling is still
+/// in flight: start nothing, report the sibling's outcome when it comes).
+/// Strings in `*out` are owned by the call and valid until the next
+/// `rw_call_report`, `rw_call_report_attempt`, `rw_call_cancel` or
+/// `rw_call_free`. `outcome` and what it points to are only read during this
+/// call. With a hedge in flight, report each attempt by number with
+/// `rw_call_report_attempt` instead.
 ///
 /// Returns `RW_ERR_NULL`, `RW_ERR_INVALID_ARG` (enum value out of range,
 /// vendor code not UTF-8; the attempt stays in flight, report it again) or

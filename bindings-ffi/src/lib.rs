@@ -32,6 +32,12 @@
 //! (`rw_stream_gate_feed` per chunk); it holds an event stream's preamble
 //! back until the first meaningful event, and `rw_stream_gate_phase` is the
 //! phase to report if the body fails.
+//!
+//! Timers: arm each attempt's `connect_timeout_ms`, `first_byte_timeout_ms`,
+//! `first_token_timeout_ms` (streams), `idle_timeout_ms` and
+//! `total_timeout_ms`; when one expires, report the error kind
+//! `rw_attempt_timer_error` gives. A stop with `wait_ms >= 0` is "not yet":
+//! sleep it and ask for the attempt again.
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -46,6 +52,7 @@ pub mod names;
 mod panic;
 mod spare;
 pub mod stream;
+pub mod timer;
 pub mod types;
 pub mod vocab;
 
@@ -54,6 +61,7 @@ pub use engine::*;
 pub use error::*;
 pub use names::*;
 pub use stream::*;
+pub use timer::*;
 pub use types::*;
 pub use vocab::*;
 

@@ -5,7 +5,7 @@
 //! pointers give NULL; sizes give 0.
 
 use crate::types::rw_result;
-use crate::vocab::rw_phase;
+use crate::vocab::{rw_error_kind, rw_phase};
 use std::os::raw::c_char;
 
 /// The value a function returns after catching a panic.
@@ -22,6 +22,12 @@ impl OnPanic for rw_result {
 impl OnPanic for rw_phase {
     fn on_panic() -> Self {
         rw_phase::None
+    }
+}
+
+impl OnPanic for rw_error_kind {
+    fn on_panic() -> Self {
+        rw_error_kind::None
     }
 }
 

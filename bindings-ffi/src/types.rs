@@ -180,6 +180,16 @@ pub struct rw_attempt {
     pub on_failure: rw_on_failure,
     /// With `RW_STOPPED`: extra detail (the refusing scope, ...); NULL when none.
     pub detail: rw_str,
+    /// Request sent -> first visible output of a streamed answer, ms
+    /// (keep-alive pings and an opening preamble do not count). Its expiry is
+    /// `rw_attempt_timer_error(.., RW_TIMER_FIRST_BYTE, ..)`, reported with
+    /// `RW_PHASE_STREAM_OPEN`.
+    pub first_token_timeout_ms: u64,
+    /// With `RW_STOPPED`: -1 for a stop. Otherwise not a stop but "not yet":
+    /// no attempt may start now and one may after this many ms, within the
+    /// deadline (the upstream's breaker lets probes through then). The call
+    /// is not over: sleep it and call `rw_call_next_attempt` again.
+    pub wait_ms: i64,
 }
 
 impl rw_attempt {
@@ -201,6 +211,8 @@ impl rw_attempt {
             stop_class: rw_error_class::None,
             on_failure: rw_on_failure::None,
             detail: rw_str::NONE,
+            first_token_timeout_ms: 0,
+            wait_ms: -1,
         }
     }
 }
@@ -288,6 +300,14 @@ pub struct rw_outcome {
     /// a 2xx whose `content-type` header is JSON and whose body does not parse
     /// is reported as `RW_ERROR_KIND_MALFORMED_RESPONSE`.
     pub body: rw_str,
+    /// A stream that broke after visible output showed only text (no
+    /// tool-call delta) and had not finished: another upstream may continue
+    /// it (routes with `stream_recovery: continue`).
+    pub resumable: bool,
+    /// An `rw_continuation` value: this attempt continued a broken stream
+    /// that way (what the previous decision's `continuation` asked for);
+    /// `RW_CONTINUATION_NONE` (-1) = a plain attempt.
+    pub continuation: i32,
 }
 
 /// What the caller must do after reporting an attempt (from `rw_call_report`).
@@ -325,6 +345,14 @@ pub struct rw_decision {
     pub excluded: *const rw_header,
     /// Number of entries in `excluded`.
     pub excluded_len: usize,
+    /// With Retry / Fallback: the next attempt continues a streamed answer
+    /// that already showed text, and how. Build its request as a
+    /// continuation (`RW_CONTINUATION_PREFILL`: the delivered text as a
+    /// trailing assistant message; `RW_CONTINUATION_INSTRUCTION`: a user
+    /// message asking to continue), splice its stream after what the caller
+    /// already has, and report its outcome with this `continuation`.
+    /// `RW_CONTINUATION_NONE`: the next attempt sends the request as it is.
+    pub continuation: rw_continuation,
 }
 
 impl rw_decision {
@@ -345,6 +373,7 @@ impl rw_decision {
             detail,
             excluded: std::ptr::null(),
             excluded_len: 0,
+            continuation: rw_continuation::None,
         }
     }
 }
@@ -396,6 +425,8 @@ impl Default for rw_outcome {
             input_tokens: 0,
             ok: false,
             body: rw_str::NONE,
+            resumable: false,
+            continuation: rw_continuation::None as i32,
         }
     }
 }

@@ -4,7 +4,9 @@
 //! core's own `from_code` (`core_from_code`).
 
 use retrywise_core::policy::OnFailure;
-use retrywise_core::{Action, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
+use retrywise_core::{
+    Action, Continuation, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, Timer, WaitSource,
+};
 
 /// Kind of failure an attempt met (core `ErrorClass`).
 #[repr(C)]
@@ -236,6 +238,46 @@ pub enum rw_reason {
     PrefillRejected = 37,
 }
 
+/// How the next attempt continues a streamed answer that already showed
+/// text (core `Continuation`): carried by a decision, and by the outcome of
+/// the attempt that continued.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum rw_continuation {
+    /// No continuation: the request goes as it was built.
+    None = -1,
+    /// The delivered text goes as a trailing assistant message for the
+    /// upstream to extend (only where it declares `assistant_prefill`).
+    Prefill = 0,
+    /// A user message quotes the delivered text and asks to continue right after it.
+    Instruction = 1,
+}
+
+/// One of an attempt's timers (core `Timer`), for `rw_attempt_timer_error`.
+/// A first-token timer (`first_token_timeout_ms`) is `RW_TIMER_FIRST_BYTE`:
+/// the core reads its expiry as a first-byte timeout in `RW_PHASE_STREAM_OPEN`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum rw_timer {
+    /// Connecting took longer than `connect_timeout_ms`.
+    Connect = 0,
+    /// No response byte (or, for a stream, no first token) in time.
+    FirstByte = 1,
+    /// The body went silent for `idle_timeout_ms`.
+    Idle = 2,
+    /// The attempt as a whole ran `total_timeout_ms`.
+    Total = 3,
+}
+
+impl rw_timer {
+    /// C code → core timer (`None` for a code C may not pass).
+    pub(crate) fn core_from_code(code: i32) -> Option<Timer> {
+        [Timer::Connect, Timer::FirstByte, Timer::Idle, Timer::Total]
+            .into_iter()
+            .find(|t| rw_timer::from(*t) as i32 == code)
+    }
+}
+
 /// Exhaustive core → C mapping (a new core variant is a compile error here).
 macro_rules! map_enum {
     ($c:ident, $core:ident, [$($v:ident),+ $(,)?]) => {
@@ -263,7 +305,16 @@ macro_rules! parse_enum {
     };
 }
 
-parse_enum!(rw_phase => Phase, rw_error_kind => ErrorKind, rw_idempotency => Idempotency, rw_effect => EffectState);
+parse_enum!(
+    rw_phase => Phase,
+    rw_error_kind => ErrorKind,
+    rw_idempotency => Idempotency,
+    rw_effect => EffectState,
+    rw_continuation => Continuation,
+);
+
+map_enum!(rw_continuation, Continuation, [Prefill, Instruction]);
+map_enum!(rw_timer, Timer, [Connect, FirstByte, Idle, Total]);
 
 map_enum!(
     rw_error_class,
@@ -354,6 +405,12 @@ impl rw_error_class {
     }
 }
 
+impl rw_continuation {
+    pub(crate) fn of(c: Option<Continuation>) -> rw_continuation {
+        c.map_or(rw_continuation::None, rw_continuation::from)
+    }
+}
+
 impl rw_on_failure {
     pub(crate) fn of(o: Option<OnFailure>) -> rw_on_failure {
         match o {
@@ -398,6 +455,21 @@ mod tests {
         for v in Reason::ALL {
             assert_eq!(rw_reason::from(*v) as i32, v.code() as i32);
         }
+        for v in Continuation::ALL {
+            assert_eq!(rw_continuation::from(*v) as i32, v.code() as i32);
+            assert_eq!(rw_continuation::core_from_code(v.code() as i32), Some(*v));
+        }
+        assert_eq!(rw_continuation::core_from_code(rw_continuation::None as i32), None);
+        for (c, t) in [
+            (0, Timer::Connect),
+            (1, Timer::FirstByte),
+            (2, Timer::Idle),
+            (3, Timer::Total),
+        ] {
+            assert_eq!(rw_timer::core_from_code(c), Some(t));
+        }
+        assert_eq!(rw_timer::core_from_code(4), None);
+        assert_eq!(rw_timer::core_from_code(-1), None);
         assert_eq!(rw_error_kind::core_from_code(-1), None);
         assert_eq!(rw_error_kind::core_from_code(12), None);
         assert_eq!(rw_error_kind::core_from_code(300), None);
