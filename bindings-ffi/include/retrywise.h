@@ -409,6 +409,29 @@ typedef enum rw_hedge_action {
 } rw_hedge_action;
 
 /**
+ * The wire protocol an upstream speaks (core `ApiFamily`): which URL shape
+ * and auth header a request for it takes.
+ */
+typedef enum rw_api_family {
+  /**
+   * Not set: the request's own family.
+   */
+  RW_API_FAMILY_NONE = -1,
+  /**
+   * OpenAI and OpenAI-compatible APIs (`Authorization: Bearer`).
+   */
+  RW_API_FAMILY_OPENAI = 0,
+  /**
+   * Anthropic messages (`x-api-key`).
+   */
+  RW_API_FAMILY_ANTHROPIC = 1,
+  /**
+   * Azure OpenAI (`/openai/deployments/{model}/...?api-version=`, `api-key`).
+   */
+  RW_API_FAMILY_AZURE_OPENAI = 2,
+} rw_api_family;
+
+/**
  * How far an attempt got before it failed (core `Phase`).
  */
 typedef enum rw_phase {
@@ -980,6 +1003,47 @@ typedef struct rw_engine_options {
   bool manual_clock;
 } rw_engine_options;
 
+/**
+ * How to reach one upstream, from the policy catalog (core `wire::Reach`):
+ * what a transport rewrites an attempt's request with. Filled by
+ * `rw_engine_reach`; every string is NUL-terminated and owned by the
+ * struct until `rw_reach_free`. A NULL string (or `RW_API_FAMILY_NONE`)
+ * means the request keeps what it has.
+ */
+typedef struct rw_reach {
+  /**
+   * The upstream's catalog name (never NULL after `RW_OK`).
+   */
+  char *upstream;
+  /**
+   * Where its API lives (`https://api.openai.com/v1`): the endpoint tail
+   * of the request's path goes after it. NULL: the caller's own URL.
+   */
+  char *base_url;
+  /**
+   * Its wire family (URL shape, auth header); `RW_API_FAMILY_NONE`: the request's own.
+   */
+  enum rw_api_family api;
+  /**
+   * The `model` to send (`request_model`, else `model`; the deployment on
+   * Azure). NULL: the request's own.
+   */
+  char *model;
+  /**
+   * The NAME of the environment variable that holds its key (a policy
+   * never holds the key itself). NULL: auth headers as the request has them.
+   */
+  char *api_key_env;
+  /**
+   * Azure OpenAI's `api-version` query parameter; NULL when none.
+   */
+  char *api_version;
+  /**
+   * It declares `assistant_prefill` (a continuation may prefill).
+   */
+  bool prefill;
+} rw_reach;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1341,6 +1405,15 @@ const char *rw_wait_source_name(int32_t code);
 const char *rw_continuation_name(int32_t code);
 
 /**
+ * Stable name of an `rw_api_family` code as a policy spells it
+ * (`"openai"`, `"anthropic"`, `"azure_openai"`). Static; NULL for
+ * `RW_API_FAMILY_NONE` and unknown codes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+const char *rw_api_family_name(int32_t code);
+
+/**
  * Stable snake_case name of an `rw_hedge_action` code (`"start"`, `"after"`,
  * `"no"`). Static; NULL for an unknown code.
  *
@@ -1362,6 +1435,62 @@ const char *rw_result_name(int32_t code);
  * Thread safety: may be called from any thread.
  */
 const char *rw_version(void);
+
+/**
+ * The route (or upstream) that serves requests for `model` (a request
+ * body's `model`): the policy's `models` map, then a route named like it,
+ * then an upstream named like it or whose `model` / `request_model` it is.
+ * Begin the call on it (`rw_call_spec.route`). On `RW_OK`, `*out` is a
+ * NUL-terminated string the caller frees with `rw_string_free`; otherwise
+ * `*out` is NULL (when `out` is not NULL).
+ *
+ * Returns `RW_ERR_NULL` (`engine` or `out` NULL, or `model` NULL with a
+ * length), `RW_ERR_INVALID_ARG` (`model` not UTF-8), `RW_ERR_POLICY` when
+ * no route serves the model (never a silent shared breaker key): `*err`
+ * (when `err` is not NULL; free it with `rw_error_free`) names the model
+ * and the keys to add, with path `models.<model>`.
+ *
+ * Thread safety: may be called on a shared engine from any thread.
+ *
+ * # Safety
+ * `engine` is NULL or live; `model` points to `len` readable bytes (or is
+ * NULL with length 0); `out` and `err` are NULL or writable.
+ */
+enum rw_result rw_engine_route_for_model(const struct rw_engine *engine,
+                                         struct rw_str model,
+                                         char **out,
+                                         struct rw_error **err);
+
+/**
+ * How to reach `upstream` (an attempt's `upstream`), read from the policy
+ * in force: fills `*out`, whose strings the caller frees with
+ * `rw_reach_free`. An upstream the catalog does not list is reached as the
+ * request was built (every field NULL / NONE but `upstream`).
+ *
+ * Returns `RW_ERR_NULL` (`engine` or `out` NULL, or `upstream` NULL with a length),
+ * `RW_ERR_INVALID_ARG` (`upstream` not UTF-8). On any result but `RW_OK`,
+ * `*out` (when `out` is not NULL) holds only NULL strings.
+ *
+ * Thread safety: may be called on a shared engine from any thread.
+ *
+ * # Safety
+ * `engine` is NULL or live; `upstream` points to `len` readable bytes;
+ * `out` is NULL or writable (what it held is overwritten, not freed).
+ */
+enum rw_result rw_engine_reach(const struct rw_engine *engine,
+                               struct rw_str upstream,
+                               struct rw_reach *out);
+
+/**
+ * Frees the strings of a reach filled by `rw_engine_reach` and sets them
+ * to NULL (the struct itself is the caller's). NULL, or a reach already
+ * freed, is a no-op.
+ *
+ * # Safety
+ * `reach` is NULL or a writable `rw_reach` whose strings came from
+ * `rw_engine_reach` (or are NULL).
+ */
+void rw_reach_free(struct rw_reach *reach);
 
 /**
  * A gate for a response body of `content_type` (the `content-type` header;

@@ -38,6 +38,10 @@
 //! `total_timeout_ms`; when one expires, report the error kind
 //! `rw_attempt_timer_error` gives. A stop with `wait_ms >= 0` is "not yet":
 //! sleep it and ask for the attempt again.
+//!
+//! Many models, many providers: `rw_engine_route_for_model` names the route
+//! for a request's model; `rw_engine_reach` says how to reach the upstream
+//! an attempt names (base URL, API family, wire model, key variable name).
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -50,6 +54,7 @@ pub mod engine;
 pub mod error;
 pub mod names;
 mod panic;
+pub mod reach;
 mod spare;
 pub mod stream;
 pub mod timer;
@@ -60,6 +65,7 @@ pub use call::*;
 pub use engine::*;
 pub use error::*;
 pub use names::*;
+pub use reach::*;
 pub use stream::*;
 pub use timer::*;
 pub use types::*;

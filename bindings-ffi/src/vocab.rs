@@ -5,7 +5,7 @@
 
 use retrywise_core::policy::OnFailure;
 use retrywise_core::{
-    Action, Continuation, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, Timer, WaitSource,
+    Action, ApiFamily, Continuation, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, Timer, WaitSource,
 };
 
 /// Kind of failure an attempt met (core `ErrorClass`).
@@ -278,6 +278,32 @@ impl rw_timer {
     }
 }
 
+/// The wire protocol an upstream speaks (core `ApiFamily`): which URL shape
+/// and auth header a request for it takes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum rw_api_family {
+    /// Not set: the request's own family.
+    None = -1,
+    /// OpenAI and OpenAI-compatible APIs (`Authorization: Bearer`).
+    Openai = 0,
+    /// Anthropic messages (`x-api-key`).
+    Anthropic = 1,
+    /// Azure OpenAI (`/openai/deployments/{model}/...?api-version=`, `api-key`).
+    AzureOpenai = 2,
+}
+
+impl rw_api_family {
+    pub(crate) fn of(a: Option<ApiFamily>) -> rw_api_family {
+        match a {
+            None => rw_api_family::None,
+            Some(ApiFamily::OpenAi) => rw_api_family::Openai,
+            Some(ApiFamily::Anthropic) => rw_api_family::Anthropic,
+            Some(ApiFamily::AzureOpenAi) => rw_api_family::AzureOpenai,
+        }
+    }
+}
+
 /// Exhaustive core → C mapping (a new core variant is a compile error here).
 macro_rules! map_enum {
     ($c:ident, $core:ident, [$($v:ident),+ $(,)?]) => {
@@ -460,6 +486,10 @@ mod tests {
             assert_eq!(rw_continuation::core_from_code(v.code() as i32), Some(*v));
         }
         assert_eq!(rw_continuation::core_from_code(rw_continuation::None as i32), None);
+        for v in ApiFamily::ALL {
+            assert_eq!(rw_api_family::of(Some(*v)) as i32, v.code() as i32);
+        }
+        assert_eq!(rw_api_family::of(None) as i32, -1);
         for (c, t) in [
             (0, Timer::Connect),
             (1, Timer::FirstByte),

@@ -3,7 +3,8 @@
  * error an expired one means, a silent upstream left for the next candidate,
  * a broken stream continued elsewhere (prefill, instruction, a refused
  * prefill), a call held for its breaker's probe window (wait_ms), a failure
- * beside a running hedge (RW_ACTION_WAIT), Retry-After's added jitter.
+ * beside a running hedge (RW_ACTION_WAIT), Retry-After's added jitter, and
+ * where a request goes (the route for its model, how to reach an upstream).
  *
  * Built and run by bindings-ffi/ci.sh like test_loop.c (dynamic, static,
  * valgrind). Exit status 0 when every check passes.
@@ -262,6 +263,86 @@ static void test_retry_after_jitter(void) {
   rw_engine_free(e);
 }
 
+static const char *CATALOG =
+    "{\"upstreams\": {"
+    "\"primary\": {\"provider\": \"openai\", \"model\": \"gpt-4o\", \"base_url\": \"https://api.openai.com/v1\","
+    " \"api\": \"openai\", \"api_key_env\": \"OPENAI_API_KEY\"},"
+    "\"backup\": {\"provider\": \"anthropic\", \"model\": \"claude\", \"request_model\": \"claude-sonnet-4-5\","
+    " \"base_url\": \"https://api.anthropic.com/v1\", \"api\": \"anthropic\", \"api_key_env\": \"ANTHROPIC_API_KEY\","
+    " \"capabilities\": [\"assistant_prefill\"]},"
+    "\"azure\": {\"model\": \"gpt4o-deploy\", \"api\": \"azure_openai\", \"api_version\": \"2024-10-21\"}},"
+    " \"models\": {\"gpt-4o\": \"chat\"}, \"routes\": {\"chat\": {\"candidates\": [\"primary\", \"backup\"]}}}";
+
+static void test_route_and_reach(void) {
+  rw_engine *e = engine_with(CATALOG, 1);
+  char *route = NULL;
+  rw_error *err = NULL;
+  /* The models map, then an upstream whose request_model it is. */
+  CHECK_RC(rw_engine_route_for_model(e, str_of("gpt-4o"), &route, &err), RW_OK);
+  CHECK(route != NULL && strcmp(route, "chat") == 0 && err == NULL);
+  rw_string_free(route);
+  CHECK_RC(rw_engine_route_for_model(e, str_of("claude-sonnet-4-5"), &route, &err), RW_OK);
+  CHECK(route != NULL && strcmp(route, "backup") == 0);
+  rw_string_free(route);
+  /* A model nothing serves is an error naming it, never a shared key. */
+  CHECK_RC(rw_engine_route_for_model(e, str_of("o3"), &route, &err), RW_ERR_POLICY);
+  CHECK(route == NULL && err != NULL);
+  CHECK(rw_error_result(err) == RW_ERR_POLICY);
+  CHECK(strcmp(rw_error_path(err), "models.o3") == 0);
+  CHECK(strstr(rw_error_message(err), "\"o3\"") != NULL);
+  rw_error_free(err);
+  CHECK_RC(rw_engine_route_for_model(e, str_of("gpt-4o"), NULL, NULL), RW_ERR_NULL);
+  CHECK_RC(rw_engine_route_for_model(NULL, str_of("gpt-4o"), &route, NULL), RW_ERR_NULL);
+  CHECK(route == NULL);
+  rw_str not_utf8 = {"\xff", 1};
+  CHECK_RC(rw_engine_route_for_model(e, not_utf8, &route, NULL), RW_ERR_INVALID_ARG);
+
+  /* The upstream an attempt names (here the fallback after a silent
+   * primary): where it is, which family, which model, which key variable. */
+  rw_call *c = begin(e, "chat", 30000);
+  rw_attempt a;
+  rw_decision d;
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK(str_eq(a.upstream, "primary"));
+  rw_outcome silent = outcome(0, RW_ERROR_KIND_FIRST_BYTE_TIMEOUT, RW_PHASE_SENT);
+  CHECK_RC(rw_call_report(c, &silent, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_FALLBACK && str_eq(d.upstream, "backup"));
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  rw_reach r;
+  CHECK_RC(rw_engine_reach(e, a.upstream, &r), RW_OK);
+  rw_call_free(c);
+  CHECK(strcmp(r.upstream, "backup") == 0);
+  CHECK(strcmp(r.base_url, "https://api.anthropic.com/v1") == 0);
+  CHECK(r.api == RW_API_FAMILY_ANTHROPIC && strcmp(rw_api_family_name(r.api), "anthropic") == 0);
+  CHECK(strcmp(r.model, "claude-sonnet-4-5") == 0);
+  CHECK(strcmp(r.api_key_env, "ANTHROPIC_API_KEY") == 0);
+  CHECK(r.api_version == NULL && r.prefill);
+  rw_reach_free(&r);
+  CHECK(r.upstream == NULL && r.base_url == NULL && r.model == NULL && r.api_key_env == NULL);
+  rw_reach_free(&r); /* freed strings are NULL: a second free is a no-op */
+
+  CHECK_RC(rw_engine_reach(e, str_of("primary"), &r), RW_OK);
+  CHECK(r.api == RW_API_FAMILY_OPENAI && strcmp(r.model, "gpt-4o") == 0 && !r.prefill);
+  CHECK(strcmp(r.api_key_env, "OPENAI_API_KEY") == 0);
+  rw_reach_free(&r);
+  CHECK_RC(rw_engine_reach(e, str_of("azure"), &r), RW_OK);
+  CHECK(r.api == RW_API_FAMILY_AZURE_OPENAI && strcmp(r.api_version, "2024-10-21") == 0);
+  CHECK(r.base_url == NULL && r.api_key_env == NULL && strcmp(r.model, "gpt4o-deploy") == 0);
+  rw_reach_free(&r);
+  /* An upstream the catalog does not list goes as the request was built. */
+  CHECK_RC(rw_engine_reach(e, str_of("adhoc/model"), &r), RW_OK);
+  CHECK(strcmp(r.upstream, "adhoc/model") == 0 && r.base_url == NULL && r.api == RW_API_FAMILY_NONE);
+  CHECK(r.model == NULL && r.api_key_env == NULL && r.api_version == NULL && !r.prefill);
+  rw_reach_free(&r);
+  CHECK_RC(rw_engine_reach(e, str_of("primary"), NULL), RW_ERR_NULL);
+  CHECK_RC(rw_engine_reach(NULL, str_of("primary"), &r), RW_ERR_NULL);
+  CHECK(r.upstream == NULL && r.api == RW_API_FAMILY_NONE);
+  rw_reach_free(NULL);
+  CHECK(rw_api_family_name(RW_API_FAMILY_NONE) == NULL);
+  CHECK(strcmp(rw_api_family_name(RW_API_FAMILY_AZURE_OPENAI), "azure_openai") == 0);
+  rw_engine_free(e);
+}
+
 int main(void) {
   printf("libretrywise %s (rescue)\n", rw_version());
   test_timers();
@@ -270,5 +351,6 @@ int main(void) {
   test_breaker_hold();
   test_wait_for_sibling();
   test_retry_after_jitter();
+  test_route_and_reach();
   return check_summary();
 }

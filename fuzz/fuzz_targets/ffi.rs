@@ -23,7 +23,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use retrywise_core::{Action, Continuation, ErrorClass, Reason, WaitSource};
+use retrywise_core::{Action, ApiFamily, Continuation, ErrorClass, Reason, WaitSource};
 use retrywise_ffi::*;
 use std::ffi::CStr;
 use std::os::raw::c_char;
@@ -492,6 +492,7 @@ fn run(policy: &[u8], ops: Vec<Op<'_>>) {
                         (rw_class_name(code), n(ErrorClass::ALL.len()), true),
                         (rw_wait_source_name(code), n(WaitSource::ALL.len()), false),
                         (rw_continuation_name(code), n(Continuation::ALL.len()), false),
+                        (rw_api_family_name(code), n(ApiFamily::ALL.len()), false),
                         (rw_result_name(code), 8, false),
                     ];
                     for (p, n, none) in names {
