@@ -130,6 +130,13 @@ class _RelayBase:
             continuation=leg.how,
         )
 
+    def closed(self) -> None:
+        """The consumer closed the stream before its end (an SDK stops at its
+        terminator; an app breaks out of the loop): what it read was fine."""
+        if not self.done:
+            self.done = True
+            self.call.report(**self.leg.gate.outcome(self.leg.status), headers=self.leg.headers)
+
     def caught(self, exc: BaseException) -> BaseException:
         """A failure reading the leg; a cancellation is reported and raised."""
         if is_cancellation(exc):
@@ -234,7 +241,7 @@ class Relay(_RelayBase):
                 if out:
                     yield out
             except GeneratorExit:
-                self.close()
+                self.closed()
                 raise
             except BaseException as e:
                 exc = self.caught(e)
@@ -275,11 +282,7 @@ class Relay(_RelayBase):
         return None, decision, exc
 
     def close(self) -> None:
-        """The consumer closed the stream before its end (an SDK stops at its
-        terminator; an app breaks out of the loop): what it read was fine."""
-        if not self.done:
-            self.done = True
-            self.call.report(**self.leg.gate.outcome(self.leg.status), headers=self.leg.headers)
+        self.closed()
         self.leg.body.close()
 
 
@@ -303,7 +306,7 @@ class AsyncRelay(_RelayBase):
                 if out:
                     yield out
             except GeneratorExit:
-                await self.aclose()
+                self.closed()
                 raise
             except BaseException as e:
                 exc = self.caught(e)
@@ -346,7 +349,5 @@ class AsyncRelay(_RelayBase):
         return None, decision, exc
 
     async def aclose(self) -> None:
-        if not self.done:
-            self.done = True
-            self.call.report(**self.leg.gate.outcome(self.leg.status), headers=self.leg.headers)
+        self.closed()
         await self.leg.body.aclose()

@@ -144,7 +144,9 @@ class _Driver:
     def idle_timeout(request: Any, attempt: Attempt, base: dict[str, Any], limit: float | None = None) -> None:
         """Between stream chunks the idle timeout applies, not the first-byte one
         (httpcore reads ``extensions["timeout"]`` once, when the body is read):
-        ``limit`` shortens it to what is left of the first-token limit."""
+        ``limit`` shortens it to what is left of the first-token limit, so a
+        silent stream is left in time; read once, that shorter limit also holds
+        between chunks after the first output when ``first_token`` < ``idle``."""
         timeout = dict(request.extensions.get("timeout") or {})
         read = attempt.timeouts.idle if limit is None else min(attempt.timeouts.idle, limit)
         timeout["read"] = _min(base.get("read"), read)
