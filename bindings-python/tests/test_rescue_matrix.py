@@ -168,6 +168,15 @@ def test_content_filter_is_a_clean_error_naming_the_reason(fault: FaultServer, s
     assert models_of(fault, "fb-content-filter") == [P]
 
 
+def test_run_content_filter_is_a_clean_stop(fault: FaultServer) -> None:
+    engine = Engine(policy(fault.base + "/v1", "fb-content-filter"), seed=5)
+    with pytest.raises(retrywise.Stopped) as e:
+        engine.run(sdk_attempt, route="chat")
+    assert e.value.reason == "invalid_request" and isinstance(e.value.exception, openai.BadRequestError)
+    assert "reason: hate" in str(e.value.exception)
+    assert models_of(fault, "fb-content-filter") == [P]
+
+
 def test_a_fallback_that_rejects_prefill_is_asked_by_instruction(fault: FaultServer) -> None:
     """The fallback claims assistant_prefill and rejects it: the core retries it
     at once with a continuation instruction; the caller never sees the 400."""
@@ -274,28 +283,35 @@ async def test_async_silent_primary_falls_back(fault: FaultServer) -> None:
     assert models_of(fault, "fb-silent") == [P, B]
 
 
-@pytest.mark.parametrize(("model", "seen"), [("fb-503", [P, P, B]), ("fb-silent", [P, B]), ("fb-ok:id=p", [P])])
-def test_run_calls_the_upstream_the_core_chose(fault: FaultServer, model: str, seen: list[str]) -> None:
-    """``engine.run``: ``attempt.reach`` says where the attempt goes (base URL,
-    model, the key read from the variable the catalog names)."""
+def sdk_attempt(attempt: retrywise.Attempt) -> Any:
+    """One attempt of ``engine.run``: the SDK pointed where ``attempt.reach`` says."""
+    reach = attempt.reach
+    assert reach is not None and reach.api_key == "sk-fault-test"
+    t = attempt.timeouts
+    client = openai.OpenAI(
+        base_url=reach.base_url,
+        api_key=reach.api_key,
+        max_retries=0,
+        timeout=httpx.Timeout(t.total, connect=t.connect, read=t.first_byte),
+    )
+    return client.chat.completions.create(model=reach.model, messages=MESSAGES)
+
+
+@pytest.mark.parametrize("model", list(JSON_CASES))
+def test_run_calls_the_upstream_the_core_chose(fault: FaultServer, model: str) -> None:
+    """``engine.run`` over the same matrix: ``attempt.reach`` says where the
+    attempt goes (base URL, model, the key read from the variable the catalog
+    names); the SDK's exceptions are the outcomes."""
+    seen, answered_by, _, at_least = JSON_CASES[model]
     engine = Engine(policy(fault.base + "/v1", model), seed=5)
 
-    def fn(attempt: retrywise.Attempt) -> Any:
-        reach = attempt.reach
-        assert reach is not None and reach.api_key == "sk-fault-test"
-        t = attempt.timeouts
-        client = openai.OpenAI(
-            base_url=reach.base_url,
-            api_key=reach.api_key,
-            max_retries=0,
-            timeout=httpx.Timeout(t.total, connect=t.connect, read=t.first_byte),
-        )
-        return client.chat.completions.create(model=reach.model, messages=MESSAGES)
-
-    r = engine.run(fn, route=engine.route_for_model(model))
-    answered = model if seen[-1] == P else "fb-ok"
+    t0 = time.monotonic()
+    r = engine.run(sdk_attempt, route=engine.route_for_model(model))
+    elapsed = time.monotonic() - t0
+    answered = model if answered_by == P else "fb-ok"
     assert r.model == answered and r.choices[0].message.content == answer(answered)
     assert models_of(fault, model) == seen
+    assert at_least <= elapsed < DEADLINE_MS / 1000
 
 
 def test_httpx2_flavour_continues_a_cut_stream(fault: FaultServer) -> None:
