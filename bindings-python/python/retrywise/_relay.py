@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._errors import Stopped, StreamInterrupted, WireError
-from ._outcomes import error_kind, is_cancellation
+from ._outcomes import error_kind, is_cancellation, note_stop
 from ._retrywise import Splicer, continuation_body
 
 if TYPE_CHECKING:
@@ -92,12 +92,10 @@ class _RelayBase:
         self.transcript = transcript
         self.leg = leg
         self.done = False
-        #: Bytes the caller received.
-        self.delivered = False
 
     def deliver(self, out: bytes) -> bytes:
+        """``out`` goes to the caller: the transcript reads it."""
         if out:
-            self.delivered = True
             self.transcript.observe(out)
         return out
 
@@ -167,9 +165,7 @@ class _RelayBase:
             stopped.__cause__ = exc
             return stopped
         if exc is not None:
-            add_note = getattr(exc, "add_note", None)
-            if add_note is not None:
-                add_note(f"retrywise: stopped ({decision.reason})")
+            note_stop(exc, decision.reason)
             return exc
         return StreamInterrupted.from_decision(
             decision, delivered=self.transcript.text, provider_error=self.leg.gate.stream_error

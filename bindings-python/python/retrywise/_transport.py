@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._errors import NotYet, Stopped, WireError
-from ._outcomes import error_kind, is_cancellation
+from ._outcomes import error_kind, is_cancellation, note_stop
 from ._relay import AsyncRelay, Leg, Relay
 from ._retrywise import Attempt, Call, Decision, Transcript, api_family, json_media_type, rewrite
 
@@ -223,7 +223,7 @@ class _Driver:
         if response is not None:
             return response
         if exc is not None:
-            _note(exc, stopped.reason)
+            note_stop(exc, stopped.reason)
             raise exc
         raise stopped
 
@@ -238,14 +238,8 @@ class _Driver:
         if response is not None:
             return response
         assert exc is not None
-        _note(exc, decision.reason)
+        note_stop(exc, decision.reason)
         raise exc
-
-
-def _note(exc: BaseException, reason: str) -> None:
-    add_note = getattr(exc, "add_note", None)  # Python >= 3.11
-    if add_note is not None:
-        add_note(f"retrywise: stopped ({reason})")
 
 
 def _first_release(it: Iterator[bytes], gate: StreamGate, raw: list[bytes], first_token_at: float) -> bytes | None:
