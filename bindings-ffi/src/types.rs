@@ -309,6 +309,8 @@ pub enum rw_reason {
     HedgeNotAllowed = 35,
     /// An attempt failed while a sibling is still in flight: wait for the sibling.
     SiblingInFlight = 36,
+    /// A continuation sent with assistant prefill was refused: it goes again at once as an instruction.
+    PrefillRejected = 37,
 }
 
 /// Exhaustive core → C mapping (a new core variant is a compile error here).
@@ -419,6 +421,7 @@ map_enum!(
         EffectPending,
         HedgeNotAllowed,
         SiblingInFlight,
+        PrefillRejected,
     ]
 );
 

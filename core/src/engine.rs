@@ -273,6 +273,27 @@ impl Engine {
         self.inner.shared.reconcile.lock().drain(..).collect()
     }
 
+    /// The route (or upstream) that serves requests for `model` (see
+    /// [`crate::rules::route::route_for_model`]): what a transport that serves
+    /// many models begins each call on.
+    pub fn route_for_model(&self, model: &str) -> Result<String, crate::PolicyError> {
+        crate::rules::route::route_for_model(&self.inner.policy.load().policy, model)
+    }
+
+    /// How to reach `upstream` (from the policy catalog): what a transport
+    /// rewrites a request with for an attempt there ([`crate::wire::rewrite`]).
+    pub fn reach(&self, upstream: &str) -> crate::wire::Reach {
+        let pol = self.inner.policy.load();
+        crate::wire::Reach::of(upstream, pol.policy.upstreams.get(upstream))
+    }
+
+    /// A stream gate for one attempt's response body of `content_type`, as
+    /// the policy reads streams (`streams.malformed_event`).
+    pub fn stream_gate(&self, content_type: Option<&str>) -> crate::StreamGate {
+        let pol = self.inner.policy.load();
+        crate::StreamGate::new(content_type).on_malformed(pol.policy.streams.malformed_event)
+    }
+
     /// The breaker state of an upstream (by upstream name), for dashboards and tests.
     pub fn breaker_state(&self, upstream: &str) -> BreakerState {
         let pol = self.inner.policy.load();

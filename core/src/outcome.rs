@@ -1,7 +1,7 @@
 //! What the caller observed for one attempt: status or machine error, phase,
 //! response headers, vendor code, effect state and token usage.
 
-use crate::types::{EffectState, ErrorKind, Phase};
+use crate::types::{Continuation, EffectState, ErrorKind, Phase};
 
 /// Response headers, looked up case-insensitively. Small and ordered: model
 /// APIs return a handful of headers that matter here.
@@ -85,6 +85,13 @@ pub struct Outcome {
     pub ok: bool,
     /// A wait the error body asked for (Gemini `RetryInfo`); a header's hint wins over it.
     pub retry_delay: Option<std::time::Duration>,
+    /// A stream that broke after visible output can be continued by another
+    /// upstream: what it showed is text only (no tool-call delta), and it had
+    /// not finished (`wire::Transcript::resumable`).
+    pub resumable: bool,
+    /// The attempt continued a broken stream, sent this way (what
+    /// [`crate::Decision::continuation`] asked for).
+    pub continuation: Option<Continuation>,
 }
 
 impl Outcome {
@@ -180,6 +187,18 @@ impl Outcome {
     /// Sets the real input token count.
     pub fn input_tokens(mut self, n: u64) -> Self {
         self.input_tokens = Some(n);
+        self
+    }
+
+    /// Marks what the broken stream showed as continuable (see [`Outcome::resumable`]).
+    pub fn resumable(mut self, yes: bool) -> Self {
+        self.resumable = yes;
+        self
+    }
+
+    /// Marks the attempt as a continuation sent this way (see [`Outcome::continuation`]).
+    pub fn continuation(mut self, how: Continuation) -> Self {
+        self.continuation = Some(how);
         self
     }
 

@@ -294,6 +294,9 @@ vocab! {
         HedgeNotAllowed = 35 => "hedge_not_allowed",
         /// An attempt failed while a sibling is still in flight: wait for the sibling.
         SiblingInFlight = 36 => "sibling_in_flight",
+        /// A continuation sent with assistant prefill was refused as a bad
+        /// request: it is sent again at once as an instruction.
+        PrefillRejected = 37 => "prefill_rejected",
     }
 }
 
@@ -361,6 +364,7 @@ impl Reason {
                 | Reason::ServerSaysRetry
                 | Reason::StreamNotStarted
                 | Reason::SiblingInFlight
+                | Reason::PrefillRejected
         )
     }
 }

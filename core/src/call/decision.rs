@@ -5,7 +5,7 @@ use super::{Call, Stopped};
 use crate::clock::{ms, Nanos};
 use crate::policy::OnFailure;
 use crate::stats::Ctr;
-use crate::types::{Action, ErrorClass, Reason, WaitSource};
+use crate::types::{Action, Continuation, ErrorClass, Reason, WaitSource};
 use smol_str::SmolStr;
 use std::time::Duration;
 
@@ -36,6 +36,11 @@ pub struct Decision {
     pub hedge: bool,
     /// Candidates the matcher excluded for a fallback, with why.
     pub excluded: Vec<(String, String)>,
+    /// The next attempt continues a streamed answer that already showed text
+    /// (`stream_recovery: continue`), and how: build its request with
+    /// `wire::continuation_body` and splice its stream after what the caller
+    /// already has. `None`: the next attempt sends the request as it is.
+    pub continuation: Option<Continuation>,
 }
 
 impl Decision {
@@ -65,6 +70,7 @@ impl Decision {
             attempt,
             hedge,
             excluded: Vec::new(),
+            continuation: None,
         }
     }
 
@@ -110,6 +116,7 @@ impl Final {
                 attempt,
                 hedge,
                 upstream,
+                continuation: None,
             } if excluded.is_empty() => Final::Succeeded {
                 attempt: *attempt,
                 hedge: *hedge,
@@ -172,6 +179,7 @@ impl Call {
             attempt,
             hedge: false,
             excluded: Vec::new(),
+            continuation: None,
         }
     }
 

@@ -6,12 +6,14 @@ use super::{Call, Decision, InFlight};
 use crate::guards::breaker::Record;
 use crate::guards::throttle;
 use crate::outcome::Outcome;
+use crate::policy::{OnSilence, StreamRecovery};
 use crate::rules::classify::Disposition;
 use crate::rules::wait::wait_hint;
+use crate::rules::Failure;
 use crate::state::shared::ReconcileItem;
 use crate::telemetry::ring::End;
 use crate::telemetry::{header_allowed, Then};
-use crate::types::{Action, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
+use crate::types::{Action, Continuation, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -145,6 +147,7 @@ impl Call {
             attempt: f.number,
             hedge: f.hedge,
             excluded: Vec::new(),
+            continuation: None,
         };
         match cls.disposition {
             Disposition::Succeeded => {
@@ -163,6 +166,23 @@ impl Call {
                 self.finish(d, now)
             }
             Disposition::Stop => {
+                // A continuation refused in its prefill form goes again at once as an instruction.
+                if outcome.continuation == Some(Continuation::Prefill) && cls.reason == Reason::InvalidRequest {
+                    let mut d = base(self);
+                    d.reason = Reason::PrefillRejected;
+                    let failure = Failure {
+                        at_once: true,
+                        continuation: Some(Continuation::Instruction),
+                        ..Failure::plain(Reason::PrefillRejected, &hint)
+                    };
+                    return self.continue_call(d, &f, now, &failure);
+                }
+                // What already showed is continued by another upstream (`stream_recovery: continue`).
+                let continues = cls.class == Some(ErrorClass::PartialStream)
+                    && outcome.resumable
+                    && self.route().stream_recovery == StreamRecovery::Continue
+                    && self.idem == Idempotency::Safe
+                    && self.route_key().is_some();
                 let switch = if cls.larger_context {
                     let real = outcome.input_tokens.or(self.needs().input_tokens);
                     if let Some(n) = outcome.input_tokens {
@@ -183,10 +203,11 @@ impl Call {
                         (None, None) => None,
                     };
                     Some(floor)
-                } else if cls.class == Some(ErrorClass::PartialStream)
-                    && !self.route().forbid_after_stream_started
-                    && self.idem == Idempotency::Safe
-                    && self.route_key().is_some()
+                } else if continues
+                    || (cls.class == Some(ErrorClass::PartialStream)
+                        && !self.route().forbid_after_stream_started
+                        && self.idem == Idempotency::Safe
+                        && self.route_key().is_some())
                 {
                     Some(None)
                 } else {
@@ -195,7 +216,13 @@ impl Call {
                 match switch {
                     Some(larger_than) if self.fallback_allowed() && self.sh().mode().retries => {
                         let d = base(self);
-                        self.continue_call(d, &f, now, true, larger_than, &hint)
+                        let failure = Failure {
+                            force_switch: true,
+                            larger_than,
+                            continuation: continues.then_some(Continuation::Prefill),
+                            ..Failure::plain(d.reason, &hint)
+                        };
+                        self.continue_call(d, &f, now, &failure)
                     }
                     _ => {
                         let d = base(self);
@@ -204,8 +231,19 @@ impl Call {
                 }
             }
             Disposition::Retryable => {
+                // A silent upstream (no first byte, no token, a stall before
+                // any output) is left for the next candidate, not waited on again.
+                let silent = matches!(
+                    outcome.error,
+                    Some(ErrorKind::FirstByteTimeout | ErrorKind::StreamIdleTimeout)
+                ) && matches!(cls.phase, Phase::Sent | Phase::Headers | Phase::StreamOpen)
+                    && self.route().on_silence == OnSilence::Fallback;
                 let d = base(self);
-                self.continue_call(d, &f, now, false, None, &hint)
+                let failure = Failure {
+                    prefer_switch: silent,
+                    ..Failure::plain(d.reason, &hint)
+                };
+                self.continue_call(d, &f, now, &failure)
             }
         }
     }

@@ -10,14 +10,13 @@ use crate::guards::budget::{BudgetCell, Refusal};
 use crate::hot::ThreadUp;
 use crate::policy::{Backoff, RetryAfter, Route, ScopeDim};
 use crate::rules::route::MatchResult;
-use crate::rules::wait::RetryHint;
 use crate::rules::{self, Failed, Failure, Halt, Plan, Target, Wait};
 use crate::state::registry::Slot;
 use crate::state::scope::display_key;
 use crate::state::upstream::BudgetScope;
 use crate::stats::Ctr;
 use crate::telemetry::{EventKind, Then};
-use crate::types::{Action, Reason};
+use crate::types::{Action, Continuation, Reason};
 use rand_pcg::Pcg64Mcg;
 use smol_str::SmolStr;
 use std::sync::Arc;
@@ -140,23 +139,16 @@ impl Call {
     /// Going on after a failure: the rules decide, in their order
     /// (`rules::after_failure`); the call then stops, waits for a sibling,
     /// or makes the retry or fallback they planned.
-    pub(super) fn continue_call(
-        &mut self,
-        base: Decision,
-        f: &InFlight,
-        now: Nanos,
-        force_switch: bool,
-        larger_than: Option<u64>,
-        hint: &RetryHint,
-    ) -> Decision {
-        let failure = Failure {
-            reason: base.reason,
-            force_switch,
-            larger_than,
-            hint,
-        };
-        match rules::after_failure(&mut Failing { call: self, f, now }, &failure) {
-            Ok(plan) => self.go_on(base, f, now, plan),
+    pub(super) fn continue_call(&mut self, base: Decision, f: &InFlight, now: Nanos, failure: &Failure) -> Decision {
+        match rules::after_failure(&mut Failing { call: self, f, now }, failure) {
+            Ok(plan) => {
+                let continuation = failure
+                    .continuation
+                    .map(|how| self.continuation_to(&plan.to.upstream, how));
+                let mut d = self.go_on(base, f, now, plan);
+                d.continuation = continuation;
+                d
+            }
             Err(Halt::Stop {
                 reason,
                 detail,
@@ -182,6 +174,21 @@ impl Call {
                 self.next = Next::Retry;
                 d
             }
+        }
+    }
+
+    /// How a continuation goes to `upstream`: with assistant prefill only
+    /// where it declares the `assistant_prefill` capability.
+    fn continuation_to(&self, upstream: &str, how: Continuation) -> Continuation {
+        let prefill = self
+            .pol()
+            .policy
+            .upstreams
+            .get(upstream)
+            .is_some_and(|u| u.capabilities.iter().any(|c| c == "assistant_prefill"));
+        match how {
+            Continuation::Prefill if prefill => Continuation::Prefill,
+            _ => Continuation::Instruction,
         }
     }
 

@@ -5,6 +5,10 @@
 use super::{FallbackMode, Policy, Route};
 use crate::clock::Nanos;
 
+/// A timeout given as "half of the time left" (`first_byte_ms` /
+/// `first_token_ms` null) in the compiled fixed timeouts.
+pub(crate) const HALF: u64 = 0;
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct Compiled {
@@ -17,7 +21,7 @@ pub(crate) struct Compiled {
     /// Propagation safety margin, ms.
     pub(crate) margin_ms: u32,
     /// `timeouts` (connect, first byte, idle; ms), for attempts without a token-based timeout.
-    pub(crate) fixed_timeouts_ms: [u64; 3],
+    pub(crate) fixed_timeouts_ms: [u64; 4],
     /// `timeouts.attempt_ms`; `u64::MAX` when unset.
     pub(crate) attempt_cap_ms: u64,
     /// The route of a call whose `route` names an upstream rather than a policy route.
@@ -44,7 +48,8 @@ impl Compiled {
             margin_ms: policy.propagation.safety_margin_ms.min(u32::MAX as u64) as u32,
             fixed_timeouts_ms: [
                 policy.timeouts.connect_ms,
-                policy.timeouts.first_byte_ms,
+                policy.timeouts.first_byte_ms.unwrap_or(HALF),
+                policy.timeouts.first_token_ms.unwrap_or(HALF),
                 policy.timeouts.idle_ms,
             ],
             attempt_cap_ms: policy.timeouts.attempt_ms.unwrap_or(u64::MAX),

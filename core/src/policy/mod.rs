@@ -13,13 +13,13 @@ mod mode;
 mod parse;
 mod validate;
 
-pub use catalog::{FallbackMode, OnFailure, Route, Upstream};
-pub(crate) use compiled::Compiled;
+pub use catalog::{FallbackMode, OnFailure, OnSilence, Route, StreamRecovery, Upstream};
+pub(crate) use compiled::{Compiled, HALF};
 pub use guards::{Breaker, BreakerOverride, Budget, Concurrency, Throttle, WindowKind};
 pub use mode::Mode;
 pub use validate::to_milli;
 
-use crate::types::{ErrorClass, ErrorKind};
+use crate::types::{ErrorClass, ErrorKind, MalformedEvent};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -130,6 +130,11 @@ pub struct Policy {
     pub upstreams: BTreeMap<String, Upstream>,
     /// Routes by name (or task): candidates and fallback rules.
     pub routes: BTreeMap<String, Route>,
+    /// A request's `model` → the route (or upstream) that serves it, so one
+    /// transport serves many models (see `Engine::route_for_model`).
+    pub models: BTreeMap<String, String>,
+    /// How streamed answers are read.
+    pub streams: Streams,
     /// Test-only hooks, only with the `test-hooks` cargo feature (never in production builds).
     #[cfg(feature = "test-hooks")]
     pub testing: Testing,
@@ -157,10 +162,22 @@ impl Default for Policy {
             idempotency: IdempotencyPolicy::default(),
             upstreams: BTreeMap::new(),
             routes: BTreeMap::new(),
+            models: BTreeMap::new(),
+            streams: Streams::default(),
             #[cfg(feature = "test-hooks")]
             testing: Testing::default(),
         }
     }
+}
+
+/// How streamed answers are read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Streams {
+    /// An SSE event whose data is neither JSON nor `[DONE]` (an SDK's parser
+    /// would raise on it mid-answer): `skip` it (default) or end the stream
+    /// with a clean `malformed_event` error.
+    pub malformed_event: MalformedEvent,
 }
 
 /// Per-attempt timeouts; each is clamped to what is left of the deadline.
@@ -169,9 +186,17 @@ impl Default for Policy {
 pub struct Timeouts {
     /// TCP + TLS connect, ms. Default 5 000.
     pub connect_ms: u64,
-    /// From request sent to first response byte, ms. Default 60 000.
-    pub first_byte_ms: u64,
-    /// Longest silence between stream chunks, ms. Default 30 000.
+    /// From request sent to the first response byte, ms; null = half of the
+    /// time left when the attempt starts (default), so a silent upstream
+    /// leaves the other half for another attempt. A non-streamed answer's
+    /// first byte comes only once it is generated: set this to the longest
+    /// such an answer may take.
+    pub first_byte_ms: Option<u64>,
+    /// From request sent to a streamed answer's first visible output, ms
+    /// (keep-alive pings and an opening preamble do not count); null = half
+    /// of the time left when the attempt starts (default).
+    pub first_token_ms: Option<u64>,
+    /// Longest silence between stream chunks, ms. Default 15 000.
     pub idle_ms: u64,
     /// Cap on one attempt's total time, ms; `null` = whatever the deadline leaves. Default null.
     pub attempt_ms: Option<u64>,
@@ -183,8 +208,9 @@ impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {
             connect_ms: 5_000,
-            first_byte_ms: 60_000,
-            idle_ms: 30_000,
+            first_byte_ms: None,
+            first_token_ms: None,
+            idle_ms: 15_000,
             attempt_ms: None,
             dynamic: None,
         }

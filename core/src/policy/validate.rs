@@ -20,7 +20,12 @@ impl Policy {
             || self.min_attempt_ms.to_string(),
         );
         v.range_u64("timeouts.connect_ms", self.timeouts.connect_ms, 1, 86_400_000);
-        v.range_u64("timeouts.first_byte_ms", self.timeouts.first_byte_ms, 1, 86_400_000);
+        if let Some(t) = self.timeouts.first_byte_ms {
+            v.range_u64("timeouts.first_byte_ms", t, 1, 86_400_000);
+        }
+        if let Some(t) = self.timeouts.first_token_ms {
+            v.range_u64("timeouts.first_token_ms", t, 1, 86_400_000);
+        }
         v.range_u64("timeouts.idle_ms", self.timeouts.idle_ms, 1, 86_400_000);
         if let Some(a) = self.timeouts.attempt_ms {
             v.range_u64("timeouts.attempt_ms", a, 1, 86_400_000);
@@ -219,6 +224,33 @@ impl Policy {
                 "must be ≥ 0",
                 || u.cost_output_per_mtok.to_string(),
             );
+            if let Some(url) = &u.base_url {
+                v.check(
+                    url.starts_with("http://") || url.starts_with("https://"),
+                    &format!("{p}.base_url"),
+                    "must be an http:// or https:// URL",
+                    || format!("{url:?}"),
+                );
+            }
+            if let Some(env) = &u.api_key_env {
+                // The NAME of a variable: a key pasted here instead would be a secret in the policy.
+                let name_ok = env.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                v.check(
+                    name_ok,
+                    &format!("{p}.api_key_env"),
+                    "must be the name of an environment variable ([A-Za-z_][A-Za-z0-9_]*), never the key itself",
+                    || "(not shown)".into(),
+                );
+            }
+            if u.api_version.is_some() {
+                v.check(
+                    u.api == Some(crate::types::ApiFamily::AzureOpenAi),
+                    &format!("{p}.api_version"),
+                    "is for api: azure_openai only",
+                    || format!("{:?}", u.api_version.as_deref().unwrap_or("")),
+                );
+            }
             for (task, score) in &u.evals {
                 v.check(
                     score.is_finite(),
@@ -227,6 +259,14 @@ impl Policy {
                     || score.to_string(),
                 );
             }
+        }
+        for (model, target) in &self.models {
+            v.check(
+                self.routes.contains_key(target) || self.upstreams.contains_key(target),
+                &format!("models.{model}"),
+                "names no route in `routes` and no upstream in `upstreams`",
+                || format!("{target:?}"),
+            );
         }
         for (name, r) in &self.routes {
             let p = format!("routes.{name}");

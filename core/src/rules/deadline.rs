@@ -6,7 +6,7 @@
 use super::Halt;
 use crate::clock::Nanos;
 use crate::outcome::Headers;
-use crate::policy::Timeouts as TimeoutPolicy;
+use crate::policy::{Timeouts as TimeoutPolicy, HALF};
 use crate::types::{ErrorKind, Reason};
 use std::time::Duration;
 
@@ -29,6 +29,10 @@ pub struct AttemptTimeouts {
     /// Request sent → first response byte.
     #[serde(serialize_with = "ser_ms")]
     pub first_byte: Duration,
+    /// Request sent → first visible output of a streamed answer (keep-alive
+    /// pings and an opening preamble do not count).
+    #[serde(serialize_with = "ser_ms")]
+    pub first_token: Duration,
     /// Longest gap between stream chunks.
     #[serde(serialize_with = "ser_ms")]
     pub idle: Duration,
@@ -43,12 +47,13 @@ fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 
 /// [`AttemptTimeouts`] as an attempt carries them: whole milliseconds
 /// (floored, so never past the deadline; saturating at `u32::MAX`, 49 days)
-/// in 16 bytes instead of 64, which keeps an [`crate::Attempt`] small enough
+/// in 20 bytes instead of 80, which keeps an [`crate::Attempt`] small enough
 /// to move with a few vector stores rather than a `memcpy` call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimeoutsMs {
     connect: u32,
     first_byte: u32,
+    first_token: u32,
     idle: u32,
     total: u32,
 }
@@ -59,13 +64,16 @@ fn ms32(ms: u64) -> u32 {
 }
 
 impl TimeoutsMs {
-    /// The fixed timeouts `[connect, first_byte, idle]` (ms), each clamped to `total` (ms).
+    /// The fixed timeouts `[connect, first_byte, first_token, idle]` (ms;
+    /// [`HALF`]: half of `total`), each clamped to `total` (ms).
     #[inline(always)]
-    pub(crate) fn clamped(fixed: &[u64; 3], total: u64) -> TimeoutsMs {
+    pub(crate) fn clamped(fixed: &[u64; 4], total: u64) -> TimeoutsMs {
+        let at_most = |ms: u64| if ms == HALF { total / 2 } else { ms.min(total) };
         TimeoutsMs {
-            connect: ms32(fixed[0].min(total)),
-            first_byte: ms32(fixed[1].min(total)),
-            idle: ms32(fixed[2].min(total)),
+            connect: ms32(at_most(fixed[0])),
+            first_byte: ms32(at_most(fixed[1])),
+            first_token: ms32(at_most(fixed[2])),
+            idle: ms32(at_most(fixed[3])),
             total: ms32(total),
         }
     }
@@ -76,6 +84,7 @@ impl TimeoutsMs {
         TimeoutsMs {
             connect: ms32(ms(t.connect)),
             first_byte: ms32(ms(t.first_byte)),
+            first_token: ms32(ms(t.first_token)),
             idle: ms32(ms(t.idle)),
             total: ms32(ms(t.total)),
         }
@@ -94,6 +103,7 @@ impl TimeoutsMs {
         AttemptTimeouts {
             connect: d(self.connect),
             first_byte: d(self.first_byte),
+            first_token: d(self.first_token),
             idle: d(self.idle),
             total: d(self.total),
         }
@@ -154,7 +164,12 @@ pub fn attempt_timeouts(p: &TimeoutPolicy, remaining: Duration, tokens: TokenEst
     }
     AttemptTimeouts {
         connect: Duration::from_millis(p.connect_ms).min(total),
-        first_byte: Duration::from_millis(p.first_byte_ms).min(total),
+        first_byte: p
+            .first_byte_ms
+            .map_or(total / 2, |t| Duration::from_millis(t).min(total)),
+        first_token: p
+            .first_token_ms
+            .map_or(total / 2, |t| Duration::from_millis(t).min(total)),
         idle: Duration::from_millis(p.idle_ms).min(total),
         total,
     }
@@ -298,20 +313,28 @@ mod tests {
 
     #[test]
     fn attempt_timeouts_in_ms_floor_clamp_and_saturate() {
-        let t = TimeoutsMs::clamped(&[2_000, 30_000, 60_000], 9_999).timeouts();
+        let t = TimeoutsMs::clamped(&[2_000, 30_000, 4_000, 60_000], 9_999).timeouts();
         assert_eq!(
             t,
             AttemptTimeouts {
                 connect: Duration::from_millis(2_000),
                 first_byte: Duration::from_millis(9_999),
+                first_token: Duration::from_millis(4_000),
                 idle: Duration::from_millis(9_999),
                 total: Duration::from_millis(9_999),
             }
+        );
+        // A timeout given as half of the time left (null in the policy).
+        let t = TimeoutsMs::clamped(&[2_000, HALF, HALF, 60_000], 9_999).timeouts();
+        assert_eq!(
+            (t.first_byte, t.first_token),
+            (Duration::from_millis(4_999), Duration::from_millis(4_999))
         );
         // Floored: 1.9999 ms left is 1 ms, never more than what is left.
         let t = TimeoutsMs::of(&AttemptTimeouts {
             connect: Duration::from_micros(1_999),
             first_byte: Duration::from_nanos(999_999),
+            first_token: Duration::ZERO,
             idle: Duration::ZERO,
             total: Duration::from_micros(1_999),
         })
@@ -322,7 +345,7 @@ mod tests {
         );
         // Beyond u32::MAX ms (49.7 days) a timeout reads as u32::MAX ms.
         let max = Duration::from_millis(u64::from(u32::MAX));
-        assert_eq!(TimeoutsMs::clamped(&[u64::MAX; 3], u64::MAX).timeouts().total, max);
+        assert_eq!(TimeoutsMs::clamped(&[u64::MAX; 4], u64::MAX).timeouts().total, max);
         assert_eq!(
             TimeoutsMs::of(&AttemptTimeouts {
                 total: Duration::MAX,

@@ -19,7 +19,7 @@ pub mod wait;
 
 use crate::clock::Nanos;
 use crate::policy::{Backoff, RetryAfter, Route};
-use crate::types::Reason;
+use crate::types::{Continuation, Reason};
 use route::MatchResult;
 use smol_str::SmolStr;
 use std::time::Duration;
@@ -36,7 +36,7 @@ pub(crate) fn after_failure<C: Failed>(c: &mut C, f: &Failure) -> Result<Plan<C:
     let to = route::next(c, f, wait::too_long(hint, room, c.waits().0))?; // the same upstream, or the next eligible fallback
     let origin = c.origin();
     let grant = c.withdraw(&origin)?; // a retry from every budget scope the request started in
-    match wait::plan(c, hint, &to, room) {
+    match wait::plan(c, hint, &to, room, f.at_once) {
         // A retry: Retry-After or jitter, within the deadline; a fallback: now
         Ok(wait) => Ok(Plan { to, grant, wait }),
         Err(halt) => {
@@ -55,8 +55,33 @@ pub(crate) struct Failure<'a> {
     pub(crate) force_switch: bool,
     /// Candidates must have a context window above this many tokens.
     pub(crate) larger_than: Option<u64>,
+    /// Another upstream is preferred (the failed one went silent): the next
+    /// eligible candidate when there is one, else the same upstream.
+    pub(crate) prefer_switch: bool,
+    /// The next attempt goes at once: the upstream is not what failed (a
+    /// continuation it refused in one form is sent in the other).
+    pub(crate) at_once: bool,
+    /// The next attempt continues a streamed answer that showed text, in
+    /// this form (`Prefill` falls back to `Instruction` where the target
+    /// does not take an assistant prefill).
+    pub(crate) continuation: Option<Continuation>,
     /// The server's wait hint.
     pub(crate) hint: &'a RetryHint,
+}
+
+impl<'a> Failure<'a> {
+    /// A failure that may be retried where it happened, after a wait.
+    pub(crate) fn plain(reason: Reason, hint: &'a RetryHint) -> Failure<'a> {
+        Failure {
+            reason,
+            force_switch: false,
+            larger_than: None,
+            prefer_switch: false,
+            at_once: false,
+            continuation: None,
+            hint,
+        }
+    }
 }
 
 /// Why a call does not go on after a failure.

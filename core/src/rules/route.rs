@@ -230,11 +230,54 @@ pub(crate) fn candidates(
     m
 }
 
+/// The route (or upstream) that serves requests for `model`, so one
+/// transport serves many models: the policy's `models` map, then a route
+/// named like the model, then an upstream named like it or whose `model`
+/// (or `request_model`) it is. With no catalog and no routes at all, the
+/// model is its own upstream (its own breaker and budget, never a shared
+/// key). Anything else is an error naming what to add.
+///
+/// ```
+/// use retrywise::{rules::route::route_for_model, Policy};
+/// let p = Policy::from_str_any("upstreams: {mini: {model: gpt-4o-mini}}\nroutes: {chat: {candidates: [mini]}}\nmodels: {gpt-4o: chat}").unwrap();
+/// assert_eq!(route_for_model(&p, "gpt-4o").unwrap(), "chat");
+/// assert_eq!(route_for_model(&p, "gpt-4o-mini").unwrap(), "mini");
+/// assert_eq!(route_for_model(&p, "o3").unwrap_err().path, "models.o3");
+/// ```
+pub fn route_for_model(policy: &Policy, model: &str) -> Result<String, crate::policy::PolicyError> {
+    if let Some(r) = policy.models.get(model) {
+        return Ok(r.clone());
+    }
+    if policy.routes.contains_key(model) || policy.upstreams.contains_key(model) {
+        return Ok(model.to_string());
+    }
+    if let Some((name, _)) = policy
+        .upstreams
+        .iter()
+        .find(|(_, u)| u.wire_model() == Some(model) || u.model == model)
+    {
+        return Ok(name.clone());
+    }
+    if policy.upstreams.is_empty() && policy.routes.is_empty() && !model.is_empty() {
+        return Ok(model.to_string());
+    }
+    Err(crate::policy::PolicyError {
+        path: format!("models.{model}"),
+        message: format!(
+            "no route serves model {model:?}: add it to `models` (model: route), name a route or an upstream after it, or give an upstream `model: {model}`"
+        ),
+    })
+}
+
 /// The route's rule after a failure: the same upstream while it has
 /// attempts left on it (`attempts_per_upstream`) and its breaker admits,
 /// unless the failure demands another; otherwise the first eligible
 /// candidate the call has not tried — when the route and the kill switch
 /// allow a fallback and `max_upstreams` is not reached.
+///
+/// A failure that prefers another upstream (`Failure::prefer_switch`: the
+/// upstream went silent) takes the next eligible candidate when there is
+/// one, and stays otherwise.
 ///
 /// `stay_blocked`: the failed upstream asked for a wait the call cannot
 /// honour (longer than its deadline allows, or above the policy's maximum).
@@ -248,7 +291,7 @@ pub(crate) fn next<C: Failed>(c: &C, f: &Failure, stay_blocked: bool) -> Result<
         excluded: Vec::new(),
     };
     let may_stay = stay_possible(c, f);
-    if may_stay && !stay_blocked {
+    if may_stay && !stay_blocked && !f.prefer_switch {
         return Ok(stay());
     }
     match elsewhere(c, f) {

@@ -230,8 +230,14 @@ pub(crate) fn too_long(hint: Option<Duration>, room: Duration, ra: &RetryAfter) 
 
 /// The wait's rule after a failure: a retry waits for the upstream that
 /// failed (its hint, else jitter); a fallback goes to another upstream now.
-pub(crate) fn plan<C: Failed>(c: &mut C, hint: Option<Duration>, to: &Target, room: Duration) -> Result<Wait, Halt> {
-    if to.fallback {
+pub(crate) fn plan<C: Failed>(
+    c: &mut C,
+    hint: Option<Duration>,
+    to: &Target,
+    room: Duration,
+    at_once: bool,
+) -> Result<Wait, Halt> {
+    if to.fallback || at_once {
         return Ok(Wait {
             delay: Duration::ZERO,
             source: WaitSource::None,

@@ -33,6 +33,31 @@ pub struct Reach {
 }
 
 impl Reach {
+    /// How to reach catalog upstream `name` (`u`: its entry; none: the
+    /// request goes as the SDK built it).
+    pub fn of(name: &str, u: Option<&crate::policy::Upstream>) -> Reach {
+        let Some(u) = u else {
+            return Reach {
+                upstream: name.to_string(),
+                base_url: None,
+                api: None,
+                model: None,
+                api_key_env: None,
+                api_version: None,
+                prefill: false,
+            };
+        };
+        Reach {
+            upstream: name.to_string(),
+            base_url: u.base_url.clone(),
+            api: u.api,
+            model: u.wire_model().map(str::to_string),
+            api_key_env: u.api_key_env.clone(),
+            api_version: u.api_version.clone(),
+            prefill: u.capabilities.iter().any(|c| c == "assistant_prefill"),
+        }
+    }
+
     /// Whether [`rewrite`] changes anything: without a base URL, model, key
     /// or family of its own the request goes as the SDK built it.
     pub fn rewrites(&self) -> bool {

@@ -97,7 +97,7 @@ pub enum Admit {
     /// Refused; the breaker may admit probes after `retry_in_ms`.
     Rejected {
         /// Time until the open period ends, ms (0 when only probe slots are
-        /// full; [`NEVER`] when forced open: no probe will come).
+        /// full; `u64::MAX` when forced open: no probe will come).
         retry_in_ms: u64,
     },
 }
