@@ -1,5 +1,5 @@
 //! Redis for a retrywise fleet: runs the sync cycles a [`Fleet`] plans on a
-//! background thread, against Redis or Valkey (see `docs/fleet.md`).
+//! background thread, against Redis or Valkey (see the README's "Running a fleet").
 //!
 //! ```no_run
 //! use retrywise::{Engine, FleetConfig, Policy};
@@ -154,26 +154,15 @@ impl Inner {
         };
         let mut p = redis::pipe();
         for w in &plan.writes {
-            p.cmd("EVAL")
-                .arg(MERGE_SCRIPT)
-                .arg(1)
-                .arg(&w.key)
-                .arg(&w.field)
-                .arg(&w.value)
-                .arg(w.ttl_ms)
-                .ignore();
+            let args = (&w.key, &w.field, &w.value, w.ttl_ms);
+            p.cmd("EVAL").arg(MERGE_SCRIPT).arg(1).arg(args).ignore();
         }
         for k in &plan.reads {
             p.cmd("HGETALL").arg(k);
         }
         for c in &plan.claims {
-            p.cmd("EVAL")
-                .arg(CLAIM_SCRIPT)
-                .arg(1)
-                .arg(&c.key)
-                .arg(&c.value)
-                .arg(c.now_ms)
-                .arg(c.ttl_ms);
+            let args = (&c.key, &c.value, c.now_ms, c.ttl_ms);
+            p.cmd("EVAL").arg(CLAIM_SCRIPT).arg(1).arg(args);
         }
         if plan.writes.is_empty() && plan.reads.is_empty() && plan.claims.is_empty() {
             // Nothing to say or read: a PING keeps the health honest.
