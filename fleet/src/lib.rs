@@ -2,11 +2,17 @@
 //! background thread, against Redis or Valkey (see the README's "Running a fleet").
 //!
 //! ```no_run
-//! use retrywise::{Engine, FleetConfig, Policy};
-//! let engine = Engine::new(Policy::default()).unwrap();
-//! let _fleet = retrywise_fleet::RedisFleet::connect(engine.fleet(FleetConfig::default()).unwrap(), "redis://127.0.0.1/")
-//!     .unwrap()
-//!     .start();
+//! use retrywise::{Engine, Policy, RateLimits};
+//! use std::sync::Arc;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let engine = Engine::new(Policy::default())?;
+//! let rate_limits = Arc::new(RateLimits::default());
+//! // The README's "Running a fleet" lines:
+//! let fleet = engine.fleet(retrywise::FleetConfig::default())?;
+//! let fleet = retrywise_fleet::RedisFleet::connect(fleet, "redis://127.0.0.1/")?.start();
+//! fleet.fleet().attach_rate_limits(rate_limits.clone()); // share a RateLimits table too
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! Decisions never wait on Redis: they read the engine's own cells, which
