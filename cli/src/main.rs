@@ -91,6 +91,9 @@ struct SimulateArgs {
     /// Independent gateway instances, each with its own engine, sharing the upstream (fleet view)
     #[arg(long, default_value_t = 1)]
     instances: u32,
+    /// The instances share breaker state through a store, synced every 250 ms as retrywise-fleet syncs through Redis
+    #[arg(long)]
+    shared: bool,
     /// Seconds of arrivals (fault times scale with it); default per scenario (90 s for seed002)
     #[arg(long)]
     duration: Option<u64>,
@@ -160,6 +163,7 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
         seed: Some(a.seed),
         instances: Some(a.instances),
         capacity_factor: Some(a.capacity),
+        shared: a.shared,
     };
     let mut sc = sim::scenario::Scenario::named(&a.scenario, &o)?;
     if let Some(path) = &a.policy {

@@ -10,6 +10,7 @@ use crate::hash::splitmix;
 use crate::hot::{EngineLocal, Start};
 use crate::idempotency::Ledger;
 use crate::policy::{BreakerOverride, Mode, Policy, PolicyErrors};
+use crate::state::fleet::{Fleet, FleetConfig, FleetError};
 use crate::state::registry::Registry;
 use crate::state::scope::{breaker_override, display_key, scope_key};
 use crate::state::shared::{ReconcileItem, Shared};
@@ -142,6 +143,7 @@ impl EngineBuilder {
             reconcile: Mutex::new(VecDeque::new()),
             reconcile_dropped: AtomicU64::new(0),
             lane: self.lane,
+            fleet: std::sync::OnceLock::new(),
         });
         let compiled = Version::new(self.policy, shared.clone(), 1);
         Ok(Engine {
@@ -226,6 +228,18 @@ impl Engine {
             sh.bus.emit(Event::new(EventKind::Reload, ms(self.now()), version));
         }
         Ok(())
+    }
+
+    /// Shares this engine's breakers with the other processes of a fleet
+    /// through a store: the returned [`Fleet`] plans each sync cycle for an
+    /// adapter to run (see [`crate::fleet`]). One per engine.
+    pub fn fleet(&self, cfg: FleetConfig) -> Result<Fleet, FleetError> {
+        let inner = self.inner.clone();
+        Fleet::attach(
+            self.inner.shared.clone(),
+            Arc::new(move || inner.policy.load_full()),
+            cfg,
+        )
     }
 
     /// Registers an event sink; returns an id for [`Engine::remove_sink`].

@@ -83,6 +83,8 @@ pub use outcome::{json_media_type, vendor_code_from_body, Headers, Outcome};
 pub use policy::{Format, Mode, OnFailure, Policy, PolicyError, PolicyErrors};
 pub use rules::deadline::{AttemptTimeouts, Inbound, InboundError, Timer};
 pub use rules::route::Needs;
+pub use state::fleet;
+pub use state::fleet::{Fleet, FleetConfig};
 pub use state::ratelimit;
 pub use state::ratelimit::{AdaptiveConcurrency, RateLimits};
 pub use state::shared::ReconcileItem;

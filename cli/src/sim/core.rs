@@ -256,6 +256,10 @@ pub struct Metrics {
     pub total_ok: u64,
     /// Logical requests that finished (success or not).
     pub total_done: u64,
+    /// Attempts an engine's breaker admitted while open or half-open (its probes).
+    pub probes: u64,
+    /// Breakers opened by the fleet's quorum (`--shared`).
+    pub fleet_opened: u64,
 }
 
 #[inline]
@@ -281,6 +285,8 @@ impl Default for Metrics {
             total_attempts: 0,
             total_ok: 0,
             total_done: 0,
+            probes: 0,
+            fleet_opened: 0,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod owner;
 pub mod report;
 pub mod rng;
 pub mod scenario;
+pub mod shared;
 pub mod upstream;
 
 use self::core::Metrics;
@@ -88,6 +89,10 @@ pub struct EngineCounters {
     pub breaker_opens: u64,
     /// Final stops by reason.
     pub stops: BTreeMap<String, u64>,
+    /// Attempts admitted while a breaker was open or half-open (probes).
+    pub probes: u64,
+    /// Breakers opened by the fleet's quorum (`--shared`).
+    pub fleet_opened: u64,
 }
 
 /// Per-second series (index = second since the run began).
@@ -181,6 +186,8 @@ pub struct SimReport {
     pub duration_s: u64,
     /// Gateway instances.
     pub instances: u32,
+    /// Whether they shared breaker state (`--shared`).
+    pub shared: bool,
     /// Upstream capacity, requests/s.
     pub capacity_per_sec: f64,
     /// Capacity / qps.
@@ -301,7 +308,11 @@ fn summarize(
     }
 
     let engine = stats.map(|all| {
-        let mut e = EngineCounters::default();
+        let mut e = EngineCounters {
+            probes: m.probes,
+            fleet_opened: m.fleet_opened,
+            ..EngineCounters::default()
+        };
         for st in all {
             e.policy_version = st.policy_version.clone();
             let o = &st.overall;
@@ -445,6 +456,7 @@ pub fn run(sc: &Scenario, jobs: usize, mut on_tick: impl FnMut(f64)) -> Result<S
         qps: sc.qps,
         duration_s: sc.duration_s,
         instances: sc.instances,
+        shared: sc.shared,
         capacity_per_sec: sc.upstream.capacity_per_sec,
         capacity_factor: sc.capacity_factor,
         upstream: sc.upstream,
@@ -661,5 +673,41 @@ mod tests {
         assert!(t <= 3, "{t}");
         // During the outage nothing succeeds.
         assert!(r.series.success_rate[20] < 0.01);
+    }
+
+    #[test]
+    fn a_shared_fleet_probes_a_down_upstream_less_than_unshared_instances() {
+        let o = |shared| Overrides {
+            qps: Some(1_000.0),
+            duration_s: Some(45),
+            seed: Some(6),
+            instances: Some(10),
+            shared,
+            ..Overrides::default()
+        };
+        let p = AtomicU64::new(0);
+        let run = |shared| {
+            let sc = Scenario::named("hard-outage", &o(shared)).unwrap();
+            run_one(&sc, Strategy::Retrywise, &p).unwrap()
+        };
+        let (alone, shared) = (run(false), run(true));
+        let (a, s) = (alone.engine.unwrap(), shared.engine.unwrap());
+        assert_eq!(a.fleet_opened, 0);
+        assert!(
+            s.fleet_opened >= 1,
+            "some instance opened on the others' reports: {s:?}"
+        );
+        assert!(
+            s.probes * 3 < a.probes,
+            "one lease holder probes for the fleet: {} vs {}",
+            s.probes,
+            a.probes
+        );
+        assert!(
+            s.breaker_opens < a.breaker_opens,
+            "{} vs {}",
+            s.breaker_opens,
+            a.breaker_opens
+        );
     }
 }

@@ -7,8 +7,9 @@
 use super::core::{Arrivals, Metrics, Queue, EV_ARRIVAL};
 use super::rng::{mix, Rng};
 use super::scenario::Scenario;
+use super::shared::{Shared, EV_SYNC};
 use super::upstream::{Reply, Upstream};
-use retrywise::{Action, Call, CallSpec, Engine, ErrorKind, ManualClock, Mode, Outcome, Policy, Stats};
+use retrywise::{Action, BreakerState, Call, CallSpec, Engine, ErrorKind, ManualClock, Mode, Outcome, Policy, Stats};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,7 @@ enum Seen {
 
 struct Slot {
     call: Option<Call>,
+    inst: u32,
     token: u32,
     measured: bool,
     arrival_us: u64,
@@ -36,6 +38,7 @@ struct Slot {
 
 struct Run<'a> {
     sc: &'a Scenario,
+    engines: &'a [Engine],
     q: Queue,
     up: Upstream,
     m: Metrics,
@@ -59,8 +62,12 @@ impl Run<'_> {
     fn try_attempt(&mut self, id: u32, now: u64) {
         let slot = &mut self.slots[id as usize];
         let Some(call) = slot.call.as_mut() else { return };
+        // An attempt the breaker admits while open or half-open is a probe.
+        let state = self.engines[slot.inst as usize].breaker_state(UPSTREAM);
+        let probe = matches!(state, BreakerState::Open | BreakerState::HalfOpen);
         match call.next_attempt() {
             Ok(a) => {
+                self.m.probes += probe as u64;
                 self.next_token = self.next_token.wrapping_add(1);
                 slot.token = self.next_token;
                 let timeout_at = now + a.timeouts().total.as_micros() as u64;
@@ -153,6 +160,7 @@ pub fn run(sc: &Scenario, policy: &Policy, progress: &AtomicU64) -> Result<(Metr
     let spec = CallSpec::new(UPSTREAM).deadline_ms(sc.deadline_ms);
     let mut r = Run {
         sc,
+        engines: &engines,
         q: Queue::default(),
         up: Upstream::new(sc.upstream, Rng::stream(sc.seed, 2)),
         m: Metrics::default(),
@@ -164,6 +172,10 @@ pub fn run(sc: &Scenario, policy: &Policy, progress: &AtomicU64) -> Result<(Metr
         arrivals: Arrivals::new(sc),
     };
     r.q.push(r.arrivals.first(), EV_ARRIVAL, 0, 0);
+    let mut shared = match sc.shared {
+        true => Some(Shared::attach(&engines, &mut r.q)?),
+        false => None,
+    };
     let mut n: u64 = 0;
     while let Some(e) = r.q.pop() {
         if !r.arrivals.more() {
@@ -185,6 +197,7 @@ pub fn run(sc: &Scenario, policy: &Policy, progress: &AtomicU64) -> Result<(Metr
             let call = engines[inst as usize].begin(spec.clone());
             let slot = Slot {
                 call: Some(call),
+                inst,
                 token: 0,
                 measured,
                 arrival_us: e.t,
@@ -203,6 +216,13 @@ pub fn run(sc: &Scenario, policy: &Policy, progress: &AtomicU64) -> Result<(Metr
             r.try_attempt(id, e.t);
             continue;
         }
+        if e.kind == EV_SYNC {
+            if let Some(sh) = shared.as_mut() {
+                r.advance(e.t);
+                sh.sync(e.id, e.t, &r.clock, &mut r.q);
+            }
+            continue;
+        }
         let s = &r.slots[e.id as usize];
         if s.token != e.token || s.call.is_none() {
             continue;
@@ -214,6 +234,7 @@ pub fn run(sc: &Scenario, policy: &Policy, progress: &AtomicU64) -> Result<(Metr
         }
     }
     progress.store(u64::MAX, Ordering::Relaxed);
+    r.m.fleet_opened = shared.map_or(0, |s| s.opened);
     let stats = engines.iter().map(Engine::stats).collect();
     Ok((r.m, r.up, stats))
 }

@@ -80,11 +80,12 @@ pub fn text(r: &SimReport) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "retrywise simulate --scenario {} --seed {} ({} instance{})",
+        "retrywise simulate --scenario {} --seed {} ({} instance{}{})",
         r.scenario,
         r.seed,
         r.instances,
-        if r.instances == 1 { "" } else { "s" }
+        if r.instances == 1 { "" } else { "s" },
+        if r.shared { ", sharing breaker state" } else { "" }
     );
     let _ = writeln!(o, "  {}", r.summary);
     let _ = writeln!(
@@ -170,10 +171,11 @@ pub fn text(r: &SimReport) -> String {
     for s in &r.strategies {
         let _ = writeln!(
             o,
-            "{}: {} logical, {} attempts, peak {} attempts/s at {} s, peak amplification at {} s",
+            "{}: {} logical, {} attempts{}, peak {} attempts/s at {} s, peak amplification at {} s",
             s.key,
             thousands(s.logical_requests as f64),
             thousands(s.attempts as f64),
+            fault_attempts(r, s),
             thousands(s.peak_attempts_per_sec as f64),
             s.peak_load_at_s,
             s.peak_amplification_at_s
@@ -186,12 +188,14 @@ pub fn text(r: &SimReport) -> String {
                 .collect();
             let _ = writeln!(
                 o,
-                "  engine stats(): {} attempts, {} retries granted ({} won), {} budget refusals, {} breaker opens; stops: {}",
+                "  engine stats(): {} attempts, {} retries granted ({} won), {} budget refusals, {} breaker opens{}, {} probes; stops: {}",
                 thousands(e.attempts as f64),
                 thousands(e.retries as f64),
                 thousands(e.retry_successes as f64),
                 thousands(e.budget_refusals as f64),
                 thousands(e.breaker_opens as f64),
+                if r.shared { format!(" (+{} by the fleet)", thousands(e.fleet_opened as f64)) } else { String::new() },
+                thousands(e.probes as f64),
                 if stops.is_empty() { "none".into() } else { stops.join(", ") }
             );
         }
@@ -470,4 +474,19 @@ pub fn svg(r: &SimReport) -> String {
     let _ = writeln!(o, r#"<text x="{}" y="{}">fault window</text>"#, left + 290.0, ly2 + 4.0);
     o.push_str("</svg>\n");
     o
+}
+
+/// ` (N while a fault lasted)`: the attempts started in the faults' seconds
+/// (what a down upstream receives from the whole fleet); empty without faults.
+fn fault_attempts(r: &SimReport, s: &StrategyResult) -> String {
+    if r.faults.is_empty() {
+        return String::new();
+    }
+    let at = |i: u64| s.series.attempts.get(i as usize).copied().unwrap_or(0) as u64;
+    let n: u64 = r
+        .faults
+        .iter()
+        .map(|f| (f.from_ms / 1000..f.to_ms.div_ceil(1000)).map(at).sum::<u64>())
+        .sum();
+    format!(" ({} while a fault lasted)", thousands(n as f64))
 }

@@ -71,6 +71,8 @@ pub struct Scenario {
     pub duration_s: u64,
     /// Independent gateway instances, each with its own engine.
     pub instances: u32,
+    /// The instances share breaker state through a store (`shared.rs`).
+    pub shared: bool,
     /// Seed of every random choice (arrivals, upstream, engines).
     pub seed: u64,
     /// Capacity as a multiple of `qps`.
@@ -114,6 +116,8 @@ pub struct Overrides {
     pub instances: Option<u32>,
     /// `--capacity`.
     pub capacity_factor: Option<f64>,
+    /// `--shared`.
+    pub shared: bool,
 }
 
 const ATTEMPT_TIMEOUT_MS: u64 = 4_000;
@@ -267,6 +271,7 @@ impl Scenario {
             qps,
             duration_s,
             instances,
+            shared: o.shared,
             seed: o.seed.unwrap_or(42),
             capacity_factor,
             upstream,

@@ -453,6 +453,9 @@ impl Call {
         if t.to == BreakerState::Open {
             self.count(Ctr::BreakerOpens);
         }
+        if let Some(fleet) = self.sh().fleet.get() {
+            fleet.breaker(key, &t, crate::state::fleet::wall_ms(self.sh()));
+        }
         if self.active() {
             self.emit_with(EventKind::BreakerTransition, now, |e| {
                 e.extra().breaker = Some(BreakerChange {

@@ -9,6 +9,7 @@ use crate::guards::gate::{GateCell, PoolCell};
 use crate::guards::throttle::ThrottleCell;
 use crate::idempotency::Ledger;
 use crate::policy::Mode;
+use crate::state::fleet::Outbox;
 use crate::state::registry::Registry;
 use crate::stats::{CounterSet, Counters, VersionTable};
 use crate::telemetry::EventBus;
@@ -17,6 +18,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// State every call reaches, across policy versions: clock, registries, telemetry.
 pub(crate) struct Shared {
@@ -40,6 +42,8 @@ pub(crate) struct Shared {
     pub(crate) reconcile_dropped: AtomicU64,
     /// Calls may take the fast lane (off only in differential tests).
     pub(crate) lane: bool,
+    /// Where breaker transitions go when a fleet is attached (`state/fleet/`).
+    pub(crate) fleet: OnceLock<Arc<Outbox>>,
 }
 
 impl Shared {

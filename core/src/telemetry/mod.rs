@@ -47,6 +47,8 @@ pub enum EventKind {
     Reload,
     /// The kill switch changed.
     ModeChange,
+    /// A fleet's store became unavailable (decisions stay local) or came back.
+    Fleet,
 }
 
 impl EventKind {
@@ -61,6 +63,7 @@ impl EventKind {
         EventKind::Hedge,
         EventKind::Reload,
         EventKind::ModeChange,
+        EventKind::Fleet,
     ];
 }
 

@@ -12,6 +12,7 @@
 //! and for time windows. The cell keeps no copy of its parameters, only their
 //! fingerprint, so a tracked key costs about 100 bytes.
 
+mod fleet;
 mod params;
 
 pub use params::BreakerParams;

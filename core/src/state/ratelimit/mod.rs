@@ -104,6 +104,7 @@
 
 mod admission;
 mod concurrency;
+pub(crate) mod fleet;
 pub mod headers;
 mod ietf;
 mod reading;

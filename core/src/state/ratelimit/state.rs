@@ -280,6 +280,8 @@ pub(crate) struct ScopeState {
     pub(crate) kinds: [KindState; 4],
     /// A quota (not a rate) is exhausted: calls stop until then, and then one probes.
     pub(crate) quota_until: Option<u64>,
+    /// The latest end of a hold a 429 of this process asked for (what a fleet shares as a cooldown).
+    pub(crate) cooldown_until: u64,
 }
 
 impl ScopeState {
@@ -324,6 +326,7 @@ impl ScopeState {
             // Never longer than max_hold: a per-minute limit is not a day-long cooldown.
             let until = now.saturating_add(h.min(p.max_hold));
             self.kinds[Kind::Requests.index()].hold(now, until);
+            self.cooldown_until = self.cooldown_until.max(until);
         }
     }
 

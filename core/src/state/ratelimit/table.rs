@@ -5,6 +5,7 @@
 //! quota does not stop another key.
 
 use super::admission::{Admission, Cell, Reservation, ScopeCell, Ticket, Usage};
+use super::fleet::Changes;
 use super::reading::{Kind, Reading};
 use super::snapshot::{KindSnapshot, RateLimitCounters, RateLimitSnapshot, ScopeSnapshot};
 use super::state::{ns, Decision, Params};
@@ -103,9 +104,11 @@ fn bump(c: &AtomicU64, n: u64) {
 #[derive(Debug)]
 pub struct RateLimits {
     cfg: RateLimitConfig,
-    params: Params,
-    scopes: Registry<ScopeCell>,
+    pub(super) params: Params,
+    pub(super) scopes: Registry<ScopeCell>,
     counters: Counters,
+    /// Scopes with new evidence since a fleet last looked (`fleet.rs`).
+    pub(super) changes: Changes,
 }
 
 impl Default for RateLimits {
@@ -129,6 +132,7 @@ impl RateLimits {
             cfg,
             scopes: Registry::new(),
             counters: Counters::default(),
+            changes: Changes::default(),
         }
     }
 
@@ -165,10 +169,11 @@ impl RateLimits {
             // Nothing to learn; only a quota hold to end, if the scope has one.
             return self.scopes.get(scope);
         }
+        self.changes.mark(scope);
         Some(self.cell(scope, now))
     }
 
-    fn cell(&self, scope: &str, now: u64) -> Cell {
+    pub(super) fn cell(&self, scope: &str, now: u64) -> Cell {
         let (max, idle) = (self.cfg.max_scopes, ns(self.cfg.idle) / 1_000_000);
         self.scopes
             .get_or_insert(scope, now / 1_000_000, max, idle, ScopeCell::default)
