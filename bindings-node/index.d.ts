@@ -211,10 +211,14 @@ export declare class Call {
   readonly remainingMs: number
   info(): CallInfo
   /**
-   * Frees the native call (otherwise when garbage-collected). A call whose last
-   * report left nothing in flight is freed by the engine's next begin or by the
-   * end of the current job, whichever comes first; one that holds something
-   * gives it back at once.
+   * Frees the native call. Never needed for a call run to its end: the final
+   * decision (succeeded, stop, reconcile) that leaves no attempt in flight
+   * frees it, and the call still answers `id`, `attempts`, `remainingMs`,
+   * `info()`, `nextAttempt()` (the final stop), `report()` and `cancel()`
+   * (the final decision) from what it kept, until `release()`. A call dropped
+   * before its end is freed when garbage-collected. Released, a call that
+   * holds nothing is freed by the engine's next begin or by the end of the
+   * current job, whichever comes first; one that holds something gives it back at once.
    */
   release(): void
 }

@@ -30,7 +30,7 @@ export declare class NativeEngine {
    * The fast entry points of this engine (see the `fast` module): an object
    * of functions taking no argument, whose inputs and results are in scratch.
    */
-  fast(): { begin(): void; beginAttempt(): void; next(): void; reportStatus(): void; reportOk(): void; release(): void }
+  fast(): { begin(): void; beginAttempt(): void; next(): void; reportStatus(): string | undefined; reportOk(): string | undefined; release(): void; finish(): string | undefined }
   /**
    * Interns a route or tenant name for the fast entry points; returns its
    * id, or -1 when the table is full (then pass the string to `begin`).
@@ -109,6 +109,13 @@ export declare class NativeEngine {
   callAttempts(h: number): number
   /** Time left before call `h`'s deadline, ms. */
   callRemainingMs(h: number): number
+  /**
+   * The engine's clock now, ms with their fraction: a finished call's
+   * remaining time is its `finished.DEADLINE_MS` minus this.
+   */
+  clockMs(): number
+  /** A policy version by the index a finished call gave (`finished.POLICY`). */
+  policyName(i: number): string | null
   /** Name of an interned upstream index. */
   upstreamName(i: number): string | null
   /** Engine stats as JSON. */

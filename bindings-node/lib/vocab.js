@@ -146,6 +146,17 @@ const SLOT = Object.freeze({
   STEP_HANDLE: slot('step', 'HANDLE'),
   STEP_IDLE: slot('step', 'IDLE'),
   STEP_PENDING_RELEASE: slot('step', 'PENDING_RELEASE'),
+  // What a finished call still tells once freed.
+  FINISHED_ATTEMPTS: slot('finished', 'ATTEMPTS'),
+  FINISHED_OWNER: slot('finished', 'OWNER'),
+  FINISHED_STOP_REASON: slot('finished', 'STOP_REASON'),
+  FINISHED_STOP_CLASS: slot('finished', 'STOP_CLASS'),
+  FINISHED_STOP_ON_FAILURE: slot('finished', 'STOP_ON_FAILURE'),
+  FINISHED_STOP_HAS_DETAIL: slot('finished', 'STOP_HAS_DETAIL'),
+  FINISHED_HEDGE_REASON: slot('finished', 'HEDGE_REASON'),
+  FINISHED_TARGET: slot('finished', 'TARGET'),
+  FINISHED_POLICY: slot('finished', 'POLICY'),
+  FINISHED_DEADLINE_MS: slot('finished', 'DEADLINE_MS'),
   // Arguments of the fast entry points.
   BEGIN_ROUTE: slot('begin', 'ROUTE'),
   BEGIN_DEADLINE_MS: slot('begin', 'DEADLINE_MS'),
@@ -170,6 +181,8 @@ const SLOT = Object.freeze({
   ACTION_SUCCEEDED: VOCAB.action.indexOf('succeeded'),
   ACTION_RETRY: VOCAB.action.indexOf('retry'),
   ACTION_FALLBACK: VOCAB.action.indexOf('fallback'),
+  ACTION_STOP: VOCAB.action.indexOf('stop'),
+  ACTION_RECONCILE: VOCAB.action.indexOf('reconcile'),
 })
 
 /** The public copy (`require('retrywise').vocabulary`). */

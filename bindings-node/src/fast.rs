@@ -15,12 +15,16 @@
 //! | `begin()` | `begin::{ROUTE, DEADLINE_MS, IDEMPOTENCY, TENANT}` | `step::HANDLE` |
 //! | `beginAttempt()` | as `begin` | `step::HANDLE`, `step::RESULT` (`ATTEMPT` / `STOPPED`), fields as `nextAttempt`, `attempt::STAMP` |
 //! | `next()` | `next::{HANDLE, STAMP}` | `step::RESULT`, fields, `attempt::STAMP` when asked |
-//! | `reportStatus()` | `report::{HANDLE, STATUS, RELEASE}` | `step::RESULT` (action code), `step::HANDLE` (`1` when released), decision fields |
+//! | `reportStatus()` | `report::{HANDLE, STATUS, RELEASE}` | `step::RESULT` (action code), `step::HANDLE` (`1` when released), `step::IDLE`, decision fields |
 //! | `reportOk()` | `report::{HANDLE, RELEASE}` | as `reportStatus` |
 //! | `release()` | `release::HANDLE` | — |
+//! | `finish()` | `release::HANDLE` | final decision and `finished` fields of a finished call that holds nothing |
 //!
 //! Ids come from `NativeEngine.intern`. The stamp is `nowMs()` when the
-//! attempt was admitted. Errors are thrown as by the napi-rs methods
+//! attempt was admitted. With `report::RELEASE` 2, a report whose decision
+//! finished the call (final, nothing held) also writes the `finished` fields
+//! and returns the call's id; `finish()` does the same for a call finished
+//! otherwise (by a stop), without freeing it. Every other step returns `undefined`. Errors are thrown as by the napi-rs methods
 //! (`ERR_RETRYWISE_RELEASED`, `ERR_RETRYWISE_SCRATCH_DETACHED`, `TypeError`s,
 //! `ERR_RETRYWISE_PANIC` for a panic, after which the engine stays usable).
 
@@ -28,57 +32,63 @@ use crate::scratch::{self, step, Slots};
 use crate::{http_status, panic_message, Fail, Inner};
 use napi::bindgen_prelude::*;
 use napi::sys;
-use retrywise::Outcome;
+use retrywise::{Outcome, SmolStr};
 use std::cell::RefCell;
 use std::ffi::{c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::rc::Rc;
 
-type Step = fn(&mut Inner, &Slots) -> std::result::Result<(), Fail>;
+/// A step's result besides scratch: the id of a call it finished.
+type Ret = std::result::Result<Option<SmolStr>, Fail>;
+type Step = fn(&mut Inner, &Slots) -> Ret;
 
-fn begin(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn begin(st: &mut Inner, s: &Slots) -> Ret {
     let (h, _) = st.start_fast(s, false)?;
     s.set(step::HANDLE, h);
-    Ok(())
+    Ok(None)
 }
 
-fn begin_attempt(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn begin_attempt(st: &mut Inner, s: &Slots) -> Ret {
     let (h, r) = st.start_fast(s, true)?;
     s.set(step::HANDLE, h);
     s.set(step::RESULT, r as f64);
-    Ok(())
+    Ok(None)
 }
 
-fn next(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn next(st: &mut Inner, s: &Slots) -> Ret {
     use scratch::next::*;
     let r = st.next_attempt(s, s.get(HANDLE), s.get(STAMP) == 1.0)?;
     s.set(step::RESULT, r as f64);
-    Ok(())
+    Ok(None)
 }
 
-fn report_status(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn report_status(st: &mut Inner, s: &Slots) -> Ret {
     let status = http_status(s.get(scratch::report::STATUS))?;
     report_outcome(st, s, &Outcome::status(status))
 }
 
-fn report_ok(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn report_ok(st: &mut Inner, s: &Slots) -> Ret {
     report_outcome(st, s, &Outcome::success())
 }
 
-/// Reports `o` for the call in `report::HANDLE` (released on success when `report::RELEASE` is 1).
+/// Reports `o` for the call in `report::HANDLE` (`report::RELEASE`: see [`Inner::report`]).
 #[inline(always)]
-fn report_outcome(st: &mut Inner, s: &Slots, o: &Outcome) -> std::result::Result<(), Fail> {
+fn report_outcome(st: &mut Inner, s: &Slots, o: &Outcome) -> Ret {
     use scratch::report::*;
-    let (a, released) = st.report(s, s.get(HANDLE), o, 0, s.get(RELEASE) == 1.0)?;
+    let (a, released, id) = st.report(s, s.get(HANDLE), o, 0, s.get(RELEASE) as u8)?;
     s.set(step::RESULT, a as f64);
     s.set(step::HANDLE, released as u8 as f64);
-    Ok(())
+    Ok(id)
 }
 
-fn release(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn release(st: &mut Inner, s: &Slots) -> Ret {
     st.release(s.get(scratch::release::HANDLE));
-    Ok(())
+    Ok(None)
+}
+
+fn finish(st: &mut Inner, s: &Slots) -> Ret {
+    st.finish(s, s.get(scratch::release::HANDLE))
 }
 
 unsafe fn throw_raw(env: sys::napi_env, f: Fail) {
@@ -114,7 +124,8 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
         2 => next,
         3 => report_status,
         4 => report_ok,
-        _ => release,
+        5 => release,
+        _ => finish,
     };
     let env = Env::from_raw(env);
     let r = match cell.try_borrow_mut() {
@@ -133,10 +144,19 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
             "the engine is in use (re-entered from a callback)".to_string(),
         )),
     };
-    if let Err(f) = r {
-        throw_raw(env.raw(), f);
+    match r {
+        Ok(None) => ptr::null_mut(),
+        Ok(Some(id)) => {
+            let mut v = ptr::null_mut();
+            // Fails only on a broken env, leaving `v` null (undefined): JS then sees no finished call.
+            sys::napi_create_string_utf8(env.raw(), id.as_ptr().cast(), id.len() as isize, &mut v);
+            v
+        }
+        Err(f) => {
+            throw_raw(env.raw(), f);
+            ptr::null_mut()
+        }
     }
-    ptr::null_mut()
 }
 
 unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
@@ -158,13 +178,14 @@ fn check(status: sys::napi_status, what: &str) -> Result<()> {
 /// Creates the fast functions of one engine, as an object.
 pub(crate) fn create(env: &Env, inner: &Rc<RefCell<Inner>>) -> Result<Object<'static>> {
     type Cb = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-    let fns: [(&str, Cb); 6] = [
+    let fns: [(&str, Cb); 7] = [
         ("begin", trampoline::<0>),
         ("beginAttempt", trampoline::<1>),
         ("next", trampoline::<2>),
         ("reportStatus", trampoline::<3>),
         ("reportOk", trampoline::<4>),
         ("release", trampoline::<5>),
+        ("finish", trampoline::<6>),
     ];
     let raw = env.raw();
     unsafe {

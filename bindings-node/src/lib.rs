@@ -21,15 +21,18 @@
 //! in [`scratch`], and exported by name through `vocab()`.
 //!
 //! Calls are kept in a slab inside the engine and named by numeric handles
-//! (see [`NativeEngine`]); JS releases them explicitly or when its wrapper is
+//! (see [`NativeEngine`]); a call is freed when it finishes (see
+//! [`finished`]), when JS releases it, or when its wrapper is
 //! garbage-collected. Every entry point runs inside a panic boundary.
 
 #![deny(clippy::all)]
 
 mod fast;
+mod finished;
 mod scratch;
 mod stream;
 
+use finished::Versions;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use retrywise::idempotency::{derive_key, params_digest as core_params_digest};
@@ -353,6 +356,7 @@ struct Inner {
     rt_offset_ms: Option<f64>,
     scratch: Scratch,
     names: Names,
+    versions: Versions,
     strings: Vec<SmolStr>,
     pending: Arc<Mutex<Vec<Event>>>,
     sink: Option<u64>,
@@ -488,20 +492,48 @@ impl Inner {
     fn next_attempt(&mut self, s: &Slots, h: f64, stamp: bool) -> std::result::Result<i32, Fail> {
         let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
         let r = e.call.as_mut().ok_or_else(Fail::released)?.next_attempt();
-        Ok(e.put_next(s, &mut self.names, r, stamp, self.rt_offset_ms))
+        let code = e.put_next(s, &mut self.names, r, stamp, self.rt_offset_ms);
+        if code == codes::STOPPED {
+            // Whether the stop finished the call and left nothing held (see `finish`).
+            let done = e.call.as_ref().is_some_and(|c| c.is_finished() && c.holds_nothing());
+            s.set(step::IDLE, done as u8 as f64);
+        }
+        Ok(code)
     }
 
-    /// Reports `o` for attempt `attempt` (0: the latest) of call `h`; with
-    /// `release_on_success`, a call that succeeded is released in the same step.
-    /// Returns the action code and whether the call was released.
+    /// Call `h`, finished and holding nothing, as a finished call: its final
+    /// decision into the decision slots, the `finished` slots (see
+    /// [`finished`]); returns its id. `None` (nothing written) for a call
+    /// that is not finished or still holds something.
+    fn finish(&mut self, s: &Slots, h: f64) -> std::result::Result<Option<SmolStr>, Fail> {
+        let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
+        let call = e.call.as_mut().ok_or_else(Fail::released)?;
+        if !(call.is_finished() && call.holds_nothing()) {
+            return Ok(None);
+        }
+        let d = call.final_decision();
+        let id = finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call);
+        if let Some(d) = d {
+            e.put_decision(s, &mut self.names, d);
+        }
+        Ok(Some(id))
+    }
+
+    /// Reports `o` for attempt `attempt` (0: the latest) of call `h`. `mode`
+    /// ([`scratch::report::RELEASE`]): 1 releases a call that succeeded in the
+    /// same step; 2 finishes a call that this decision finished and that holds
+    /// nothing ([`Inner::finish`]'s fields, its id returned), freeing it too
+    /// unless the decision has text the JS layer still reads by handle
+    /// (detail, exclusions, an upstream, target or policy version not interned).
+    /// Returns the action code, whether the call was released, and the id of a finished call.
     fn report(
         &mut self,
         s: &Slots,
         h: f64,
         o: &Outcome,
         attempt: u32,
-        release_on_success: bool,
-    ) -> std::result::Result<(i32, bool), Fail> {
+        mode: u8,
+    ) -> std::result::Result<(i32, bool, Option<SmolStr>), Fail> {
         let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
         let call = e.call.as_mut().ok_or_else(Fail::released)?;
         let d = if attempt > 0 {
@@ -510,14 +542,31 @@ impl Inner {
             call.report(o)
         };
         let action = e.put_decision(s, &mut self.names, d);
-        if release_on_success && action == Action::Succeeded.code() as i32 {
+        if mode == 1 && action == Action::Succeeded.code() as i32 {
             self.release(h);
-            return Ok((action, true));
+            return Ok((action, true, None));
         }
         // Whether the JS layer may free the call later (`step::PENDING_RELEASE` or `releaseMany`).
         let idle = e.call.as_ref().is_some_and(|c| c.holds_nothing());
         s.set(step::IDLE, idle as u8 as f64);
-        Ok((action, false))
+        // A final decision does not always finish the call (a misplaced report
+        // stops with `invalid_state` and changes nothing): ask the call.
+        let finished = mode == 2 && idle && e.call.as_ref().is_some_and(|c| c.is_finished());
+        if finished {
+            let Some(call) = e.call.as_mut() else {
+                return Ok((action, false, None));
+            };
+            let id = finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call);
+            let text_left = s.get(decision::FLAGS) as u8 & (flags::DECISION_DETAIL | flags::DECISION_EXCLUDED) != 0
+                || s.get(decision::UPSTREAM) < -1.0
+                || s.get(scratch::finished::TARGET) < 0.0
+                || s.get(scratch::finished::POLICY) < 0.0;
+            if !text_left {
+                self.release(h);
+            }
+            return Ok((action, !text_left, Some(id)));
+        }
+        Ok((action, false, None))
     }
 }
 
@@ -629,6 +678,7 @@ impl NativeEngine {
                     rt_offset_ms,
                     scratch,
                     names: Names::default(),
+                    versions: Versions::default(),
                     strings: Vec::new(),
                     pending: Arc::new(Mutex::new(Vec::new())),
                     sink: None,
@@ -659,7 +709,7 @@ impl NativeEngine {
     /// The fast entry points of this engine (see the `fast` module): an object
     /// of functions taking no argument, whose inputs and results are in scratch.
     #[napi(
-        ts_return_type = "{ begin(): void; beginAttempt(): void; next(): void; reportStatus(): void; reportOk(): void; release(): void }"
+        ts_return_type = "{ begin(): void; beginAttempt(): void; next(): void; reportStatus(): string | undefined; reportOk(): string | undefined; release(): void; finish(): string | undefined }"
     )]
     pub fn fast(&self, env: Env) -> Result<Object<'static>> {
         guard(&env, || fast::create(&env, &self.inner))
@@ -823,7 +873,7 @@ impl NativeEngine {
         guard(&env, || {
             let st16 = http_status(status as f64).map_err(|f| f.into_error(&env))?;
             let (mut st, s) = self.st_slots(&env)?;
-            st.report(&s, h, &Outcome::status(st16), 0, false)
+            st.report(&s, h, &Outcome::status(st16), 0, 0)
                 .map(|r| r.0)
                 .map_err(|f| f.into_error(&env))
         })
@@ -834,7 +884,7 @@ impl NativeEngine {
     pub fn report_ok(&mut self, env: Env, h: f64) -> Result<i32> {
         guard(&env, || {
             let (mut st, s) = self.st_slots(&env)?;
-            st.report(&s, h, &Outcome::success(), 0, false)
+            st.report(&s, h, &Outcome::success(), 0, 0)
                 .map(|r| r.0)
                 .map_err(|f| f.into_error(&env))
         })
@@ -875,7 +925,7 @@ impl NativeEngine {
                 ok,
             )?;
             let (mut st, s) = self.st_slots(&env)?;
-            st.report(&s, h, &o, attempt, false)
+            st.report(&s, h, &o, attempt, 0)
                 .map(|r| r.0)
                 .map_err(|f| f.into_error(&env))
         })
@@ -1010,6 +1060,19 @@ impl NativeEngine {
     #[napi]
     pub fn call_remaining_ms(&mut self, env: Env, h: f64) -> Result<f64> {
         self.with_call(&env, h, |call| call.remaining().as_secs_f64() * 1000.0)
+    }
+
+    /// The engine's clock now, ms with their fraction: a finished call's
+    /// remaining time is its `finished.DEADLINE_MS` minus this.
+    #[napi]
+    pub fn clock_ms(&self, env: Env) -> Result<f64> {
+        Ok(ms_exact(self.st(&env)?.engine.now()))
+    }
+
+    /// A policy version by the index a finished call gave (`finished.POLICY`).
+    #[napi]
+    pub fn policy_name(&self, env: Env, i: u32) -> Result<Option<String>> {
+        Ok(self.st(&env)?.versions.name(i))
     }
 
     /// Name of an interned upstream index.
