@@ -126,3 +126,47 @@ test('a task that outlives its attempt begins as an owner', async () => {
     c.release()
   }
 })
+
+test('nesting holds across event-loop turns while a call is in flight, and again after retrywise was idle', async () => {
+  const e = new Engine(fast)
+  const turn = () => new Promise((ok) => setImmediate(ok))
+  const innerOwner = async (outer) => {
+    // Several turns of the event loop inside the attempt: the context must still be there.
+    await new Promise((ok) => setTimeout(ok, 5))
+    await turn()
+    const c = e.begin({ route: 'inner' })
+    const a = c.nextAttempt()
+    assert.equal(a.requestId, outer.requestId)
+    const owner = c.info().owner
+    c.report({ status: 200 })
+    return owner
+  }
+  // Another call ends while this one is in flight: the context stays (it goes only when none is in flight).
+  const long = e.run(innerOwner, { route: 'outer', deadlineMs: 5000 })
+  await e.run(async () => 'short', { route: 'short' })
+  await turn()
+  assert.equal(await long, false)
+  // Idle for a few turns: retrywise's async context is let go, then taken up by the next call.
+  await turn()
+  await turn()
+  assert.equal(rw.currentAttempt(), undefined)
+  const c = e.begin({ route: 'alone' })
+  c.nextAttempt()
+  assert.equal(c.info().owner, true)
+  assert.equal(await e.run(innerOwner, { route: 'outer', deadlineMs: 5000 }), false)
+
+  // A wrapped fetch's attempt carries its context across turns too.
+  const f = wrapFetch(e, async (url, init) => {
+    await new Promise((ok) => setTimeout(ok, 5))
+    const inner = e.begin({ route: 'inside-fetch' })
+    const a = inner.nextAttempt()
+    const body = JSON.stringify({ owner: inner.info().owner, id: a.requestId, sent: init.headers.get('retrywise-request-id') })
+    inner.report({ status: 200 })
+    return new Response(body, { status: 200, headers: { 'content-type': 'application/json' } })
+  }, { route: 'fetch' })
+  await turn()
+  await turn()
+  const r = await (await f('http://127.0.0.1:9/x')).json()
+  assert.equal(r.owner, false)
+  assert.equal(r.id, r.sent)
+})

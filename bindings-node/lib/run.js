@@ -9,7 +9,7 @@ const { AttemptTimeoutError } = require('./errors.js')
 const { Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, reportOk } = require('./call.js')
 const { errorOutcome, totalTimeoutKind } = require('./outcomes.js')
 const { abortReason, sleep, timers } = require('./timers.js')
-const { als } = require('./context.js')
+const { storage, enter, leave } = require('./context.js')
 
 const { STEP_RESULT, RESULT_ATTEMPT, ATTEMPT_STAMP, ACTION_SUCCEEDED, ACTION_RETRY, ACTION_FALLBACK } = SLOT
 
@@ -128,6 +128,9 @@ class Run {
     this.lastErr = undefined
     /** @type {(() => void) | null} */
     this.onAbort = null
+    // In flight until finish(): nesting's async context stays enabled (context.js).
+    this.live = true
+    enter()
     if (signal !== null) {
       this.onAbort = () => {
         if (this.current !== null) this.current.abort(abortReason(signal))
@@ -150,7 +153,7 @@ class Run {
     /** @type {any} */
     let value
     try {
-      value = als.run(attempt, this.fn, attempt)
+      value = storage.run(attempt, this.fn, attempt)
     } catch (err) {
       return this.failed(ra, err)
     }
@@ -272,6 +275,10 @@ class Run {
    * @param {unknown} v
    */
   finish(ok, v) {
+    if (this.live) {
+      this.live = false
+      leave()
+    }
     if (this.onAbort !== null) /** @type {AbortSignal} */ (this.signal).removeEventListener('abort', this.onAbort)
     this.call._release()
     if (ok) this.resolve(v)
