@@ -7,10 +7,11 @@
 // enabled Node 20 runs async_hooks callbacks for every promise in the
 // process (an awaited async function costs about three times as much). So
 // retrywise's storage is enabled only while a call that may nest is in
-// flight (an engine.run, a wrapped fetch's attempt) and disabled once the
-// event loop turns with none in flight: a process that makes no such call
-// at the moment pays nothing for it. A task that outlives its call finds no
-// attempt then, as it finds a finished one before: it begins as an owner.
+// flight (an engine.run, a wrapped fetch's attempt), and disabled once none
+// has been for IDLE_MS: a process that makes no such call pays nothing for
+// it, and one that makes them in bursts does not switch Node's promise
+// hooks at every gap. A task that outlives its call finds no attempt then,
+// as it finds a finished one before: it begins as an owner.
 
 const { AsyncLocalStorage } = require('node:async_hooks')
 
@@ -20,28 +21,39 @@ const { AsyncLocalStorage } = require('node:async_hooks')
  */
 const storage = new AsyncLocalStorage()
 
-/** Calls that may nest (engine.run calls, wrapped-fetch attempts) in flight. */
+/** How long no call that may nest must have been in flight before the storage is disabled, ms. */
+const IDLE_MS = 1000
+
+/** Calls that may nest (engine.run calls, wrapped-fetch attempts) in flight, and started so far. */
 let inFlight = 0
-let idleCheck = false
+let started = 0
+/** `started` when the pending idle check was armed; -1: none armed. */
+let armedAt = -1
 
 /** A call that may nest started: the storage stays enabled until it ends. */
 function enter() {
   inFlight++
+  started++
 }
 
-/** A call that may nest ended: with none left when the event loop turns, the storage is disabled. */
+/** A call that may nest ended: with none in flight for IDLE_MS, the storage is disabled. */
 function leave() {
   inFlight--
-  if (inFlight === 0 && !idleCheck) {
-    idleCheck = true
-    setImmediate(disableIfIdle)
-  }
+  if (inFlight === 0 && armedAt < 0) armIdleCheck()
+}
+
+function armIdleCheck() {
+  armedAt = started
+  setTimeout(disableIfIdle, IDLE_MS).unref()
 }
 
 function disableIfIdle() {
-  idleCheck = false
+  const seen = armedAt
+  armedAt = -1
+  if (inFlight > 0) return // the next leave() arms it again
+  if (started !== seen) return armIdleCheck() // used meanwhile: idle for a full period first
   // run() enables it again when the next call that may nest starts.
-  if (inFlight === 0) storage.disable()
+  storage.disable()
 }
 
 /**
@@ -84,4 +96,4 @@ function currentAttempt() {
   return storage.getStore()
 }
 
-module.exports = { als, storage, enter, leave, currentAttempt }
+module.exports = { als, storage, enter, leave, currentAttempt, IDLE_MS }
