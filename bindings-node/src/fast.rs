@@ -149,7 +149,12 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
         Ok(Some(id)) => {
             let mut v = ptr::null_mut();
             // Fails only on a broken env, leaving `v` null (undefined): JS then sees no finished call.
-            sys::napi_create_string_utf8(env.raw(), id.as_ptr().cast(), id.len() as isize, &mut v);
+            // An id made here is hex: Latin-1 needs no UTF-8 decoding.
+            if id.is_ascii() {
+                sys::napi_create_string_latin1(env.raw(), id.as_ptr().cast(), id.len() as isize, &mut v);
+            } else {
+                sys::napi_create_string_utf8(env.raw(), id.as_ptr().cast(), id.len() as isize, &mut v);
+            }
             v
         }
         Err(f) => {

@@ -71,7 +71,7 @@ pub(crate) fn put_finished(
         _ => unreachable!("a finished call planned a hedge"),
     };
     s.set(finished::HEDGE_REASON, hedge);
-    s.set(finished::TARGET, names.index(&SmolStr::new(call.target())));
+    s.set(finished::TARGET, names.index_str(call.target()));
     s.set(finished::POLICY, versions.index(call.policy_version()));
     s.set(
         finished::DEADLINE_MS,

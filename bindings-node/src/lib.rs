@@ -141,6 +141,17 @@ impl Names {
         -1.0
     }
 
+    /// [`Names::index`] of a name given as text (no `SmolStr` made when it is interned).
+    #[inline]
+    fn index_str(&mut self, u: &str) -> f64 {
+        if let Some(n) = self.list.get(self.last) {
+            if n.as_str() == u {
+                return self.last as f64;
+            }
+        }
+        self.index(&SmolStr::new(u))
+    }
+
     fn name(&self, i: u32) -> Option<String> {
         self.list.get(i as usize).map(|s| s.to_string())
     }
