@@ -28,19 +28,20 @@
 //! (`ERR_RETRYWISE_RELEASED`, `ERR_RETRYWISE_SCRATCH_DETACHED`, `TypeError`s,
 //! `ERR_RETRYWISE_PANIC` for a panic, after which the engine stays usable).
 
+use crate::finished::Done;
 use crate::scratch::{self, step, Slots};
 use crate::{http_status, panic_message, Fail, Inner};
 use napi::bindgen_prelude::*;
 use napi::sys;
-use retrywise::{Outcome, SmolStr};
+use retrywise::Outcome;
 use std::cell::RefCell;
 use std::ffi::{c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::rc::Rc;
 
-/// A step's result besides scratch: the id of a call it finished.
-type Ret = std::result::Result<Option<SmolStr>, Fail>;
+/// A step's result besides scratch: a call it finished, whose id it returns.
+type Ret = std::result::Result<Option<Done>, Fail>;
 type Step = fn(&mut Inner, &Slots) -> Ret;
 
 fn begin(st: &mut Inner, s: &Slots) -> Ret {
@@ -131,7 +132,10 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
     let r = match cell.try_borrow_mut() {
         Ok(mut st) => match catch_unwind(AssertUnwindSafe(|| {
             let s = st.scratch.slots(&env)?;
-            run(&mut st, &s)
+            Ok(match run(&mut st, &s)? {
+                None => ptr::null_mut(),
+                Some(done) => hand_over(&env, &mut st, done),
+            })
         })) {
             Ok(r) => r,
             Err(p) => Err(Fail::Coded(
@@ -145,23 +149,35 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
         )),
     };
     match r {
-        Ok(None) => ptr::null_mut(),
-        Ok(Some(id)) => {
-            let mut v = ptr::null_mut();
-            // Fails only on a broken env, leaving `v` null (undefined): JS then sees no finished call.
-            // An id made here is hex: Latin-1 needs no UTF-8 decoding.
-            if id.is_ascii() {
-                sys::napi_create_string_latin1(env.raw(), id.as_ptr().cast(), id.len() as isize, &mut v);
-            } else {
-                sys::napi_create_string_utf8(env.raw(), id.as_ptr().cast(), id.len() as isize, &mut v);
-            }
-            v
-        }
+        Ok(v) => v,
         Err(f) => {
             throw_raw(env.raw(), f);
             ptr::null_mut()
         }
     }
+}
+
+/// The id of a call a step finished, as a JS string read off the call itself
+/// (no copy), then the call freed when the step said so.
+fn hand_over(env: &Env, st: &mut Inner, done: Done) -> sys::napi_value {
+    let mut v = ptr::null_mut();
+    if let Some(call) = st.entry(done.h).ok().and_then(|e| e.call.as_ref()) {
+        let b = call.id().as_bytes();
+        // Fails only on a broken env, leaving `v` null (undefined): JS then sees no finished call.
+        // An id made here is hex: Latin-1 needs no UTF-8 decoding.
+        // SAFETY: `env` is this step's env and `b` outlives the call that copies it.
+        unsafe {
+            if b.is_ascii() {
+                sys::napi_create_string_latin1(env.raw(), b.as_ptr().cast(), b.len() as isize, &mut v);
+            } else {
+                sys::napi_create_string_utf8(env.raw(), b.as_ptr().cast(), b.len() as isize, &mut v);
+            }
+        }
+    }
+    if done.free {
+        st.release(done.h);
+    }
+    v
 }
 
 unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {

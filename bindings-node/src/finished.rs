@@ -12,12 +12,23 @@
 use crate::scratch::{finished, Slots};
 use crate::{class_code, ms_exact, on_failure_code, Names};
 use retrywise::{Call, Engine, SmolStr};
+use std::time::Duration;
+
+/// A call a step finished: its id goes back to JS as the step's value, read
+/// while the call still exists; `free`: the step frees it right after.
+pub(crate) struct Done {
+    pub(crate) h: f64,
+    pub(crate) free: bool,
+}
 
 /// Policy versions by index (the JS side caches the strings by index): a
 /// call's version is found by comparing with the last one seen.
 #[derive(Default)]
 pub(crate) struct Versions {
     list: Vec<SmolStr>,
+    /// Where the text of the last version looked up lives (the policy the
+    /// call shares): the same address is the same version, no comparison.
+    last: (usize, usize),
 }
 
 /// Versions kept per engine (one per reload); past this many a version is
@@ -26,11 +37,17 @@ const MAX_VERSIONS: usize = 64;
 
 impl Versions {
     fn index(&mut self, v: &str) -> f64 {
+        let at = v.as_ptr() as usize;
+        if at == self.last.0 && self.last.1 < self.list.len() {
+            return self.last.1 as f64;
+        }
         if let Some(i) = self.list.iter().rposition(|x| x.as_str() == v) {
+            self.last = (at, i);
             return i as f64;
         }
         if self.list.len() < MAX_VERSIONS {
             self.list.push(SmolStr::new(v));
+            self.last = (at, self.list.len() - 1);
             return (self.list.len() - 1) as f64;
         }
         -1.0
@@ -42,14 +59,17 @@ impl Versions {
 }
 
 /// Writes into the `finished` slots what `call` (finished, holding nothing)
-/// still tells once freed; returns its id.
+/// still tells once freed (its id is read by the step). `deadline`: the call's deadline on
+/// the engine's clock when an attempt gave it (its start plus the time it
+/// had left), else it is read off the clock.
 pub(crate) fn put_finished(
     s: &Slots,
     names: &mut Names,
     versions: &mut Versions,
     engine: &Engine,
     call: &mut Call,
-) -> SmolStr {
+    deadline: Option<Duration>,
+) {
     s.set(finished::ATTEMPTS, call.attempts() as f64);
     s.set(finished::OWNER, call.is_owner() as u8 as f64);
     // A finished call admits no attempt: this reads its final stop.
@@ -73,9 +93,6 @@ pub(crate) fn put_finished(
     s.set(finished::HEDGE_REASON, hedge);
     s.set(finished::TARGET, names.index_str(call.target()));
     s.set(finished::POLICY, versions.index(call.policy_version()));
-    s.set(
-        finished::DEADLINE_MS,
-        ms_exact(engine.now()) + ms_exact(call.remaining()),
-    );
-    SmolStr::new(call.id())
+    let deadline = deadline.unwrap_or_else(|| engine.now() + call.remaining());
+    s.set(finished::DEADLINE_MS, ms_exact(deadline));
 }

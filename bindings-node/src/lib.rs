@@ -220,6 +220,8 @@ struct Entry {
     detail: Option<String>,
     excluded: Vec<(String, String)>,
     upstream: Option<SmolStr>,
+    /// The call's deadline on the engine's clock, once an attempt gave it.
+    deadline: Option<Duration>,
 }
 
 impl Entry {
@@ -229,9 +231,11 @@ impl Entry {
         self.detail = None;
         self.excluded = Vec::new();
         self.upstream = None;
+        self.deadline = None;
     }
 
     fn put_attempt(&mut self, s: &Slots, names: &mut Names, a: Attempt) {
+        self.deadline = Some(a.started_at() + a.remaining());
         s.set(attempt::NUMBER, a.number as f64);
         s.set(attempt::UPSTREAM, names.index(&a.upstream));
         let t = a.timeouts();
@@ -428,6 +432,7 @@ impl Inner {
                     detail: None,
                     excluded: Vec::new(),
                     upstream: None,
+                    deadline: None,
                 });
                 self.slab.len() - 1
             }
@@ -514,29 +519,29 @@ impl Inner {
 
     /// Call `h`, finished and holding nothing, as a finished call: its final
     /// decision into the decision slots, the `finished` slots (see
-    /// [`finished`]); returns its id. `None` (nothing written) for a call
-    /// that is not finished or still holds something.
-    fn finish(&mut self, s: &Slots, h: f64) -> std::result::Result<Option<SmolStr>, Fail> {
+    /// [`finished`]); the step returns its id. `None` (nothing written) for a
+    /// call that is not finished or still holds something.
+    fn finish(&mut self, s: &Slots, h: f64) -> std::result::Result<Option<finished::Done>, Fail> {
         let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
         let call = e.call.as_mut().ok_or_else(Fail::released)?;
         if !(call.is_finished() && call.holds_nothing()) {
             return Ok(None);
         }
         let d = call.final_decision();
-        let id = finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call);
+        finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call, e.deadline);
         if let Some(d) = d {
             e.put_decision(s, &mut self.names, d);
         }
-        Ok(Some(id))
+        Ok(Some(finished::Done { h, free: false }))
     }
 
     /// Reports `o` for attempt `attempt` (0: the latest) of call `h`. `mode`
     /// ([`scratch::report::RELEASE`]): 1 releases a call that succeeded in the
     /// same step; 2 finishes a call that this decision finished and that holds
-    /// nothing ([`Inner::finish`]'s fields, its id returned), freeing it too
-    /// unless the decision has text the JS layer still reads by handle
-    /// (detail, exclusions, an upstream, target or policy version not interned).
-    /// Returns the action code, whether the call was released, and the id of a finished call.
+    /// nothing ([`Inner::finish`]'s fields; the step returns its id), freed
+    /// by the step too unless the decision has text the JS layer still reads
+    /// by handle (detail, exclusions, an upstream, target or policy version not interned).
+    /// Returns the action code, whether the call was (or is about to be) released, and a finished call.
     fn report(
         &mut self,
         s: &Slots,
@@ -544,7 +549,7 @@ impl Inner {
         o: &Outcome,
         attempt: u32,
         mode: u8,
-    ) -> std::result::Result<(i32, bool, Option<SmolStr>), Fail> {
+    ) -> std::result::Result<(i32, bool, Option<finished::Done>), Fail> {
         let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
         let call = e.call.as_mut().ok_or_else(Fail::released)?;
         let d = if attempt > 0 {
@@ -567,15 +572,12 @@ impl Inner {
             let Some(call) = e.call.as_mut() else {
                 return Ok((action, false, None));
             };
-            let id = finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call);
+            finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call, e.deadline);
             let text_left = s.get(decision::FLAGS) as u8 & (flags::DECISION_DETAIL | flags::DECISION_EXCLUDED) != 0
                 || s.get(decision::UPSTREAM) < -1.0
                 || s.get(scratch::finished::TARGET) < 0.0
                 || s.get(scratch::finished::POLICY) < 0.0;
-            if !text_left {
-                self.release(h);
-            }
-            return Ok((action, !text_left, Some(id)));
+            return Ok((action, !text_left, Some(finished::Done { h, free: !text_left })));
         }
         Ok((action, false, None))
     }
