@@ -136,3 +136,17 @@ test('a call that still holds something, or is not finished, is not freed by its
   assert.equal(e.liveCalls, 0, 'cancelled: finished, nothing held')
   assert.equal(a.cancel().reason, 'cancelled')
 })
+
+test('a finished call keeps its own policy version and target across reloads', () => {
+  const e = new Engine({ version: 'v1' })
+  const a = e.begin({ route: 'openai/gpt-4o' })
+  a.nextAttempt()
+  e.reload({ version: 'v2' })
+  assert.equal(a.report({ status: 200 }).action, 'succeeded')
+  const b = e.begin({ route: 'anthropic/claude' })
+  b.nextAttempt()
+  assert.equal(b.report({ status: 200 }).action, 'succeeded')
+  assert.equal(e.liveCalls, 0)
+  assert.deepEqual([a.info().policyVersion, a.info().target], ['v1', 'openai/gpt-4o'])
+  assert.deepEqual([b.info().policyVersion, b.info().target], ['v2', 'anthropic/claude'])
+})

@@ -26,9 +26,8 @@ pub(crate) struct Done {
 #[derive(Default)]
 pub(crate) struct Versions {
     list: Vec<SmolStr>,
-    /// Where the text of the last version looked up lives (the policy the
-    /// call shares): the same address is the same version, no comparison.
-    last: (usize, usize),
+    /// The index of the last version looked up.
+    last: usize,
 }
 
 /// Versions kept per engine (one per reload); past this many a version is
@@ -37,17 +36,16 @@ const MAX_VERSIONS: usize = 64;
 
 impl Versions {
     fn index(&mut self, v: &str) -> f64 {
-        let at = v.as_ptr() as usize;
-        if at == self.last.0 && self.last.1 < self.list.len() {
-            return self.last.1 as f64;
+        if self.list.get(self.last).is_some_and(|x| x.as_str() == v) {
+            return self.last as f64;
         }
         if let Some(i) = self.list.iter().rposition(|x| x.as_str() == v) {
-            self.last = (at, i);
+            self.last = i;
             return i as f64;
         }
         if self.list.len() < MAX_VERSIONS {
             self.list.push(SmolStr::new(v));
-            self.last = (at, self.list.len() - 1);
+            self.last = self.list.len() - 1;
             return (self.list.len() - 1) as f64;
         }
         -1.0
