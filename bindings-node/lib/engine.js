@@ -88,7 +88,7 @@ function policySchema() {
 const NO_OPTS = Object.freeze({})
 /** `fromFile`'s policy argument, passed through the options. */
 const ENGINE = Symbol('retrywise.engine')
-/** Calls begun checked for the GC safety net at once, at the latest (see Engine#_track). */
+/** Calls begun that wait, at most, to be checked for the GC safety net (see Engine#_track). */
 const PEND_BATCH = 256
 // Released calls that hold nothing wait in the `step.PENDING_RELEASE` slot,
 // where the next native begin frees them (no crossing of their own); one that
