@@ -139,6 +139,19 @@ const MODES = [
   ['on', true],
 ]
 
+// `--one CASE N off|on`: that case once, N calls, and nothing else (for
+// bench/instructions.sh, which counts instructions under valgrind).
+const one = process.argv.indexOf('--one')
+if (one >= 0) {
+  const [name, n, mode] = process.argv.slice(one + 1)
+  const c = CASES.find(([label]) => label === name)
+  if (c === undefined) throw new Error(`no case ${name}: ${CASES.map(([label]) => label).join(', ')}`)
+  if (mode === 'on') await als.run({ request: 'bench' }, () => c[1](Number(n)))
+  else await c[1](Number(n))
+  opossum.shutdown()
+  process.exit(0)
+}
+
 for (const [, on] of MODES) for (const [, loop] of CASES) await runCase(loop, on, WARMUP)
 
 /** samples[mode][case] = ns/op per round */
