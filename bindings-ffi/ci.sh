@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # CI for the C ABI (libretrywise). Exits non-zero on the first failure.
 #
-#   1. cargo build --release -p retrywise-ffi (cdylib + staticlib)
+#   1. cargo build --release -p retrywise-ffi --features test-hooks (cdylib + staticlib)
 #   2. check-header.sh: committed include/retrywise.h == fresh cbindgen output
 #   3. tests/test_loop.c with gcc -Wall -Wextra -Werror, linked dynamically and statically
 #   4. run both; run both under valgrind --error-exitcode=1 --leak-check=full
-#   5. examples/readme_example.c (the README snippet): compile and run
+#   5. the library again without test hooks; examples/readme_example.c (the
+#      README snippet): compile and run
 #   6. install.sh into a scratch prefix; compile and run the example through
 #      pkg-config, shared and static
 #   7. bench/bench.c compiles (run it with RW_CI_BENCH=1)
@@ -37,8 +38,10 @@ need "$CC"
 need valgrind
 need pkg-config
 
-step "build (cargo build --release -p retrywise-ffi)"
-(cd "$ROOT" && cargo build --release -p retrywise-ffi)
+# The C tests' build has the core's test-only policy hooks (test_loop.c's panic
+# test); the library the later steps install and link is built without them.
+step "build with test hooks (cargo build --release -p retrywise-ffi --features test-hooks)"
+(cd "$ROOT" && cargo build --release -p retrywise-ffi --features test-hooks)
 test -f "$LIB_DIR/$SHARED" && test -f "$LIB_DIR/libretrywise.a"
 
 step "header is up to date"
@@ -63,6 +66,9 @@ step "valgrind test_loop (dynamic)"
 "${VALGRIND[@]}" "$OUT/test_loop_dynamic"
 step "valgrind test_loop (static)"
 "${VALGRIND[@]}" "$OUT/test_loop_static"
+
+step "build without test hooks (cargo build --release -p retrywise-ffi)"
+(cd "$ROOT" && cargo build --release -p retrywise-ffi)
 
 step "README example (examples/readme_example.c)"
 "$CC" "${CFLAGS[@]}" "$HERE/examples/readme_example.c" -o "$OUT/readme_example" \

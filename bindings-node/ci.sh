@@ -18,8 +18,8 @@ fi
 echo "== npm ci"
 npm ci --no-audit --no-fund
 
-echo "== build (napi build --profile release-node: release with fat LTO)"
-npm run build
+echo "== build (napi build --profile release-node: release with fat LTO; test hooks on for the panic test)"
+npm run build -- --features test-hooks
 
 echo "== fault server (cargo build -p retrywise-fault-server)"
 (cd "$root" && cargo build -p retrywise-fault-server)

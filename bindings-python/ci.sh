@@ -40,8 +40,11 @@ export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
     ruff mypy tenacity stamina backoff pybreaker
 "$PY" --version
 
-step "build and install the extension (pip install ./bindings-python)"
-"$PY" -m pip install --quiet --no-build-isolation --force-reinstall --no-deps "$HERE"
+step "build and install the extension (pip install ./bindings-python, test hooks on for the panic tests)"
+# maturin's build backend passes MATURIN_PEP517_ARGS to cargo: the core's
+# test-only policy hooks, which tests/test_errors.py uses.
+MATURIN_PEP517_ARGS="--features test-hooks" \
+    "$PY" -m pip install --quiet --no-build-isolation --force-reinstall --no-deps "$HERE"
 "$PY" -c 'import retrywise; print("retrywise", retrywise.__version__, "from", retrywise.__file__)'
 
 step "build the fault server"

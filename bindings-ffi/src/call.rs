@@ -8,10 +8,11 @@ use crate::engine::rw_engine;
 use crate::panic::{ffi_boundary, try_arg};
 use crate::spare::Spares;
 use crate::types::*;
-use retrywise_core::deadline::H_REQUEST_ID;
+use retrywise_core::rules::deadline::H_REQUEST_ID;
 use retrywise_core::{
-    Attempt, Call, CallSpec, Decision, Engine, Headers, HedgePlan, Inbound, IntoName, Outcome, SmolStr, Stopped,
+    Attempt, Call, CallSpec, Decision, Engine, Headers, HedgePlan, Inbound, IntoName, Outcome, Stopped,
 };
+use smol_str::SmolStr;
 use std::mem::MaybeUninit;
 use std::ptr::addr_of_mut;
 use std::time::Duration;

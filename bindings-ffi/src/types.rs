@@ -201,6 +201,9 @@ pub enum rw_action {
     Stop = 3,
     /// The effect is unknown: check its state before anything else.
     Reconcile = 4,
+    /// A sibling (hedged) attempt is still in flight: start nothing; report
+    /// the sibling's outcome when it comes, which decides.
+    Wait = 5,
 }
 
 /// Where a planned wait came from (core `WaitSource`).
@@ -304,6 +307,10 @@ pub enum rw_reason {
     EffectPending = 34,
     /// Hedging is off, not configured, or not allowed for this call.
     HedgeNotAllowed = 35,
+    /// An attempt failed while a sibling is still in flight: wait for the sibling.
+    SiblingInFlight = 36,
+    /// A continuation sent with assistant prefill was refused: it goes again at once as an instruction.
+    PrefillRejected = 37,
 }
 
 /// Exhaustive core → C mapping (a new core variant is a compile error here).
@@ -371,7 +378,7 @@ map_enum!(
 );
 map_enum!(rw_idempotency, Idempotency, [Safe, Keyed, Unsafe]);
 map_enum!(rw_effect, EffectState, [None, Pending, Confirmed, Unknown]);
-map_enum!(rw_action, Action, [Succeeded, Retry, Fallback, Stop, Reconcile]);
+map_enum!(rw_action, Action, [Succeeded, Retry, Fallback, Stop, Reconcile, Wait]);
 map_enum!(rw_wait_source, WaitSource, [None, RetryAfter, Jitter]);
 map_enum!(
     rw_reason,
@@ -413,6 +420,8 @@ map_enum!(
         InvalidState,
         EffectPending,
         HedgeNotAllowed,
+        SiblingInFlight,
+        PrefillRejected,
     ]
 );
 

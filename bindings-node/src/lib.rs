@@ -39,9 +39,10 @@ use retrywise::idempotency::{derive_key, params_digest as core_params_digest};
 use retrywise::{
     Action, Attempt, Call, CallSpec, Clock, Decision, EffectState, Engine, ErrorClass, ErrorKind, Event, Headers,
     HedgePlan, Idempotency, Inbound, IntoName, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy,
-    PolicyErrors, Reason, SmolStr, Stopped, SystemClock, WaitSource,
+    PolicyErrors, Reason, Stopped, SystemClock, WaitSource,
 };
 use scratch::{attempt, codes, decision, flags, hedge_after, hedge_no, step, stopped, Scratch, Slots};
+use smol_str::SmolStr;
 use std::cell::{RefCell, RefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;

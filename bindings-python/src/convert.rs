@@ -6,7 +6,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
-use retrywise::{Headers, Needs, SmolStr};
+use retrywise::{Headers, Needs};
+use smol_str::SmolStr;
 use std::str::FromStr;
 
 /// Parses a vocabulary name (`"safe"`, `"stream_visible"`, ...) for argument `arg`.

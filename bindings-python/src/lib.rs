@@ -40,12 +40,13 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
-use retrywise::engine::HedgePlan;
 use retrywise::telemetry::Sink;
+use retrywise::HedgePlan;
 use retrywise::{
     Action, Attempt, Call, CallSpec, Decision, Engine, ErrorClass, Event, Inbound, ManualClock, Mode, OnFailure,
-    Outcome, Policy, PolicyErrors, Reason, SmolStr, Stopped, WaitSource,
+    Outcome, Policy, PolicyErrors, Reason, Stopped, WaitSource,
 };
+use smol_str::SmolStr;
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -882,7 +883,7 @@ impl PyTimeouts {
 static HEADER_NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
 
 fn header_name<'py>(py: Python<'py>, k: &'static str) -> Bound<'py, PyString> {
-    use retrywise::deadline::{H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY, H_REQUEST_ID};
+    use retrywise::rules::deadline::{H_ATTEMPT, H_DEADLINE, H_IDEMPOTENCY_KEY, H_REQUEST_ID};
     const NAMES: [&str; 4] = [H_DEADLINE, H_REQUEST_ID, H_ATTEMPT, H_IDEMPOTENCY_KEY];
     let names = HEADER_NAMES.get_or_init(py, || NAMES.map(|n| PyString::intern(py, n).unbind()));
     match NAMES.iter().position(|&n| n == k) {

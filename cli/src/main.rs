@@ -109,6 +109,9 @@ struct SimulateArgs {
     /// Write an SVG chart of load and success over time to FILE
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+    /// Run strategy (c) with this policy (JSON, YAML or TOML) instead of the scenario's; the simulated upstream and route are named `provider`
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
     /// Threads (the three strategies are independent; the output does not depend on this)
     #[arg(long)]
     jobs: Option<usize>,
@@ -158,7 +161,11 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
         instances: Some(a.instances),
         capacity_factor: Some(a.capacity),
     };
-    let sc = sim::scenario::Scenario::named(&a.scenario, &o)?;
+    let mut sc = sim::scenario::Scenario::named(&a.scenario, &o)?;
+    if let Some(path) = &a.policy {
+        let policy = retrywise::Policy::from_file(path).map_err(|e| format!("policy {}: {e}", path.display()))?;
+        sc = sc.with_retrywise_policy(policy, &path.display().to_string());
+    }
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

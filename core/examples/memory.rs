@@ -24,10 +24,10 @@
 //! agree to within ~2 % between 10 000 and 100 000 keys. Exit status 1 when a
 //! bound is exceeded.
 
-use retrywise::breaker::{BreakerCell, BreakerParams};
-use retrywise::budget::{BudgetCell, BudgetParams};
+use retrywise::internals::Registry;
+use retrywise::internals::{BreakerCell, BreakerParams};
+use retrywise::internals::{BudgetCell, BudgetParams};
 use retrywise::policy::ScopeDim;
-use retrywise::registry::Registry;
 use retrywise::{Action, CallSpec, Engine, ManualClock, Outcome, Policy};
 use std::hint::black_box;
 use std::sync::Arc;

@@ -220,6 +220,13 @@ impl Clock for ManualClock {
     }
 }
 
+/// Whole milliseconds, saturating (u64 arithmetic: cheaper than `as_millis`'s u128).
+pub(crate) fn ms(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(d.subsec_millis()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

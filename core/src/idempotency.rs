@@ -3,9 +3,29 @@
 //! and checked so the same key with different parameters is a conflict
 //! rather than a silent overwrite.
 
+use crate::types::Idempotency;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
+
+/// A call's idempotency as the engine treats it: `Keyed` promises that the
+/// writer deduplicates by the call's key, so without a key there is nothing to
+/// deduplicate on and the call is `Unsafe` (never replayed once it may have
+/// been received).
+///
+/// ```
+/// use retrywise::{idempotency::effective, Idempotency};
+/// assert_eq!(effective(Idempotency::Keyed, false), Idempotency::Unsafe);
+/// assert_eq!(effective(Idempotency::Keyed, true), Idempotency::Keyed);
+/// ```
+#[inline(always)]
+pub fn effective(idem: Idempotency, has_key: bool) -> Idempotency {
+    if idem == Idempotency::Keyed && !has_key {
+        Idempotency::Unsafe
+    } else {
+        idem
+    }
+}
 
 /// SHA-256 (hex) of the canonical JSON form of `params` (object keys sorted,
 /// no whitespace), so `{"b":1,"a":2}` and `{"a":2,"b":1}` digest alike.

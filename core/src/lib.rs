@@ -24,60 +24,75 @@
 //!         Action::Succeeded => break,
 //!         Action::Retry | Action::Fallback => { /* sleep decision.delay */ }
 //!         Action::Stop | Action::Reconcile => panic!("{:?}", decision.reason),
+//!         Action::Wait => unreachable!("only while a hedge is in flight"),
 //!     }
 //! }
 //! assert_eq!(call.attempts(), 2);
 //! ```
 //!
-//! Modules, one concept each: [`classify`] (outcome → class), [`deadline`]
-//! (timeouts, propagation), [`backoff`] (jitter, Retry-After), [`budget`],
-//! [`breaker`], [`throttle`], [`gate`], [`fallback`] (capability matcher),
-//! [`stream`] (a streamed answer's phase from its bytes),
-//! [`policy`], [`engine`] (Engine and Call), [`telemetry`] and [`stats`].
+//! Where each decision lives (the map: `docs/architecture.md`): [`rules`]
+//! (classify, deadline, route, wait; `rules/mod.rs` orders the checks after
+//! a failure), the guards (breaker, budget, throttle, gates), [`policy`]
+//! (every knob and its default), [`Call`] (one logical request) and
+//! [`Engine`]; [`telemetry`] and [`stats`] say what happened; [`stream`]
+//! reads a streamed answer's phase from its bytes, and [`wire`] moves a
+//! request or a broken stream to another upstream (continuations spliced
+//! in). This file holds only these docs and the re-exports.
 
 #![deny(missing_docs)]
+#![deny(unreachable_pub)]
 
-pub mod backoff;
-pub mod breaker;
-pub mod budget;
-pub mod classify;
+pub mod bodies;
+mod call;
 pub mod clock;
-pub mod deadline;
 pub mod engine;
-pub mod fallback;
 mod few;
-pub mod gate;
+mod guards;
+mod hash;
+mod hot;
 pub mod id;
 pub mod idempotency;
-mod local;
 pub mod name;
 pub mod outcome;
 pub mod policy;
-pub mod registry;
-mod ring;
+pub mod rules;
+mod state;
 pub mod stats;
 pub mod stream;
 mod sync;
 pub mod telemetry;
-pub mod throttle;
 pub mod types;
-mod upstream;
+pub mod wire;
 
-pub use breaker::BreakerState;
+/// The shared-state cells and the registry, for the crate's own tests,
+/// benchmarks, loom models and examples: not part of the API.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::guards::breaker::{Admit, BreakerCell, BreakerParams, Record, Transition};
+    pub use crate::guards::budget::{BudgetCell, BudgetParams, Refusal};
+    pub use crate::state::registry::{Registry, Slot};
+}
+
+pub use call::{Attempt, Call, CallSpec, Decision, HedgePlan, Stopped};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use deadline::{AttemptTimeouts, Inbound, InboundError};
-pub use engine::{Attempt, Call, CallSpec, Decision, Engine, EngineBuilder, HedgePlan, Mode, ReconcileItem, Stopped};
-pub use fallback::Needs;
+pub use engine::{Engine, EngineBuilder};
+pub use guards::breaker::BreakerState;
 pub use id::RequestId;
 pub use name::IntoName;
 pub use outcome::{json_media_type, vendor_code_from_body, Headers, Outcome};
-pub use policy::{Format, OnFailure, Policy, PolicyError, PolicyErrors};
-/// Inline small strings, used for upstream names, tenants, tasks and ids (re-exported for bindings).
-pub use smol_str::SmolStr;
+pub use policy::{Format, Mode, OnFailure, Policy, PolicyError, PolicyErrors};
+pub use rules::deadline::{AttemptTimeouts, Inbound, InboundError, Timer};
+pub use rules::route::Needs;
+pub use state::ratelimit;
+pub use state::ratelimit::{AdaptiveConcurrency, RateLimits};
+pub use state::shared::ReconcileItem;
 pub use stats::{KeyStats, Stats};
 pub use stream::StreamGate;
 pub use telemetry::{AttemptId, Event, EventKind};
-pub use types::{Action, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
+pub use types::{
+    Action, ApiFamily, Continuation, EffectState, ErrorClass, ErrorKind, Idempotency, MalformedEvent, Phase, Reason,
+    WaitSource,
+};
 
 /// The README's Rust quickstart, compiled and run as a doc test.
 #[doc = include_str!("../../README.md")]

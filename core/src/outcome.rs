@@ -1,7 +1,7 @@
 //! What the caller observed for one attempt: status or machine error, phase,
 //! response headers, vendor code, effect state and token usage.
 
-use crate::types::{EffectState, ErrorKind, Phase};
+use crate::types::{Continuation, EffectState, ErrorKind, Phase};
 
 /// Response headers, looked up case-insensitively. Small and ordered: model
 /// APIs return a handful of headers that matter here.
@@ -83,6 +83,15 @@ pub struct Outcome {
     pub input_tokens: Option<u64>,
     /// Explicit success regardless of status (e.g. a transport with no status).
     pub ok: bool,
+    /// A wait the error body asked for (Gemini `RetryInfo`); a header's hint wins over it.
+    pub retry_delay: Option<std::time::Duration>,
+    /// A stream that broke after visible output can be continued by another
+    /// upstream: what it showed is text only (no tool-call delta), and it had
+    /// not finished (`wire::Transcript::resumable`).
+    pub resumable: bool,
+    /// The attempt continued a broken stream, sent this way (what
+    /// [`crate::Decision::continuation`] asked for).
+    pub continuation: Option<Continuation>,
 }
 
 impl Outcome {
@@ -152,9 +161,12 @@ impl Outcome {
     pub fn read_body(&mut self, body: &[u8]) {
         let Some(status) = self.status else { return };
         if status >= 400 {
+            let e = crate::bodies::read_error_body(body);
             if self.vendor_code.is_none() {
-                self.vendor_code = vendor_code_from_body(body);
+                self.vendor_code = e.vendor_code;
             }
+            self.retry_delay = self.retry_delay.or(e.retry_delay);
+            self.input_tokens = self.input_tokens.or(e.input_tokens);
         } else if (200..300).contains(&status)
             && !body.is_empty()
             && self.error.is_none()
@@ -175,6 +187,18 @@ impl Outcome {
     /// Sets the real input token count.
     pub fn input_tokens(mut self, n: u64) -> Self {
         self.input_tokens = Some(n);
+        self
+    }
+
+    /// Marks what the broken stream showed as continuable (see [`Outcome::resumable`]).
+    pub fn resumable(mut self, yes: bool) -> Self {
+        self.resumable = yes;
+        self
+    }
+
+    /// Marks the attempt as a continuation sent this way (see [`Outcome::continuation`]).
+    pub fn continuation(mut self, how: Continuation) -> Self {
+        self.continuation = Some(how);
         self
     }
 
@@ -275,23 +299,11 @@ pub fn json_media_type(content_type: &str) -> bool {
             .is_some_and(|(_, sub)| sub.len() > 5 && sub.as_bytes()[sub.len() - 5..].eq_ignore_ascii_case(b"+json"))
 }
 
-/// Extracts the vendor error code from an OpenAI- or Anthropic-style error
-/// body: `error.code`, then `error.type` (`{"error":{"code":"insufficient_quota"}}`,
-/// `{"type":"error","error":{"type":"overloaded_error"}}`). Bindings call this
+/// The vendor error code of an error body (see [`crate::bodies`] for the
+/// shapes read: OpenAI, Azure OpenAI, Anthropic, Gemini). Bindings call this
 /// so every language reads bodies the same way. Non-JSON bodies give `None`.
 pub fn vendor_code_from_body(body: &[u8]) -> Option<String> {
-    if body.len() > 1 << 20 {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let err = v.get("error")?;
-    let pick = |k: &str| {
-        err.get(k)
-            .and_then(|c| c.as_str())
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    };
-    pick("code").or_else(|| pick("type"))
+    crate::bodies::read_error_body(body).vendor_code
 }
 
 #[cfg(test)]

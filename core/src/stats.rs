@@ -21,7 +21,7 @@ const REASONS: usize = 36;
 /// Which counter to bump.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
-pub enum Ctr {
+pub(crate) enum Ctr {
     /// Logical requests begun (overall, tenant, version).
     Begun = 0,
     /// First attempts started (an upstream's logical requests).
@@ -51,7 +51,7 @@ pub enum Ctr {
 impl Ctr {
     /// The attempt counter for attempt `number`.
     #[inline]
-    pub fn attempt(number: u32) -> Ctr {
+    pub(crate) fn attempt(number: u32) -> Ctr {
         if number == 1 {
             Ctr::FirstAttempts
         } else {
@@ -61,7 +61,7 @@ impl Ctr {
 
     /// The success counter for a call won by attempt `number`.
     #[inline]
-    pub fn success(number: u32) -> Ctr {
+    pub(crate) fn success(number: u32) -> Ctr {
         if number == 1 {
             Ctr::FirstTrySuccesses
         } else {
@@ -74,7 +74,7 @@ const NCTR: usize = 12;
 
 /// A block of counters (one key, or one thread's share of a policy version).
 #[derive(Debug)]
-pub struct Counters {
+pub(crate) struct Counters {
     c: [AtomicU64; NCTR],
     stops: [AtomicU64; REASONS],
 }
@@ -91,13 +91,13 @@ impl Default for Counters {
 impl Counters {
     /// Adds one (any thread).
     #[inline]
-    pub fn bump(&self, c: Ctr) {
+    pub(crate) fn bump(&self, c: Ctr) {
         self.c[c as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a stop by reason (any thread).
     #[inline]
-    pub fn stop(&self, r: Reason) {
+    pub(crate) fn stop(&self, r: Reason) {
         if let Some(s) = self.stops.get(r.code() as usize) {
             s.fetch_add(1, Ordering::Relaxed);
         }
@@ -126,7 +126,7 @@ impl Counters {
     }
 
     /// A snapshot of a scope that counts logical requests when they begin.
-    pub fn snapshot(&self) -> KeyStats {
+    pub(crate) fn snapshot(&self) -> KeyStats {
         let mut t = Totals::default();
         self.add_into(&mut t);
         t.key_stats(false)
@@ -136,7 +136,7 @@ impl Counters {
 /// One thread's counters: written by that thread only, with a plain load and
 /// store (no locked instruction), read by anyone.
 #[derive(Debug, Default)]
-pub struct OwnedCounters(Counters);
+pub(crate) struct OwnedCounters(Counters);
 
 impl OwnedCounters {
     /// Adds one. Only the owning thread may call this (see [`CounterSink`]).
@@ -158,7 +158,7 @@ impl OwnedCounters {
 /// call used on a thread other than the one that began it, or across a
 /// reload) the version's shared atomic block.
 #[derive(Clone, Copy)]
-pub enum CounterSink<'a> {
+pub(crate) enum CounterSink<'a> {
     /// The calling thread owns this block.
     Owned(&'a OwnedCounters),
     /// Any thread.
@@ -168,7 +168,7 @@ pub enum CounterSink<'a> {
 impl CounterSink<'_> {
     /// Adds one.
     #[inline]
-    pub fn bump(self, c: Ctr) {
+    pub(crate) fn bump(self, c: Ctr) {
         match self {
             CounterSink::Owned(o) => o.bump(c),
             CounterSink::Shared(s) => s.bump(c),
@@ -177,7 +177,7 @@ impl CounterSink<'_> {
 
     /// Counts a stop by reason.
     #[inline]
-    pub fn stop(self, r: Reason) {
+    pub(crate) fn stop(self, r: Reason) {
         match self {
             CounterSink::Owned(o) => o.stop(r),
             CounterSink::Shared(s) => s.stop(r),
@@ -189,7 +189,7 @@ impl CounterSink<'_> {
 /// that counts here often (its calls' thread), plus a shared block for
 /// everyone else and for the blocks of threads that stopped counting here.
 #[derive(Debug, Default)]
-pub struct CounterSet {
+pub(crate) struct CounterSet {
     blocks: Mutex<Vec<Arc<OwnedCounters>>>,
     shared: Counters,
 }
@@ -197,19 +197,19 @@ pub struct CounterSet {
 impl CounterSet {
     /// The shared block (any thread).
     #[inline]
-    pub fn shared(&self) -> &Counters {
+    pub(crate) fn shared(&self) -> &Counters {
         &self.shared
     }
 
     /// A new block for one thread.
-    pub fn new_block(&self) -> Arc<OwnedCounters> {
+    pub(crate) fn new_block(&self) -> Arc<OwnedCounters> {
         let b = Arc::new(OwnedCounters::default());
         self.blocks.lock().push(b.clone());
         b
     }
 
     /// Folds a thread's block into the shared one once its thread no longer writes it.
-    pub fn retire_block(&self, block: &Arc<OwnedCounters>) {
+    pub(crate) fn retire_block(&self, block: &Arc<OwnedCounters>) {
         let mut blocks = self.blocks.lock();
         if let Some(i) = blocks.iter().position(|b| Arc::ptr_eq(b, block)) {
             let b = blocks.swap_remove(i);
@@ -227,14 +227,14 @@ impl CounterSet {
     }
 
     /// A snapshot of a scope that counts logical requests when they begin.
-    pub fn snapshot(&self) -> KeyStats {
+    pub(crate) fn snapshot(&self) -> KeyStats {
         let mut t = Totals::default();
         self.add_into(&mut t);
         t.key_stats(false)
     }
 
     /// A snapshot of an upstream: its logical requests are the calls whose first attempt it served.
-    pub fn upstream_snapshot(&self) -> KeyStats {
+    pub(crate) fn upstream_snapshot(&self) -> KeyStats {
         let mut t = Totals::default();
         self.add_into(&mut t);
         t.key_stats(true)
@@ -243,16 +243,16 @@ impl CounterSet {
 
 /// Counters of one policy version.
 #[derive(Debug)]
-pub struct VersionStats {
+pub(crate) struct VersionStats {
     /// The version string.
-    pub version: Arc<str>,
+    pub(crate) version: Arc<str>,
     /// Its counters.
-    pub set: CounterSet,
+    pub(crate) set: CounterSet,
 }
 
 impl VersionStats {
     /// Empty counters for `version`.
-    pub fn new(version: Arc<str>) -> Self {
+    pub(crate) fn new(version: Arc<str>) -> Self {
         VersionStats {
             version,
             set: CounterSet::default(),
@@ -264,7 +264,7 @@ impl VersionStats {
 /// At most `MAX_VERSIONS` versions are kept apart; older ones no call runs
 /// under any more are folded into one block, so the overall sum stays exact.
 #[derive(Debug, Default)]
-pub struct VersionTable {
+pub(crate) struct VersionTable {
     versions: Mutex<Vec<Arc<VersionStats>>>,
     folded: Counters,
 }
@@ -273,7 +273,7 @@ const MAX_VERSIONS: usize = 64;
 
 impl VersionTable {
     /// The counters of `version`, created on first use.
-    pub fn get(&self, version: &str) -> Arc<VersionStats> {
+    pub(crate) fn get(&self, version: &str) -> Arc<VersionStats> {
         let mut v = self.versions.lock();
         if let Some(s) = v.iter().find(|s| &*s.version == version) {
             return s.clone();
@@ -292,7 +292,7 @@ impl VersionTable {
     }
 
     /// Per-version snapshots.
-    pub fn per_version(&self) -> BTreeMap<String, KeyStats> {
+    pub(crate) fn per_version(&self) -> BTreeMap<String, KeyStats> {
         self.versions
             .lock()
             .iter()
@@ -301,7 +301,7 @@ impl VersionTable {
     }
 
     /// The overall counters: every version's, plus the folded ones.
-    pub fn overall(&self) -> KeyStats {
+    pub(crate) fn overall(&self) -> KeyStats {
         let mut t = Totals::default();
         for s in self.versions.lock().iter() {
             s.set.add_into(&mut t);
@@ -420,7 +420,7 @@ pub struct Stats {
     /// Per policy version.
     pub per_policy_version: BTreeMap<String, KeyStats>,
     /// Kill-switch state.
-    pub mode: crate::engine::Mode,
+    pub mode: crate::policy::Mode,
     /// Events dropped from the ring.
     pub events_dropped: u64,
     /// Sink calls that panicked.

@@ -8,14 +8,31 @@
 //! output, which is never replayed. A [`StreamGate`] holds such events back
 //! until the first event with output (text, a tool call, a finish reason,
 //! anything it does not know), then releases everything held and passes the
-//! rest through untouched. A stream cut while the gate still holds is
+//! rest on event by event. A stream cut while the gate still holds is
 //! `StreamOpen`: nothing reached the consumer, so the attempt may be retried
 //! and the next attempt's stream delivered in its place.
 //!
-//! The SSE framing (lines ending in LF, CRLF or CR; an event ends at a blank
-//! line; `event:` and `data:` fields; `:` comments) is scanned by hand: only
-//! the first few events are looked at, from bytes already buffered, which the
-//! SSE crates (built around async streams) do not offer.
+//! An error event (`event: error`, Anthropic's `{"type": "error", ...}`,
+//! OpenAI's `{"error": {...}}` chunk, the Responses API's `response.failed`)
+//! is not output either: before any output the gate holds it and everything
+//! after it, and [`StreamGate::outcome`] reports the attempt as the failure
+//! the event names (an `overloaded_error` is an overload, retried like a
+//! 529), still `StreamOpen`. After output, the gate keeps watching the bytes
+//! it passes on for one, so a stream that shows text and then an error is a
+//! partial stream, never a success.
+//!
+//! A malformed event (its data neither JSON nor `[DONE]`) would make an SDK's
+//! stream parser raise mid-answer. By default ([`MalformedEvent::Skip`]) the
+//! gate drops it and counts it ([`StreamGate::skipped`]); with
+//! [`MalformedEvent::Error`] it ends the stream with a `malformed_event`
+//! [`StreamError`] and delivers nothing from that event on. To drop an event
+//! whole, the gate passes on complete events only: an event's bytes wait for
+//! its blank line (an SDK acts on nothing before it anyway). A chunk made of
+//! whole, well-formed events comes back as it is, without a copy.
+//!
+//! The SSE framing is read by the shared [`EventReader`]: only the bytes
+//! already buffered are looked at, which the SSE crates (built around async
+//! streams) do not offer.
 //!
 //! ```
 //! use retrywise::stream::StreamGate;
@@ -27,54 +44,163 @@
 //! let out = gate.feed(text).into_owned();
 //! assert_eq!(out, [&role[..], &text[..]].concat()); // both released at once
 //! assert!(gate.is_visible());
+//! assert!(gate.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\n\n").is_empty()); // not JSON
+//! assert_eq!(gate.skipped(), 1);
 //! ```
 
-use crate::outcome::media_type;
-use crate::types::Phase;
+use crate::outcome::{media_type, Outcome};
+use crate::types::{ErrorKind, MalformedEvent, Phase};
+pub use crate::wire::sse::meaningful;
+use crate::wire::sse::EventReader;
 use serde_json::Value;
 use std::borrow::Cow;
 
 /// Bytes a gate holds at most; past that it releases them (and counts the
 /// stream as visible), so a long preamble is never buffered without bound.
+/// After release, an unfinished event longer than this is passed on as it
+/// comes (and is not checked).
 pub const HOLD_LIMIT: usize = 64 * 1024;
+
+/// The [`StreamError::code`] of a malformed event under [`MalformedEvent::Error`].
+pub const MALFORMED_EVENT: &str = "malformed_event";
 
 /// Holds a stream's preamble back until its first meaningful event (see the
 /// module documentation). One per attempt's response body.
 #[derive(Debug, Clone)]
 pub struct StreamGate {
-    /// Bytes received and not yet released.
-    held: Vec<u8>,
-    /// Offset in `held` of the next line to scan.
-    line: usize,
-    /// Offset in `held` up to which no line end was found.
-    searched: usize,
-    /// The event being read: its `event:` name and its `data:` lines.
-    name: Vec<u8>,
-    data: Vec<u8>,
-    has_data: bool,
-    /// Whether a leading byte-order mark was looked for (SSE ignores one).
-    bom_checked: bool,
+    /// Bytes received and not yet released, read as events.
+    reader: EventReader,
     /// An event stream whose first meaningful event has not come yet.
     holding: bool,
     /// Bytes reached the consumer.
     visible: bool,
+    /// An event stream: after release, its events are still read.
+    sse: bool,
+    /// The error event the stream carried, when it carried one.
+    error: Option<StreamError>,
+    /// What a malformed event does.
+    malformed: MalformedEvent,
+    /// Malformed events dropped.
+    skipped: u64,
+    /// A malformed event ended the stream: nothing more is delivered.
+    ended: bool,
+}
+
+/// An error event carried by a stream (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamError {
+    /// The provider's error type or code (`overloaded_error`, `server_error`,
+    /// `rate_limit_exceeded`), or [`MALFORMED_EVENT`].
+    pub code: Option<String>,
+    /// Its message, when it had one.
+    pub message: Option<String>,
+    /// It came after output reached the consumer.
+    pub after_output: bool,
+}
+
+impl StreamError {
+    /// The HTTP status an error of this type stands for in the classifier's
+    /// tables (the stream itself answered 200): overloads are 529, rate
+    /// limits 429, request and auth errors their 4xx, anything else a 500.
+    pub fn status(&self) -> u16 {
+        match self.code.as_deref().unwrap_or("") {
+            "overloaded_error" | "overloaded" => 529,
+            "rate_limit_error" | "rate_limit_exceeded" | "rate_limited" | "RESOURCE_EXHAUSTED" => 429,
+            "invalid_request_error" | "invalid_request" | "context_length_exceeded" => 400,
+            "authentication_error" | "invalid_api_key" => 401,
+            "permission_error" => 403,
+            "not_found_error" => 404,
+            "request_too_large" => 413,
+            "timeout_error" => 504,
+            _ => 500,
+        }
+    }
+
+    /// A malformed event ended the stream (not an error the provider sent).
+    pub fn is_malformed(&self) -> bool {
+        self.code.as_deref() == Some(MALFORMED_EVENT)
+    }
+}
+
+/// What one complete event means to the gate.
+enum Verdict {
+    /// An error event.
+    Error(StreamError),
+    /// Data neither JSON nor `[DONE]`; the message says what it was.
+    Malformed(String),
+    /// The first meaningful event (looked for only while holding).
+    Output,
+    /// Anything else.
+    Quiet,
 }
 
 impl StreamGate {
     /// A gate for a response body of `content_type`. Only `text/event-stream`
     /// bodies are gated; any other body passes through from its first byte.
+    /// Malformed events are skipped (see [`StreamGate::on_malformed`]).
     pub fn new(content_type: Option<&str>) -> StreamGate {
         let sse = content_type.is_some_and(|ct| media_type(ct).eq_ignore_ascii_case("text/event-stream"));
         StreamGate {
-            held: Vec::new(),
-            line: 0,
-            searched: 0,
-            name: Vec::new(),
-            data: Vec::new(),
-            has_data: false,
-            bom_checked: false,
+            reader: EventReader::new(),
             holding: sse,
             visible: false,
+            sse,
+            error: None,
+            malformed: MalformedEvent::Skip,
+            skipped: 0,
+            ended: false,
+        }
+    }
+
+    /// What a malformed event does (the policy's `streams.malformed_event`).
+    pub fn on_malformed(mut self, mode: MalformedEvent) -> StreamGate {
+        self.malformed = mode;
+        self
+    }
+
+    /// Malformed events dropped so far.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// The error event the stream carried, when it carried one.
+    pub fn stream_error(&self) -> Option<&StreamError> {
+        self.error.as_ref()
+    }
+
+    /// Whether the gate still reads what it is fed: an event stream is
+    /// watched for an error event to its end, other bodies only until their
+    /// first byte. A binding that stops feeding once this is false loses
+    /// nothing (after a `malformed_event` error the gate delivers nothing more:
+    /// the binding ends the consumer's stream).
+    pub fn watching(&self) -> bool {
+        self.error.is_none() && (self.holding || self.sse || !self.visible)
+    }
+
+    /// The outcome of an attempt whose body ended (or broke) now with HTTP
+    /// `status`: a plain `status` when the stream carried no error event,
+    /// else the failure the event names (see [`StreamError::status`]) with
+    /// its vendor code, in the phase it came in. A malformed event under
+    /// [`MalformedEvent::Error`] is a [`ErrorKind::MalformedResponse`].
+    pub fn outcome(&self, status: u16) -> Outcome {
+        match &self.error {
+            None => Outcome::status(status),
+            Some(e) => {
+                let mut o = if e.is_malformed() {
+                    let mut o = Outcome::status(status);
+                    o.error = Some(ErrorKind::MalformedResponse);
+                    o
+                } else {
+                    Outcome::status(e.status())
+                };
+                o.phase = Some(if e.after_output {
+                    Phase::StreamVisible
+                } else {
+                    Phase::StreamOpen
+                });
+                o.vendor_code = e.code.clone();
+                o
+            }
         }
     }
 
@@ -83,10 +209,11 @@ impl StreamGate {
         self.visible
     }
 
-    /// Whether feeding may still hold bytes back: an event stream before its
-    /// first meaningful event. Once false, [`StreamGate::feed`] returns every
-    /// chunk as it is (a binding may then stop copying chunks through it,
-    /// as long as it feeds one non-empty chunk for [`StreamGate::phase`]).
+    /// Whether the gate still holds an event stream's preamble (before its
+    /// first meaningful event). After it, an event stream is still read event
+    /// by event (an unfinished event waits, a malformed one is dropped), so a
+    /// binding keeps feeding while [`StreamGate::watching`]; other bodies come
+    /// back as they are.
     pub fn may_hold(&self) -> bool {
         self.holding
     }
@@ -102,23 +229,34 @@ impl StreamGate {
 
     /// Bytes held back so far.
     pub fn held(&self) -> usize {
-        self.held.len()
+        self.reader.buffered().len()
     }
 
     /// Takes `chunk`, received from upstream, and returns what the consumer
     /// may see now: nothing while only preamble arrived; everything held when
     /// the first meaningful event completes (or the hold limit is passed);
-    /// `chunk` itself after that (and from the first byte for other bodies).
+    /// after that the complete events (`chunk` itself when it is made of
+    /// whole, well-formed events), and other bodies from their first byte.
     pub fn feed<'a>(&mut self, chunk: &'a [u8]) -> Cow<'a, [u8]> {
-        if !self.holding {
+        if !self.sse {
             self.visible |= !chunk.is_empty();
             return Cow::Borrowed(chunk);
         }
-        self.held.extend_from_slice(chunk);
-        if self.scan() || self.held.len() > HOLD_LIMIT {
-            return Cow::Owned(self.release());
+        if self.ended || (self.error.is_some() && !self.visible) {
+            // Failed before any output, or ended by a malformed event: nothing more is shown.
+            return Cow::Borrowed(&[]);
         }
-        Cow::Borrowed(&[])
+        if self.error.is_some() {
+            // After an error event the stream is the consumer's to end.
+            return Cow::Borrowed(chunk);
+        }
+        let fresh = self.reader.buffered().is_empty();
+        self.reader.push(chunk);
+        if self.holding {
+            self.feed_held()
+        } else {
+            self.feed_released(chunk, fresh)
+        }
     }
 
     /// [`StreamGate::feed`] for a binding that can hand the caller's own chunk
@@ -126,420 +264,239 @@ impl StreamGate {
     /// it gets instead (empty while holding).
     pub fn feed_pass(&mut self, chunk: &[u8]) -> Option<Vec<u8>> {
         match self.feed(chunk) {
-            Cow::Owned(v) => Some(v),
             Cow::Borrowed(b) if b.len() == chunk.len() => None,
-            Cow::Borrowed(_) => Some(Vec::new()),
+            other => Some(other.into_owned()),
         }
     }
 
     /// The body ended: everything still held (a stream of preamble only, or
     /// a last event without its blank line), to deliver before the end.
     pub fn finish(&mut self) -> Vec<u8> {
-        self.release()
-    }
-
-    fn release(&mut self) -> Vec<u8> {
+        if !self.sse || self.ended || self.error.is_some() {
+            return Vec::new();
+        }
         self.holding = false;
-        (self.line, self.searched) = (0, 0);
-        self.name = Vec::new();
-        self.data = Vec::new();
-        let out = std::mem::take(&mut self.held);
+        let out = self.reader.buffered().to_vec();
+        self.reader.drop_buffered();
         self.visible |= !out.is_empty();
         out
     }
 
-    /// Reads the complete lines not read yet; true when an event with output completed.
-    fn scan(&mut self) -> bool {
-        if !self.bom_checked {
-            const BOM: &[u8] = b"\xef\xbb\xbf";
-            if self.held.len() < BOM.len() && BOM.starts_with(&self.held) {
-                return false;
-            }
-            self.bom_checked = true;
-            if self.held.starts_with(BOM) {
-                (self.line, self.searched) = (BOM.len(), BOM.len());
-            }
-        }
-        loop {
-            let rest = &self.held[self.line..];
-            // Bytes already searched hold no line end: a long line fed in
-            // small pieces is searched once, not once per piece.
-            let from = self.searched.saturating_sub(self.line);
-            let Some(end) = rest[from..]
-                .iter()
-                .position(|&b| b == b'\n' || b == b'\r')
-                .map(|i| from + i)
-            else {
-                self.searched = self.held.len();
-                return false;
-            };
-            // A CR at the end may be the first half of a CRLF: wait for the next byte.
-            let next = match rest[end] {
-                b'\r' if end + 1 == rest.len() => {
-                    self.searched = self.line + end;
-                    return false;
+    /// While holding: reads the events completed so far.
+    fn feed_held(&mut self) -> Cow<'static, [u8]> {
+        let mut released = false;
+        while let Some(ev) = self.reader.next_event() {
+            let raw = ev.raw.clone();
+            match verdict(ev.name, ev.data, ev.truncated, !released) {
+                Verdict::Error(mut e) if !released => {
+                    // Held, never delivered: the next attempt's stream takes its place.
+                    e.after_output = false;
+                    return self.fail_before_output(e);
                 }
-                b'\r' if rest[end + 1] == b'\n' => end + 2,
-                _ => end + 1,
-            };
-            let (start, len) = (self.line, end);
-            self.line += next;
-            if len == 0 {
-                if self.dispatch() {
-                    return true;
+                Verdict::Error(mut e) => {
+                    e.after_output = true;
+                    self.error = Some(e);
+                    return Cow::Owned(self.take_all());
                 }
-                continue;
-            }
-            let line = &self.held[start..start + len];
-            let (field, value) = match line.iter().position(|&b| b == b':') {
-                Some(0) => continue, // a comment
-                Some(i) => {
-                    let v = &line[i + 1..];
-                    (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-                }
-                None => (line, &[][..]),
-            };
-            match field {
-                b"event" => self.name = value.to_vec(),
-                b"data" => {
-                    if self.has_data {
-                        self.data.push(b'\n');
+                Verdict::Malformed(why) => match self.malformed {
+                    MalformedEvent::Skip => self.skip(raw),
+                    MalformedEvent::Error if !released => {
+                        return self.fail_before_output(malformed_error(why, false));
                     }
-                    self.data.extend_from_slice(value);
-                    self.has_data = true;
+                    MalformedEvent::Error => return self.end_before(raw.start, why),
+                },
+                Verdict::Output => {
+                    released = true;
+                    self.holding = false;
+                    self.visible = true;
                 }
-                _ => {} // id, retry, unknown fields: nothing for a reader
+                Verdict::Quiet => {}
             }
         }
+        if released {
+            return Cow::Owned(self.take_complete());
+        }
+        if self.reader.buffered().len() > HOLD_LIMIT {
+            self.holding = false;
+            self.visible = true;
+            return Cow::Owned(self.take_all());
+        }
+        Cow::Borrowed(&[])
     }
 
-    /// The event just ended: whether it carries output. Resets the event.
-    fn dispatch(&mut self) -> bool {
-        let name = std::mem::take(&mut self.name);
-        let data = std::mem::take(&mut self.data);
-        // SSE drops an event without data; a reader sees nothing.
-        std::mem::replace(&mut self.has_data, false) && meaningful(&name, &data)
+    /// After release: passes complete events on, drops or stops at a
+    /// malformed one, and keeps an unfinished event (up to the hold limit).
+    /// `fresh`: nothing was buffered before `chunk`.
+    fn feed_released<'a>(&mut self, chunk: &'a [u8], fresh: bool) -> Cow<'a, [u8]> {
+        let mut whole = fresh;
+        while let Some(ev) = self.reader.next_event() {
+            let raw = ev.raw.clone();
+            match verdict(ev.name, ev.data, ev.truncated, false) {
+                Verdict::Error(mut e) => {
+                    e.after_output = true;
+                    self.error = Some(e);
+                    return self.pass_all(chunk, whole);
+                }
+                Verdict::Malformed(why) => match self.malformed {
+                    MalformedEvent::Skip => {
+                        self.skip(raw);
+                        whole = false;
+                    }
+                    MalformedEvent::Error => return self.end_before(raw.start, why),
+                },
+                Verdict::Output | Verdict::Quiet => {}
+            }
+        }
+        let complete = self.reader.pending_start();
+        if self.reader.buffered().len() - complete > HOLD_LIMIT {
+            // An event this long is passed on as it comes.
+            return self.pass_all(chunk, whole);
+        }
+        if whole {
+            // The buffer is `chunk`: its complete events go on without a copy.
+            self.reader.consume(complete);
+            return Cow::Borrowed(&chunk[..complete]);
+        }
+        Cow::Owned(self.take_complete())
+    }
+
+    /// Drops the malformed event just read.
+    fn skip(&mut self, raw: std::ops::Range<usize>) {
+        self.reader.excise(raw);
+        self.skipped += 1;
+    }
+
+    /// A malformed event at `at` ends a stream that showed output: what came
+    /// before it is delivered, nothing from it on.
+    fn end_before(&mut self, at: usize, why: String) -> Cow<'static, [u8]> {
+        self.error = Some(malformed_error(why, true));
+        self.ended = true;
+        let out = self.reader.buffered()[..at].to_vec();
+        self.reader.drop_buffered();
+        Cow::Owned(out)
+    }
+
+    /// The stream failed before any output: nothing of it is ever delivered.
+    fn fail_before_output(&mut self, e: StreamError) -> Cow<'static, [u8]> {
+        self.error = Some(e);
+        self.holding = false;
+        self.reader = EventReader::new();
+        Cow::Borrowed(&[])
+    }
+
+    /// Everything buffered, which is `chunk` when `whole`.
+    fn pass_all<'a>(&mut self, chunk: &'a [u8], whole: bool) -> Cow<'a, [u8]> {
+        if whole {
+            self.reader.drop_buffered();
+            return Cow::Borrowed(chunk);
+        }
+        Cow::Owned(self.take_all())
+    }
+
+    fn take_all(&mut self) -> Vec<u8> {
+        let out = self.reader.buffered().to_vec();
+        self.reader.drop_buffered();
+        out
+    }
+
+    fn take_complete(&mut self) -> Vec<u8> {
+        let n = self.reader.pending_start();
+        let out = self.reader.buffered()[..n].to_vec();
+        self.reader.consume(n);
+        out
     }
 }
 
-/// Whether an SSE event (its `event:` name and `data:`) carries output.
-/// Only known preamble shapes are not: anything else counts as output.
-pub fn meaningful(name: &[u8], data: &[u8]) -> bool {
-    if OPENING_EVENTS.iter().any(|e| e.as_bytes() == name) {
+/// What a complete event means; `holding`: look for the first output too.
+fn verdict(name: &[u8], data: &[u8], truncated: bool, holding: bool) -> Verdict {
+    if truncated {
+        return Verdict::Quiet;
+    }
+    if let Some(e) = error_event(name, data) {
+        return Verdict::Error(e);
+    }
+    if malformed(data) {
+        let shown = String::from_utf8_lossy(&data[..data.len().min(80)]).into_owned();
+        return Verdict::Malformed(shown);
+    }
+    if holding && meaningful(name, data) {
+        Verdict::Output
+    } else {
+        Verdict::Quiet
+    }
+}
+
+/// Event data an SDK's stream parser would raise on: neither `[DONE]` nor a
+/// JSON text (which is UTF-8). Data that does not even start like a JSON
+/// object or array is rejected at its first byte; the rest takes one
+/// validating pass without allocation: a cut event starts like JSON too
+/// (the common failure: a proxy or a broken upstream loses its end).
+pub fn malformed(data: &[u8]) -> bool {
+    if data.starts_with(b"[DONE]") {
         return false;
     }
-    match serde_json::from_slice::<Value>(data) {
-        Ok(v) => !preamble(&v),
-        Err(_) => true,
+    let first = data.iter().find(|b| !b.is_ascii_whitespace());
+    if !matches!(
+        first,
+        Some(b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n')
+    ) {
+        return true;
+    }
+    std::str::from_utf8(data).map_or(true, |s| serde_json::from_str::<serde::de::IgnoredAny>(s).is_err())
+}
+
+fn malformed_error(shown: String, after_output: bool) -> StreamError {
+    StreamError {
+        code: Some(MALFORMED_EVENT.to_owned()),
+        message: Some(format!("stream event data is neither JSON nor [DONE]: {shown}")),
+        after_output,
     }
 }
 
-/// Events (by `event:` name or JSON `type`) that only open or keep alive an
-/// answer: Anthropic's and the OpenAI Responses API's.
-const OPENING_EVENTS: &[&str] = &[
-    "ping",
-    "message_start",
-    "response.created",
-    "response.queued",
-    "response.in_progress",
-];
-
-/// A JSON event payload that only opens the answer: no text, tool call,
-/// refusal, log-probabilities or finish reason in it.
-fn preamble(v: &Value) -> bool {
-    match v.get("type").and_then(Value::as_str) {
-        // Anthropic and the OpenAI Responses API.
-        Some(t) if OPENING_EVENTS.contains(&t) => true,
-        Some("content_block_start") => v.get("content_block").is_some_and(|b| {
-            matches!(b.get("type").and_then(Value::as_str), Some("text" | "thinking")) && empty_except(b, &["type"])
-        }),
-        Some("response.output_item.added") => {
-            v.get("item")
-                .is_some_and(|i| match i.get("type").and_then(Value::as_str) {
-                    Some("message") => empty_except(i, &["type", "id", "role", "status"]),
-                    // Reasoning starts; its summary, once it has one, is output.
-                    Some("reasoning") => empty_except(i, &["type", "id", "status", "encrypted_content"]),
-                    _ => false,
-                })
-        }
-        Some("response.content_part.added") => v.get("part").is_some_and(|p| empty_except(p, &["type"])),
-        Some(_) => false,
-        // OpenAI chat completion chunks (`choices: []` opens Azure streams). A
-        // choice's other members (a legacy completion's `text`, a finish
-        // reason, log-probabilities) are output unless empty.
-        None => v.get("choices").and_then(Value::as_array).is_some_and(|choices| {
-            empty_except(v, CHUNK_META)
-                && choices.iter().all(|c| {
-                    c.get("delta").is_none_or(|d| empty_except(d, &["role"]))
-                        && empty_except(c, &["index", "delta", "content_filter_results"])
-                })
-        }),
-    }
+/// Whether a `data:` line of an event named `name` may belong to an error
+/// event (cheap: the first bytes only), so most events are not parsed for it.
+fn may_be_error(name: &[u8], value: &[u8]) -> bool {
+    name == b"error"
+        || name == b"response.failed"
+        || value.starts_with(b"{\"error\"")
+        || value.starts_with(b"{\"type\":\"error\"")
+        || value.starts_with(b"{\"type\": \"error\"")
+        || value.starts_with(b"{\"type\":\"response.failed\"")
 }
 
-/// Members of an OpenAI chat completion chunk that describe it rather than carry output.
-const CHUNK_META: &[&str] = &[
-    "id",
-    "object",
-    "created",
-    "model",
-    "system_fingerprint",
-    "service_tier",
-    "choices",
-    "prompt_filter_results",
-    "obfuscation",
-    "x_groq",
-];
-
-/// `v` is an object whose members other than `keep` are all empty.
-fn empty_except(v: &Value, keep: &[&str]) -> bool {
-    v.as_object()
-        .is_some_and(|o| o.iter().all(|(k, x)| keep.contains(&k.as_str()) || empty(x)))
-}
-
-/// Null, `""`, `[]`, `{}`, or an object of empty members.
-fn empty(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.values().all(empty),
-        Value::Bool(_) | Value::Number(_) => false,
+/// The error an SSE event reports, when it is an error event: `event: error`,
+/// a JSON payload of `type` `error` (Anthropic, the Responses API) or with an
+/// `error` object (OpenAI chat chunks), or `response.failed`.
+pub fn error_event(name: &[u8], data: &[u8]) -> Option<StreamError> {
+    let named = name == b"error" || name == b"response.failed";
+    if !named && !may_be_error(name, data) {
+        return None;
     }
+    let v: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
+    let ty = v.get("type").and_then(Value::as_str);
+    let err = match ty {
+        Some("response.failed") => v.get("response").and_then(|r| r.get("error")),
+        _ => v.get("error"),
+    };
+    let text = |x: Option<&Value>, k: &str| {
+        x.and_then(|x| x.get(k))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let is_error = named || ty == Some("error") || ty == Some("response.failed") || err.is_some_and(Value::is_object);
+    if !is_error {
+        return None;
+    }
+    let obj = err.filter(|e| e.is_object());
+    Some(StreamError {
+        code: text(obj, "type")
+            .or_else(|| text(obj, "code"))
+            .or_else(|| text(Some(&v), "code")),
+        message: text(obj, "message").or_else(|| text(Some(&v), "message")),
+        after_output: false,
+    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    const ROLE: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
-    const TEXT: &str =
-        "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
-    const DONE: &str = "data: [DONE]\n\n";
-
-    fn sse() -> StreamGate {
-        StreamGate::new(Some("text/event-stream; charset=utf-8"))
-    }
-
-    #[test]
-    fn openai_role_chunk_is_held_until_the_first_text() {
-        let mut g = sse();
-        assert_eq!(
-            g.clone().feed_pass(ROLE.as_bytes()),
-            Some(Vec::new()),
-            "held: nothing yet"
-        );
-        assert_eq!(g.feed(ROLE.as_bytes()).len(), 0);
-        assert_eq!(g.phase(), Phase::StreamOpen);
-        assert_eq!(g.held(), ROLE.len());
-        assert_eq!(
-            g.feed(TEXT.as_bytes()).into_owned(),
-            format!("{ROLE}{TEXT}").into_bytes()
-        );
-        assert_eq!(g.phase(), Phase::StreamVisible);
-        // Once visible, chunks pass through as they are (borrowed, not copied).
-        assert!(matches!(g.feed(DONE.as_bytes()), Cow::Borrowed(b) if b == DONE.as_bytes()));
-        assert_eq!(g.feed_pass(DONE.as_bytes()), None, "the caller's own chunk");
-        assert_eq!(g.finish(), b"");
-    }
-
-    #[test]
-    fn every_kind_of_output_releases() {
-        for data in [
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":""}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"refusal":"no"}}]}"#,
-            r#"{"id":"c","object":"text_completion","choices":[{"text":"Hello","index":0,"logprobs":null,"finish_reason":null}]}"#,
-            r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"Hi"}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}],"usage":{"total_tokens":3}}"#,
-            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"role":"assistant"},"logprobs":{"content":[{"token":"a"}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}],"error":{"message":"x"}}"#,
-            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#,
-            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
-            r#"{"type":"error","error":{"type":"overloaded_error"}}"#,
-            r#"{"type":"response.output_item.added","item":{"type":"function_call","name":"f","arguments":""}}"#,
-            r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
-            r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}]}"#,
-            "[DONE]",
-            "not json",
-        ] {
-            let mut g = sse();
-            let ev = format!("data: {data}\n\n");
-            assert_eq!(g.feed(ev.as_bytes()).into_owned(), ev.as_bytes(), "{data}");
-            assert!(g.is_visible(), "{data}");
-        }
-    }
-
-    #[test]
-    fn preamble_shapes_are_held() {
-        let anthropic = concat!(
-            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"content\":[]}}\n\n",
-            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
-            "event: ping\ndata: {\"type\": \"ping\"}\n\n",
-            ": keep-alive comment\n\n",
-            "id: 7\nretry: 1000\n\n",
-        );
-        let responses = concat!(
-            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"output\":[\"x\"]}}\n\n",
-            "event: response.in_progress\ndata: {\"type\":\"response.in_progress\"}\n\n",
-            "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"message\",\"id\":\"i\",\"role\":\"assistant\",\"status\":\"in_progress\",\"content\":[]}}\n\n",
-            "event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n",
-        );
-        let azure = concat!(
-            "data: {\"choices\":[],\"prompt_filter_results\":[{\"prompt_index\":0}]}\n\n",
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},",
-            "\"content_filter_results\":{\"hate\":{\"filtered\":false}},\"finish_reason\":null}],\"usage\":null}\n\n",
-        );
-        let groq = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}],\"x_groq\":{\"id\":\"req_1\"}}\n\n";
-        let reasoning = concat!(
-            "event: response.queued\ndata: {\"type\":\"response.queued\"}\n\n",
-            "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"reasoning\",\"id\":\"rs\",\"summary\":[]}}\n\n",
-        );
-        let bom = format!("\u{feff}{ROLE}");
-        for pre in [anthropic, responses, azure, groq, reasoning, ROLE, &bom] {
-            let mut g = sse();
-            assert_eq!(g.feed(pre.as_bytes()).len(), 0, "{pre}");
-            assert_eq!(g.held(), pre.len());
-            assert!(!g.is_visible());
-            // The body ends with only preamble: all of it is delivered at the end.
-            assert_eq!(g.finish(), pre.as_bytes());
-        }
-    }
-
-    #[test]
-    fn line_endings_and_split_lines() {
-        for sep in ["\n", "\r\n", "\r"] {
-            let role = ROLE.replace('\n', sep);
-            let text = TEXT.replace('\n', sep);
-            let whole = format!("{role}{text}");
-            let mut g = sse();
-            // Byte by byte: nothing is released before the text event's blank line completes.
-            let bytes = whole.as_bytes();
-            let last = bytes.len() - if sep == "\r" { 0 } else { 1 };
-            let mut out = Vec::new();
-            for (i, b) in bytes.iter().enumerate() {
-                let r = g.feed(std::slice::from_ref(b)).into_owned();
-                if i + 1 < last {
-                    assert!(r.is_empty(), "{sep:?}: released at byte {i}");
-                }
-                out.extend(r);
-            }
-            if sep == "\r" {
-                // A final CR may be half a CRLF: the event completes with the next byte or the end.
-                assert!(!g.is_visible());
-                out.extend(g.finish());
-            }
-            assert_eq!(out, bytes, "{sep:?}");
-        }
-    }
-
-    #[test]
-    fn a_leading_byte_order_mark_is_ignored() {
-        let whole = format!("\u{feff}{ROLE}{TEXT}");
-        let mut g = sse();
-        let mut out = Vec::new();
-        for (i, b) in whole.as_bytes().iter().enumerate() {
-            let r = g.feed(std::slice::from_ref(b)).into_owned();
-            assert!(r.is_empty() || i + 1 == whole.len(), "released at byte {i}");
-            out.extend(r);
-        }
-        assert_eq!(out, whole.as_bytes());
-    }
-
-    #[test]
-    fn multi_line_data_is_joined() {
-        let mut g = sse();
-        let ev = "data: {\"choices\":\ndata: [{\"delta\":{\"role\":\"assistant\"}}]}\n\n";
-        assert_eq!(g.feed(ev.as_bytes()).len(), 0);
-        let ev2 = "data: {\"choices\":\ndata: [{\"delta\":{\"content\":\"x\"}}]}\n\n";
-        assert_eq!(g.feed(ev2.as_bytes()).len(), ev.len() + ev2.len());
-    }
-
-    #[test]
-    fn other_bodies_pass_through() {
-        for ct in [
-            None,
-            Some("application/json"),
-            Some("text/plain"),
-            Some("text/event-streamx"),
-        ] {
-            let mut g = StreamGate::new(ct);
-            assert!(!g.may_hold(), "{ct:?}");
-            // Nothing delivered yet: a cut now is still stream_open.
-            assert_eq!(g.phase(), Phase::StreamOpen, "{ct:?}");
-            assert!(g.feed(b"").is_empty());
-            assert_eq!(g.phase(), Phase::StreamOpen, "{ct:?}: an empty chunk delivers nothing");
-            assert_eq!(g.feed(ROLE.as_bytes()).into_owned(), ROLE.as_bytes());
-            assert_eq!(g.phase(), Phase::StreamVisible, "{ct:?}");
-            assert!(g.finish().is_empty());
-        }
-        let g = StreamGate::new(Some(" Text/Event-Stream "));
-        assert!(g.may_hold() && !g.is_visible());
-    }
-
-    #[test]
-    fn a_long_preamble_is_released_at_the_hold_limit() {
-        let mut g = sse();
-        let mut fed = 0;
-        let comment = ": padding padding padding padding padding padding padding padding\n";
-        loop {
-            let r = g.feed(comment.as_bytes());
-            fed += comment.len();
-            if !r.is_empty() {
-                assert_eq!(r.len(), fed);
-                assert!(fed > HOLD_LIMIT && fed <= HOLD_LIMIT + comment.len());
-                break;
-            }
-            assert!(g.held() <= HOLD_LIMIT);
-        }
-        assert!(g.is_visible());
-    }
-
-    #[test]
-    fn a_long_line_in_small_pieces_is_searched_once() {
-        let mut g = sse();
-        let line = format!("data: {{\"choices\":[],\"id\":\"{}\"}}", "x".repeat(HOLD_LIMIT / 2));
-        for b in line.as_bytes() {
-            assert!(g.feed(std::slice::from_ref(b)).is_empty());
-        }
-        assert_eq!(g.searched, line.len());
-        assert!(g.feed(b"\r").is_empty(), "a CR may be half a CRLF");
-        assert_eq!(g.feed(b"\n\n").len(), 0, "a preamble event: still held");
-        assert_eq!(g.held(), line.len() + 3);
-        assert_eq!(g.feed(TEXT.as_bytes()).len(), line.len() + 3 + TEXT.len());
-    }
-
-    proptest! {
-        /// However the bytes are split, nothing is lost or reordered, and the
-        /// first release comes with the same byte: the end of the first event with output.
-        #[test]
-        fn chunking_never_changes_what_is_released_or_when(
-            pre in prop::collection::vec(0usize..4, 0..6),
-            cuts in prop::collection::vec(1usize..40, 1..60),
-            tail in 0usize..3,
-        ) {
-            let pieces = [ROLE, ": c\n\n", "event: ping\ndata: {\"type\":\"ping\"}\n\n", "id: 1\n\n"];
-            let mut body: String = pre.iter().map(|&i| pieces[i]).collect();
-            let release_at = body.len() + TEXT.len();
-            body.push_str(TEXT);
-            for _ in 0..tail { body.push_str(TEXT); }
-            body.push_str(DONE);
-            let bytes = body.as_bytes();
-            let mut g = sse();
-            let (mut out, mut at, mut i, mut k) = (Vec::new(), None, 0, 0);
-            while i < bytes.len() {
-                let n = cuts[k % cuts.len()].min(bytes.len() - i);
-                k += 1;
-                let r = g.feed(&bytes[i..i + n]).into_owned();
-                i += n;
-                if at.is_none() && !r.is_empty() { at = Some(i); }
-                out.extend(r);
-            }
-            out.extend(g.finish());
-            prop_assert_eq!(&out[..], bytes);
-            let at = at.unwrap();
-            prop_assert!(at >= release_at && at < release_at + 40, "released at {} for {}", at, release_at);
-        }
-    }
-}
+mod tests;

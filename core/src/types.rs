@@ -199,6 +199,9 @@ vocab! {
         Stop = 3 => "stop",
         /// The effect is unknown: check its state (idempotency key, ledger) before anything else.
         Reconcile = 4 => "reconcile",
+        /// A sibling (hedged) attempt is still in flight: no new attempt now;
+        /// await the sibling and report its outcome, which decides.
+        Wait = 5 => "wait",
     }
 }
 
@@ -289,6 +292,47 @@ vocab! {
         EffectPending = 34 => "effect_pending",
         /// Hedging is off, not configured, or not allowed for this call.
         HedgeNotAllowed = 35 => "hedge_not_allowed",
+        /// An attempt failed while a sibling is still in flight: wait for the sibling.
+        SiblingInFlight = 36 => "sibling_in_flight",
+        /// A continuation sent with assistant prefill was refused as a bad
+        /// request: it is sent again at once as an instruction.
+        PrefillRejected = 37 => "prefill_rejected",
+    }
+}
+
+vocab! {
+    /// How a fallback continues a streamed answer that already showed text.
+    Continuation, "continuation" {
+        /// The delivered text goes as a trailing assistant message, for the
+        /// fallback to extend (only where the upstream declares `assistant_prefill`).
+        Prefill = 0 => "prefill",
+        /// A user message quotes the delivered text and asks to continue right after it.
+        Instruction = 1 => "instruction",
+    }
+}
+
+vocab! {
+    /// The wire protocol an upstream speaks: which URL shape and auth header it takes.
+    ApiFamily, "api family" {
+        /// OpenAI and OpenAI-compatible APIs: `Authorization: Bearer`.
+        #[serde(rename = "openai")]
+        OpenAi = 0 => "openai",
+        /// Anthropic messages: `x-api-key`.
+        Anthropic = 1 => "anthropic",
+        /// Azure OpenAI: `/openai/deployments/{model}/...?api-version=`, `api-key`.
+        #[serde(rename = "azure_openai")]
+        AzureOpenAi = 2 => "azure_openai",
+    }
+}
+
+vocab! {
+    /// What a stream gate does with an SSE event whose data is neither JSON
+    /// nor `[DONE]` (an SDK's parser would raise on it mid-answer).
+    MalformedEvent, "malformed event" {
+        /// Drop the event and go on (counted in `StreamGate::skipped`).
+        Skip = 0 => "skip",
+        /// End the stream with a `malformed_event` stream error.
+        Error = 1 => "error",
     }
 }
 
@@ -297,6 +341,13 @@ vocab! {
 impl Default for Idempotency {
     fn default() -> Self {
         Idempotency::Safe
+    }
+}
+
+#[allow(clippy::derivable_impls)]
+impl Default for MalformedEvent {
+    fn default() -> Self {
+        MalformedEvent::Skip
     }
 }
 
@@ -312,6 +363,8 @@ impl Reason {
                 | Reason::Overloaded
                 | Reason::ServerSaysRetry
                 | Reason::StreamNotStarted
+                | Reason::SiblingInFlight
+                | Reason::PrefillRejected
         )
     }
 }
@@ -331,5 +384,12 @@ mod tests {
         let err = "nope".parse::<Phase>().unwrap_err();
         assert!(err.to_string().contains("before_send"));
         assert_eq!(serde_json::to_string(&ErrorClass::RateLimit).unwrap(), "\"rate_limit\"");
+        // Serde names are the stable names, also where snake_case would split "OpenAi".
+        for f in ApiFamily::ALL {
+            assert_eq!(serde_json::to_string(f).unwrap(), format!("\"{}\"", f.as_str()));
+            assert_eq!(serde_json::from_str::<ApiFamily>(&format!("\"{f}\"")).unwrap(), *f);
+        }
+        assert_eq!(Continuation::Instruction.as_str(), "instruction");
+        assert_eq!(MalformedEvent::default(), MalformedEvent::Skip);
     }
 }

@@ -155,7 +155,7 @@ fn stops_at_once_on_auth_invalid_quota() {
 
 #[test]
 fn retry_after_wins_over_jitter_and_is_exact() {
-    let (e, _) = engine("");
+    let (e, _) = engine("retry_after: {jitter_ms: 0}");
     let mut c = e.begin(CallSpec::new("up").deadline_ms(30_000));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::status(429).header("Retry-After", "2"));
@@ -201,7 +201,7 @@ fn retry_after_above_max_follows_on_exceed() {
         c.report(&Outcome::status(429).header("retry-after", "5")).reason,
         Reason::RetryAfterTooLarge
     );
-    let (e, _) = engine("retry_after: {max_ms: 1000, on_exceed: cap}\ndeadline_ms: 120000");
+    let (e, _) = engine("retry_after: {max_ms: 1000, on_exceed: cap, jitter_ms: 0}\ndeadline_ms: 120000");
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::status(429).header("retry-after", "5"));
@@ -337,7 +337,7 @@ fn should_retry_header_cannot_override_auth_or_budget() {
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
     assert_eq!(
-        c.report(&Outcome::status(409).header("x-should-retry", "true")).reason,
+        c.report(&Outcome::status(501).header("x-should-retry", "true")).reason,
         Reason::BudgetExhausted
     );
     let mut c = e.begin(CallSpec::new("up"));
@@ -513,8 +513,9 @@ fn budget_refuses_and_names_the_scope() {
     assert_eq!((d.action, d.reason), (Action::Stop, Reason::BudgetExhausted));
     assert_eq!(d.detail.as_deref(), Some("scope up"));
     assert!(e.stats().overall.budget_refusals >= 1);
-    // Refill: the window slides past the old requests and retries.
-    clock.advance_ms(10_000);
+    // Refill: the window slides past the old requests and retries (retries
+    // are judged over the buckets that overlap the window: one bucket more).
+    clock.advance_ms(11_000);
     let mut c = e.begin(CallSpec::new("up"));
     c.next_attempt().unwrap();
     assert_eq!(c.report(&Outcome::status(503)).reason, Reason::BudgetExhausted);
@@ -701,7 +702,7 @@ fn retry_concurrency_cap() {
 #[test]
 fn breaker_opens_stops_calls_and_recovers_through_half_open() {
     let (e, clock) = engine(
-        "breaker: {min_calls: 4, window_size: 10, failure_rate: 0.5, open_ms: 1000, open_jitter: 0, close_after: 1}\nbudget: {enabled: false}",
+        "breaker: {min_calls: 4, window_size: 10, failure_rate: 0.5, open_ms: 1000, open_jitter: 0, close_after: 1, half_open_probes: 1}\nbudget: {enabled: false}",
     );
     let events = Arc::new(Mutex::new(Vec::new()));
     let ev2 = events.clone();
@@ -833,7 +834,7 @@ fn reload_is_atomic_in_flight_calls_keep_their_version() {
 
 #[test]
 fn events_have_exact_fields_and_never_carry_credentials() {
-    let (e, clock) = engine("version: pv9\ntelemetry: {ring_size: 64, header_allowlist: [retry-after, authorization, x-api-key, cookie, api-key]}");
+    let (e, clock) = engine("version: pv9\nretry_after: {jitter_ms: 0}\ntelemetry: {ring_size: 64, header_allowlist: [retry-after, authorization, x-api-key, cookie, api-key]}");
     let mut c = e.begin(CallSpec::new("up").tenant("acme").deadline_ms(10_000));
     c.next_attempt().unwrap();
     clock.advance_ms(100);
@@ -1119,6 +1120,7 @@ fn identical_inputs_clock_and_seed_give_identical_decisions() {
 }
 
 #[test]
+#[cfg(feature = "test-hooks")]
 fn panic_hook_panics_inside_report_and_engine_stays_usable() {
     let (e, _) = engine("testing: {panic_on_vendor_code: boom}");
     let e2 = e.clone();
@@ -1212,7 +1214,7 @@ fn begin_attempt_is_begin_then_next_attempt() {
 #[test]
 fn an_evicted_breaker_restarts_fresh_for_a_thread_that_cached_it() {
     let (e, clock) = engine(
-        "breaker: {min_calls: 2, window_size: 10, failure_rate: 0.5, open_ms: 60000, open_jitter: 0}\nbudget: {enabled: false}\nlimits: {max_keys: 16, idle_ms: 1}",
+        "breaker: {min_calls: 2, window_size: 10, failure_rate: 0.5, open_ms: 60000, open_max_ms: 60000, open_jitter: 0}\nbudget: {enabled: false}\nlimits: {max_keys: 16, idle_ms: 1}",
     );
     for _ in 0..2 {
         let mut c = e.begin(CallSpec::new("up"));

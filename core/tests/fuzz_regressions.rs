@@ -2,8 +2,8 @@
 //! fuzz targets found or that pin a behaviour the targets assert, run on
 //! every `cargo test` without the fuzzer.
 
-use retrywise::backoff::{parse_retry_after, HintProblem};
-use retrywise::{Action, CallSpec, Engine, Format, Headers, Inbound, ManualClock, Outcome, Policy};
+use retrywise::rules::wait::{parse_retry_after, HintProblem};
+use retrywise::{Action, CallSpec, Engine, Format, Headers, Inbound, ManualClock, Outcome, Policy, Reason};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,7 +12,7 @@ fn wall() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_735_689_600)
 }
 
-fn hint(name: &str, value: &str) -> retrywise::backoff::RetryHint {
+fn hint(name: &str, value: &str) -> retrywise::rules::wait::RetryHint {
     let h: Headers = [(name, value)].into_iter().collect();
     parse_retry_after(&h, wall())
 }
@@ -92,7 +92,9 @@ fn far_future_http_date_is_absurd() {
 }
 
 /// A far-future date and the same wait in delta-seconds are treated alike in
-/// a call: both are ignored as absurd and the call retries on local jitter.
+/// a call: both are absurd, and an absurd hint is a very long wait (never
+/// "no hint, retry on local jitter"): inside a 10 s deadline the call stops,
+/// even with `on_exceed: cap`, because the deadline comes first.
 #[test]
 fn far_future_http_date_versus_absurd_seconds_in_a_call() {
     let clock = ManualClock::new();
@@ -108,12 +110,14 @@ fn far_future_http_date_versus_absurd_seconds_in_a_call() {
         call.next_attempt().unwrap();
         call.report(&Outcome::status(429).header("retry-after", value))
     };
-    let secs = decide("251667000000");
-    assert_eq!(secs.action, Action::Retry);
-    assert_eq!(secs.detail.as_deref(), Some("retry_after_absurd"));
-    let date = decide("Fri, 31 Dec 9999 23:59:59 GMT");
-    assert_eq!(date.action, Action::Retry);
-    assert_eq!(date.detail.as_deref(), Some("retry_after_absurd"));
+    for value in ["251667000000", "Fri, 31 Dec 9999 23:59:59 GMT"] {
+        let d = decide(value);
+        assert_eq!(
+            (d.action, d.reason, d.retry_after),
+            (Action::Stop, Reason::RetryAfterExceedsDeadline, None),
+            "{value}"
+        );
+    }
 }
 
 /// The `inbound` target's round trip: what an engine sends downstream parses
@@ -132,7 +136,7 @@ fn inbound_round_trip_and_single_attempt() {
     assert_eq!(inbound.deadline, Some(Duration::from_millis(604_800_000)));
     assert_eq!(inbound.attempt, Some(u32::MAX));
     assert_eq!(inbound.idempotency_key.as_deref(), Some("k"));
-    let out = retrywise::deadline::outbound_headers(
+    let out = retrywise::rules::deadline::outbound_headers(
         Duration::from_millis(604_800_000),
         Duration::ZERO,
         "~!",

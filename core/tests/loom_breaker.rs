@@ -9,8 +9,8 @@
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use retrywise::breaker::{Admit, BreakerCell, BreakerParams, Record};
-use retrywise::budget::{BudgetCell, BudgetParams};
+use retrywise::internals::{Admit, BreakerCell, BreakerParams, Record};
+use retrywise::internals::{BudgetCell, BudgetParams};
 use retrywise::policy::{Breaker, Budget};
 
 fn half_open(probes: u32) -> (Arc<BreakerCell>, BreakerParams) {

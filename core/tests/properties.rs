@@ -6,10 +6,10 @@
 //! seed give identical decisions.
 
 use proptest::prelude::*;
-use retrywise::backoff::{ceiling_ms, jitter_ms};
-use retrywise::budget::{BudgetCell, BudgetParams};
-use retrywise::fallback::{match_candidates, Needs};
+use retrywise::internals::{BudgetCell, BudgetParams};
 use retrywise::policy::{Backoff, BackoffKind, Budget as BudgetPolicy, Route};
+use retrywise::rules::route::{match_candidates, Needs};
+use retrywise::rules::wait::{ceiling_ms, jitter_ms};
 use retrywise::{Action, CallSpec, Engine, ErrorKind, Idempotency, ManualClock, Outcome, Phase, Policy};
 use std::sync::Arc;
 use std::time::Duration;
@@ -193,7 +193,7 @@ proptest! {
                 prop_assert_eq!(up.data_boundary.as_ref(), Some(b));
             }
             if let Some(c) = route.max_cost_per_call {
-                prop_assert!(retrywise::fallback::estimated_cost(up, &needs) <= c);
+                prop_assert!(retrywise::rules::route::estimated_cost(up, &needs) <= c);
             }
         }
     }
@@ -299,7 +299,7 @@ proptest! {
                 prop_assert!(up.capabilities.contains(r), "{} lacks {}", a.upstream, r);
             }
             prop_assert_eq!(up.data_boundary.as_deref(), Some("eu"));
-            prop_assert!(retrywise::fallback::estimated_cost(up, &needs) <= 0.02);
+            prop_assert!(retrywise::rules::route::estimated_cost(up, &needs) <= 0.02);
             prop_assert!(!forced_open[a.upstream[1..].parse::<usize>().unwrap()], "{} is forced open", a.upstream);
             let d = c.report(o);
             if d.is_final() { break; }

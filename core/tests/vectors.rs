@@ -12,8 +12,8 @@
 //! `RETRYWISE_VECTORS_RUN_SKIPPED=1`.
 
 use retrywise::{
-    Attempt, CallSpec, Decision, EffectState, Engine, ErrorKind, Headers, HedgePlan, Idempotency, Inbound, ManualClock,
-    Mode, Needs, Outcome, Phase, Policy, Stopped, StreamGate,
+    Attempt, CallSpec, Continuation, Decision, EffectState, Engine, ErrorKind, Headers, HedgePlan, Idempotency,
+    Inbound, ManualClock, Mode, Needs, Outcome, Phase, Policy, Stopped, StreamGate,
 };
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -132,6 +132,7 @@ fn canon_attempt(a: &Attempt) -> Value {
         "timeouts_ms": {
             "connect": ms(a.timeouts().connect),
             "first_byte": ms(a.timeouts().first_byte),
+            "first_token": ms(a.timeouts().first_token),
             "idle": ms(a.timeouts().idle),
             "total": ms(a.timeouts().total),
         },
@@ -146,6 +147,7 @@ fn canon_stop(s: &Stopped) -> Value {
             "class": s.class.map(|c| c.as_str()),
             "on_failure": s.on_failure.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
             "detail": s.detail,
+            "wait_ms": s.wait.map(|w| w.as_millis() as u64),
         }
     })
 }
@@ -169,6 +171,7 @@ fn canon_decision(d: &Decision) -> Value {
         "attempt": d.attempt,
         "hedge": d.hedge,
         "excluded": excluded,
+        "continuation": d.continuation.map(|c| c.as_str()),
     })
 }
 
@@ -264,6 +267,12 @@ fn outcome_of(v: &Value) -> Result<Outcome, String> {
             .map_err(|e| e.to_string())?,
         input_tokens: u(v, "input_tokens"),
         ok: v.get("ok").and_then(Value::as_bool).unwrap_or(false),
+        retry_delay: None,
+        resumable: v.get("resumable").and_then(Value::as_bool).unwrap_or(false),
+        continuation: parse("continuation")
+            .map(|c| c.parse::<Continuation>())
+            .transpose()
+            .map_err(|e| e.to_string())?,
     })
     .map(|o| match s(v, "body") {
         // After the headers: a 2xx body is judged by its content-type.

@@ -366,6 +366,11 @@ fn check_decision(l: &Live, d: &Decision, trace: &mut String) {
             }
             assert!(!l.call.is_finished());
         }
+        Action::Wait => {
+            // A failure beside a running sibling: nothing to send now.
+            assert_eq!(d.delay, Duration::ZERO, "{d:?}");
+            assert!(!l.call.is_finished(), "{d:?}");
+        }
         Action::Succeeded | Action::Stop | Action::Reconcile => {
             assert_eq!(d.delay, Duration::ZERO, "{d:?}");
             assert!(l.call.is_finished() || d.reason == Reason::InvalidState, "{d:?}");

@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use retrywise_core::deadline::outbound_headers;
+use retrywise_core::rules::deadline::outbound_headers;
 use retrywise_core::{Action, CallSpec, Engine, Headers, Inbound, ManualClock, Outcome, Policy};
 use retrywise_fuzz::headers_from_lines;
 use std::sync::{Arc, OnceLock};

@@ -15,7 +15,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use retrywise_core::backoff::{parse_retry_after, parse_retry_after_value, RetryHint};
+use retrywise_core::rules::wait::{parse_retry_after, parse_retry_after_value, RetryHint};
 use retrywise_core::Headers;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -17,7 +17,7 @@ static unsigned long long counter(const char *json, const char *key) {
 int main(void) {
     rw_engine_options opts = { .seed = 7, .has_seed = true, .manual_clock = true };
     rw_error *err = NULL;
-    static const char policy[] = "{\"max_attempts\": 3}";
+    static const char policy[] = "{\"max_attempts\": 3, \"retry_after\": {\"jitter_ms\": 0}}";
     rw_engine *engine = rw_engine_new_with(policy, sizeof(policy) - 1, &opts, &err);
     if (engine == NULL) {
         fprintf(stderr, "rw_engine_new_with: %s\n", rw_error_message(err));

@@ -16,8 +16,9 @@ assert.deepEqual(
 )
 console.log('retrywise', rw.version, 'addon from', path.relative(process.cwd(), addons[0]))
 
-// The decision loop: a 503 asking for 5 ms, then a 200.
-const engine = new rw.Engine({ max_attempts: 3 }, { seed: 7, manualClock: true })
+// The decision loop: a 503 asking for 5 ms, then a 200 (no Retry-After
+// jitter, so the wait is exactly the hint).
+const engine = new rw.Engine({ max_attempts: 3, retry_after: { jitter_ms: 0 } }, { seed: 7, manualClock: true })
 const call = engine.begin({ route: 'openai/gpt-4o', deadlineMs: 10000 })
 let a = call.nextAttempt()
 assert.deepEqual([a.number, a.upstream, a.headers['retrywise-attempt']], [1, 'openai/gpt-4o', '1'])
@@ -46,7 +47,7 @@ const server = http.createServer((req, res) => {
 })
 server.listen(0, '127.0.0.1', async () => {
   try {
-    const e = new rw.Engine({ max_attempts: 3 }, { seed: 7 })
+    const e = new rw.Engine({ max_attempts: 3, retry_after: { jitter_ms: 0 } }, { seed: 7 })
     const f = rw.wrapFetch(e, fetch, { route: 'local' })
     const res = await f(`http://127.0.0.1:${server.address().port}/v1/chat/completions`, {
       method: 'POST',

@@ -18,8 +18,9 @@ assert site.parent.name == "site-packages", f"retrywise imported from {site}, no
 (native,) = site.glob("_retrywise*.so")
 print("retrywise", retrywise.__version__, "from", native.name)
 
-# The decision loop: a 503 asking for 5 ms, then a 200.
-engine = retrywise.Engine({"max_attempts": 3}, seed=7, manual_clock=True)
+# The decision loop: a 503 asking for 5 ms, then a 200 (no Retry-After
+# jitter, so the wait is exactly the hint).
+engine = retrywise.Engine({"max_attempts": 3, "retry_after": {"jitter_ms": 0}}, seed=7, manual_clock=True)
 call = engine.begin("openai/gpt-4o", deadline_ms=10_000)
 a = call.next_attempt()
 assert (a.number, a.upstream, a.headers["retrywise-attempt"]) == (1, "openai/gpt-4o", "1"), a.headers
@@ -64,7 +65,7 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 try:
-    engine = retrywise.Engine({"max_attempts": 3}, seed=7)
+    engine = retrywise.Engine({"max_attempts": 3, "retry_after": {"jitter_ms": 0}}, seed=7)
     url = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
     with httpx.Client(transport=RetryTransport(engine, route="local")) as client:
         r = client.post(url, json={"model": "m"}, timeout=5.0)

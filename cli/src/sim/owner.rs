@@ -75,6 +75,12 @@ impl Run<'_> {
                 slot.seen = seen;
                 self.q.push(t, EV_DONE, id, slot.token);
             }
+            // Not yet (the breaker admits probes later, within the deadline): ask again then.
+            Err(stopped) if !stopped.is_final() => {
+                let wait = stopped.wait.unwrap_or_default().as_micros() as u64;
+                let token = slot.token;
+                self.q.push(now + wait, EV_WAKE, id, token);
+            }
             Err(stopped) => {
                 if slot.measured {
                     self.m.stop(now, stopped.reason);
@@ -102,6 +108,8 @@ impl Run<'_> {
                 let token = slot.token;
                 self.q.push(now + d.delay.as_micros() as u64, EV_WAKE, id, token);
             }
+            // No hedging here: no sibling to wait for.
+            Action::Wait => unreachable!("the simulator sends no hedges"),
             Action::Stop | Action::Reconcile => {
                 if slot.measured {
                     self.m.stop(now, d.reason);

@@ -93,8 +93,12 @@ pub struct Scenario {
     pub jitter_policy: Policy,
     /// Policy of strategy (c).
     pub retrywise_policy: Policy,
-    /// What was tuned and why (printed with the results).
+    /// What the scenario sets up and why (printed with the results).
     pub notes: Vec<String>,
+    /// What (c)'s policy tunes and why; replaced by `--policy`.
+    pub policy_notes: Vec<String>,
+    /// The file (c)'s policy came from (`--policy`); `None` for the scenario's own.
+    pub retrywise_policy_file: Option<String>,
 }
 
 /// Command-line overrides.
@@ -215,20 +219,11 @@ impl Scenario {
         rw.telemetry.ring_size = 0;
         rw.budget.window_ms = 1_000;
         rw.budget.ratio = 0.09;
-        let mut notes = vec![
+        let notes = vec![
             format!(
                 "(b) and (c) share: max_attempts {}, deadline {} ms, timeouts.attempt_ms {} (the same per-attempt timeout as the naive gateway), full jitter {}-{} ms; (b) sets budget.enabled and breaker.enabled to false",
                 rw.max_attempts, deadline_ms, ATTEMPT_TIMEOUT_MS, rw.backoff.base_ms, rw.backoff.cap_ms
             ),
-            format!(
-                "(c) budget.window_ms {} (default 10 000): the budget bounds retries per window, and a 10 s window lets the allowance saved in quiet seconds be spent within one second, well above 1 + ratio; a 1 s window matches the 1 s buckets reported here",
-                rw.budget.window_ms
-            ),
-            format!(
-                "(c) budget.ratio {} (default 0.1): the budget counts a retry when it grants it, but the retry starts after its jitter wait, possibly in the next second, and arrivals are Poisson, so with 0.1 a saturated one-second bucket can land a fraction of a percent above 1.1x; 0.09 keeps the measured peak under the 1.1x target",
-                rw.budget.ratio
-            ),
-            "(c) breaker: core defaults (count window 100 calls, trips at 50 % failures, open 5 s growing x2 up to 60 s, 1 half-open probe, 2 successes to close)".to_string(),
             format!(
                 "upstream: capacity {:.2}x offered (normal utilization {:.0} %); requests may queue up to {} ms, longer than the {} ms clients wait, since a server cannot know its clients' timeouts: once the queue passes the timeout, admitted requests are work nobody waits for",
                 capacity_factor,
@@ -237,10 +232,31 @@ impl Scenario {
                 ATTEMPT_TIMEOUT_MS
             ),
         ];
+        let br = &rw.breaker;
+        let mut policy_notes = vec![
+            format!(
+                "(c) budget.window_ms {} (default 10 000): the budget bounds retries per window, and a 10 s window lets the allowance saved in quiet seconds be spent within one second, well above 1 + ratio; a 1 s window matches the 1 s buckets reported here",
+                rw.budget.window_ms
+            ),
+            format!(
+                "(c) budget.ratio {} (default 0.1): the budget counts a retry when it grants it, but the retry starts after its jitter wait, possibly in the next second, and arrivals are Poisson, so with 0.1 a saturated one-second bucket can land a fraction of a percent above 1.1x; 0.09 keeps the measured peak under the 1.1x target",
+                rw.budget.ratio
+            ),
+            format!(
+                "(c) breaker: core defaults (count window {} calls, trips at {:.0} % failures, open {} s growing x{} on each failed probe up to {} s, {} half-open probes, {} successes to close)",
+                br.window_size,
+                br.failure_rate.unwrap_or(0.0) * 100.0,
+                br.open_ms / 1000,
+                br.open_factor,
+                br.open_max_ms / 1000,
+                br.half_open_probes,
+                br.close_after
+            ),
+        ];
         match name {
-            "hard-outage" => notes.push("with one upstream and no fallback, the breaker cannot add successes: it fails fast while open and sheds load; its open time doubles on each failed probe, so it can stay open for a while after the provider is back".into()),
-            "429-storm" => notes.push("429s cost the provider nothing here and the rate limit admits the same number of requests whoever sends them: retries that wait for retry-after only move the line; the budget refuses most of them, which keeps the upstream's load flat".into()),
-            "steady-5pct" => notes.push("5 % errors need 5 % retries, under the budget's 9 %: every strategy retries every failure".into()),
+            "hard-outage" => policy_notes.push(format!("(c) with one upstream and no fallback: the breaker opens for {} ms, growing x{} up to {} s, so it probes again within seconds of the recovery; a call it refuses waits for its probe window when that is at most {} ms away (breaker.hold_max_ms) instead of failing, so the calls arriving in the outage's last second are answered after it, without the whole outage's calls arriving at once; the budget ({} % of requests) refuses most retries during the outage", br.open_ms, br.open_factor, br.open_max_ms / 1000, br.hold_max_ms, rw.budget.ratio * 100.0)),
+            "429-storm" => policy_notes.push("(c) 429s cost the provider nothing here and the rate limit admits the same number of requests whoever sends them: retries that wait for retry-after only move the line, except at the storm's end, where jitter-only's retries land after it; the budget refuses most of them, which keeps the upstream's load flat and loses those (with budget.enabled false, (c) answers what jitter-only does)".into()),
+            "steady-5pct" => policy_notes.push("(c) 5 % errors need 5 % retries, under the budget's 9 %: every strategy retries every failure".into()),
             _ => {}
         }
         jitter.validate().map_err(|e| e.to_string())?;
@@ -279,7 +295,26 @@ impl Scenario {
             jitter_policy: jitter,
             retrywise_policy: rw,
             notes,
+            policy_notes,
+            retrywise_policy_file: None,
         })
+    }
+
+    /// Replays the scenario with `policy` (read from `file`) for strategy (c)
+    /// instead of the scenario's own; the notes on that policy no longer apply.
+    pub fn with_retrywise_policy(mut self, policy: Policy, file: &str) -> Scenario {
+        self.policy_notes = vec![format!(
+            "(c) runs the policy in {file} (version {}) as written, with the scenario's {} ms deadline; the scenario's own (c) policy sets timeouts.attempt_ms {}, budget.window_ms 1000 and budget.ratio 0.09 over the core defaults",
+            policy.version, self.deadline_ms, ATTEMPT_TIMEOUT_MS
+        )];
+        self.retrywise_policy = policy;
+        self.retrywise_policy_file = Some(file.to_string());
+        self
+    }
+
+    /// Every note, the scenario's first.
+    pub fn all_notes(&self) -> Vec<String> {
+        self.notes.iter().chain(&self.policy_notes).cloned().collect()
     }
 
     /// Conditions at `t_ms`.

@@ -1,0 +1,11 @@
+//! State every call of an engine shares: cells by scope key
+//! (`registry.rs`, keyed by `scope.rs`), one upstream's cells resolved
+//! once (`upstream.rs`), one policy version compiled with its upstreams'
+//! state (`version.rs`), and the rest an engine shares (`shared.rs`).
+
+pub mod ratelimit;
+pub(crate) mod registry;
+pub(crate) mod scope;
+pub(crate) mod shared;
+pub(crate) mod upstream;
+pub(crate) mod version;

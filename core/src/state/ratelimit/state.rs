@@ -1,0 +1,574 @@
+//! One scope's rate-limit state and the admission decision over it, on
+//! injected time (monotonic nanoseconds) and an injected RNG.
+//!
+//! The model, per [`Kind`]: the provider's last `remaining` allowance and the
+//! instant its window resets; the units this process has committed that the
+//! provider's number may not include yet — attempts in flight, and attempts
+//! settled without a reading of their own (`unconfirmed`); and the units
+//! promised to callers told to wait, per future window.
+//!
+//! Admission is safe against fixed windows and token buckets alike: before the
+//! reset it never commits more than the provider said remained (a bucket
+//! refills sooner, which only leaves room unused), and at the reset the
+//! allowance is the full limit (what "reset" means in both models).
+//!
+//! Responses arrive out of order, and a long generation holds its headers
+//! back, so each reading is dated by its attempt's send time: one whose
+//! attempt left after the last merged reading arrived is newer and replaces
+//! `remaining` (a bucket may have refilled); one that may be older only lowers
+//! it within the same window, and is ignored when its window had reset before
+//! the current one began. Resets are taken at the latest instant a reading
+//! allows.
+//!
+//! What safety costs: a token bucket's refill before its reset is left unused
+//! (at small limits, a few requests per minute, this is a visible share of
+//! the limit; `examples/pacing.rs` measures it), and headers held back by a
+//! long non-streamed generation move the reset later by as long.
+//!
+//! Callers that must wait are spread over the windows to come: with the limit
+//! `L` known, the next `L` units of waiters are given distinct slots across
+//! the next window (slot `i` of a unit-cost queue starts `i · window / L` after
+//! the reset, plus jitter inside its slot), the next `L` across the window
+//! after, and so on. No two waiters wake together, and no window is promised
+//! more than its limit. A waiter that comes back with its [`Ticket`](super::Ticket)
+//! redeems its slot; a newcomer is admitted only from what is left after the
+//! promises of the current window.
+
+use super::admission::StopWhy;
+use super::reading::{Kind, Window};
+use rand::Rng;
+use std::time::Duration;
+
+/// Future windows whose promises are tracked; a caller queued further out
+/// still waits, unpromised.
+pub(crate) const RING: usize = 8;
+
+/// `d` in nanoseconds, saturating.
+#[inline]
+pub(crate) fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The configuration in nanoseconds, as the state computes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Params {
+    pub(crate) default_reset: u64,
+    pub(crate) default_window: u64,
+    pub(crate) max_hold: u64,
+    pub(crate) quota_hold: u64,
+    pub(crate) unknown_spread: u64,
+    pub(crate) same_window_slack: u64,
+}
+
+/// A promise of `units` in the window numbered `epoch`.
+pub(crate) type Promise = Option<(u64, u64)>;
+
+/// One kind's window and ledger.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct KindState {
+    pub(crate) limit: Option<u64>,
+    /// `None`: nothing known, not constrained.
+    pub(crate) remaining: Option<u64>,
+    /// When the current window resets (meaningful with `remaining`).
+    pub(crate) reset_at: u64,
+    /// Window length the provider stated, ns.
+    pub(crate) window: Option<u64>,
+    pub(crate) in_flight: u64,
+    pub(crate) unconfirmed: u64,
+    /// When the last reading merged into `remaining` arrived (or, after a
+    /// reset, when the window began): a reading of an attempt sent later was
+    /// produced after every reading merged so far.
+    pub(crate) observed_at: u64,
+    /// Start of the current window when `remaining` began as the limit
+    /// assumed at a reset (not a reading).
+    pub(crate) rolled_at: Option<u64>,
+    /// Number of the current window.
+    pub(crate) epoch: u64,
+    /// Units promised to waiters, for windows `epoch .. epoch + RING` (index `e % RING`).
+    pub(crate) promised: [u64; RING],
+}
+
+/// Where a refused caller is queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sched {
+    /// From now until its slot opens.
+    pub(crate) due: u64,
+    /// Width of its slot (the jitter is drawn inside it).
+    pub(crate) spread: u64,
+    pub(crate) promise: Promise,
+}
+
+impl KindState {
+    fn window_ns(&self, p: &Params) -> u64 {
+        self.window.unwrap_or(p.default_window).max(1)
+    }
+
+    #[inline]
+    fn slot(e: u64) -> usize {
+        (e % RING as u64) as usize
+    }
+
+    /// Moves past every window that has reset by `now`: the allowance is the
+    /// full limit again, settled-but-unconfirmed units and the promises of the
+    /// passed windows are dropped.
+    ///
+    /// With the limit unknown, a `probe`-able kind (requests) allows one
+    /// attempt, whose response tells the rest, until a recheck
+    /// (`default_reset`) later; once a recheck passes with no reading, or for
+    /// token kinds at once, nothing constrains the kind until the next reading.
+    /// One attempt at the end of a 429's hold, not every waiter.
+    pub(crate) fn roll(&mut self, now: u64, p: &Params, probe: bool) {
+        if self.remaining.is_none() || now < self.reset_at {
+            return;
+        }
+        if self.limit.is_none() {
+            let start = self.reset_at;
+            let recheck = start.saturating_add(p.default_reset);
+            let probing = probe && self.rolled_at.is_none() && now < recheck;
+            self.promised = [0; RING];
+            self.epoch += 1;
+            self.unconfirmed = 0;
+            self.observed_at = start;
+            self.rolled_at = Some(start);
+            self.remaining = probing.then_some(1);
+            self.reset_at = recheck;
+            return;
+        }
+        let w = self.window_ns(p);
+        let n = 1 + (now - self.reset_at) / w;
+        if n as usize >= RING {
+            self.promised = [0; RING];
+        } else {
+            for i in 0..n {
+                self.promised[Self::slot(self.epoch + i)] = 0;
+            }
+        }
+        self.epoch += n;
+        self.unconfirmed = 0;
+        self.remaining = self.limit;
+        let start = self.reset_at.saturating_add((n - 1).saturating_mul(w));
+        self.observed_at = start;
+        self.rolled_at = Some(start);
+        self.reset_at = start.saturating_add(w);
+    }
+
+    /// Takes one response's window for this kind. The response's attempt was
+    /// sent at `sent`, so the provider produced the reading at some instant
+    /// between `sent` and `now`.
+    ///
+    /// A reading whose attempt left after the held value arrived is newer and
+    /// replaces it. One that may be older (responses arrive out of order, a
+    /// long generation holds its headers back) can only lower the remaining
+    /// allowance of the same window, and is ignored when its window had
+    /// already reset before the current one began.
+    pub(crate) fn observe(&mut self, w: Window, sent: u64, now: u64, p: &Params) {
+        if w.limit.is_some() {
+            self.limit = w.limit;
+        }
+        if let Some(win) = w.window {
+            self.window = Some(ns(win).max(1));
+        }
+        let Some(r) = w.remaining else { return };
+        let reset = w.reset.map(ns);
+        if self.remaining.is_some() && sent <= self.observed_at {
+            let earliest = reset.map(|d| sent.saturating_add(d));
+            if earliest.is_some_and(|e| self.rolled_at.is_some_and(|start| e < start)) {
+                return;
+            }
+            if earliest.is_none_or(|e| e <= self.reset_at.saturating_add(p.same_window_slack)) {
+                self.remaining = self.remaining.min(Some(r));
+                self.observed_at = self.observed_at.max(now);
+                return;
+            }
+        }
+        // The latest instant the reset can be: resuming early would spend what is not there.
+        self.remaining = Some(r);
+        self.reset_at = now.saturating_add(reset.unwrap_or(p.default_reset));
+        self.observed_at = now;
+        self.rolled_at = None;
+    }
+
+    /// Records that the window is exhausted until `until` (a 429 said so).
+    pub(crate) fn hold(&mut self, now: u64, until: u64) {
+        let live = self.remaining.is_some() && self.reset_at > now;
+        self.reset_at = if live { self.reset_at.max(until) } else { until };
+        self.remaining = Some(0);
+        self.observed_at = self.observed_at.max(now);
+        self.rolled_at = None;
+    }
+
+    /// Allowance left for one more caller; `None` when unconstrained.
+    pub(crate) fn available(&self) -> Option<u64> {
+        self.remaining.map(|r| {
+            r.saturating_sub(self.in_flight)
+                .saturating_sub(self.unconfirmed)
+                .saturating_sub(self.promised[Self::slot(self.epoch)])
+        })
+    }
+
+    /// Units a caller of `cost` needs free: at least one (every attempt uses
+    /// some of each limit), at most the limit (a larger estimate could never
+    /// fit, and waits one full window instead).
+    pub(crate) fn need(&self, cost: u64) -> u64 {
+        cost.max(1).min(self.limit.unwrap_or(u64::MAX).max(1))
+    }
+
+    /// Queues a refused caller needing `need` units (does not record the promise).
+    pub(crate) fn schedule(&self, need: u64, now: u64, p: &Params) -> Sched {
+        let w = self.window_ns(p);
+        let start = self.reset_at.max(now);
+        let Some(l) = self.limit.filter(|&l| l > 0) else {
+            return Sched {
+                due: start - now,
+                spread: p.unknown_spread,
+                promise: None,
+            };
+        };
+        let c = need.min(l);
+        let share = |units: u64| (u128::from(units) * u128::from(w) / u128::from(l)) as u64;
+        for j in 1..RING as u64 {
+            let taken = self.promised[Self::slot(self.epoch + j)];
+            if taken.saturating_add(c) <= l {
+                let opens = start.saturating_add((j - 1).saturating_mul(w));
+                return Sched {
+                    due: opens.saturating_add(share(taken)) - now,
+                    spread: share(c).max(1),
+                    promise: Some((self.epoch + j, c)),
+                };
+            }
+        }
+        Sched {
+            due: start.saturating_add((RING as u64 - 1).saturating_mul(w)) - now,
+            spread: w,
+            promise: None,
+        }
+    }
+
+    pub(crate) fn promise(&mut self, (epoch, units): (u64, u64)) {
+        let s = Self::slot(epoch);
+        self.promised[s] = self.promised[s].saturating_add(units);
+    }
+
+    /// Returns a promise that is still tracked.
+    pub(crate) fn release(&mut self, (epoch, units): (u64, u64)) {
+        if epoch >= self.epoch && epoch < self.epoch + RING as u64 {
+            let s = Self::slot(epoch);
+            self.promised[s] = self.promised[s].saturating_sub(units);
+        }
+    }
+
+    /// True when nothing is known or held: the kind need not be shown.
+    pub(crate) fn is_blank(&self) -> bool {
+        self.limit.is_none() && self.remaining.is_none() && self.in_flight == 0
+    }
+}
+
+/// What a settled attempt consumed, per kind (`None`: never sent, nothing).
+pub(crate) type Consumed = Option<[u64; 4]>;
+
+/// The decision before the attempt, as data (the table wraps it in handles).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Go,
+    Wait { wait: u64, promises: [Promise; 4] },
+    Stop(StopWhy),
+}
+
+/// Everything known about one scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ScopeState {
+    pub(crate) kinds: [KindState; 4],
+    /// A quota (not a rate) is exhausted: calls stop until then, and then one probes.
+    pub(crate) quota_until: Option<u64>,
+}
+
+impl ScopeState {
+    pub(crate) fn roll(&mut self, now: u64, p: &Params) {
+        for (i, k) in self.kinds.iter_mut().enumerate() {
+            k.roll(now, p, i == Kind::Requests.index());
+        }
+    }
+
+    /// Takes one response's reading (its attempt sent at `sent`).
+    pub(crate) fn observe(&mut self, r: &super::Reading, sent: u64, now: u64, p: &Params) {
+        self.roll(now, p);
+        for k in Kind::ALL {
+            self.kinds[k.index()].observe(r.window(k), sent, now, p);
+        }
+        if r.quota_exhausted {
+            let hold = r.retry_after.map_or(0, ns).max(p.quota_hold);
+            self.quota_until = Some(now.saturating_add(hold));
+            return;
+        }
+        // A response that is not a quota refusal ends a quota hold.
+        if r.answered {
+            self.quota_until = None;
+        }
+        if !r.rate_limited {
+            return;
+        }
+        let exhausted = Kind::ALL.iter().any(|&k| r.window(k).remaining == Some(0));
+        let hint = match r.retry_after {
+            Some(d) => Some(ns(d)),
+            // The windows in the reading say which is exhausted and when it resets.
+            None if exhausted => None,
+            None => Some(
+                Kind::ALL
+                    .iter()
+                    .filter_map(|&k| r.window(k).reset)
+                    .min()
+                    .map_or(p.default_reset, ns),
+            ),
+        };
+        if let Some(h) = hint {
+            // Never longer than max_hold: a per-minute limit is not a day-long cooldown.
+            let until = now.saturating_add(h.min(p.max_hold));
+            self.kinds[Kind::Requests.index()].hold(now, until);
+        }
+    }
+
+    /// Decides one attempt needing `costs` units per kind. On `Go` the units
+    /// are reserved; on `Wait` the returned promises are recorded.
+    pub(crate) fn decide<R: Rng + ?Sized>(
+        &mut self,
+        now: u64,
+        costs: [u64; 4],
+        time_left: u64,
+        p: &Params,
+        rng: &mut R,
+    ) -> Decision {
+        self.roll(now, p);
+        if let Some(until) = self.quota_until {
+            if now < until {
+                return Decision::Stop(StopWhy::QuotaExhausted);
+            }
+            // One probe; the others keep stopping until its response says otherwise.
+            self.quota_until = Some(now.saturating_add(p.quota_hold));
+        }
+        let mut binding: Option<Sched> = None;
+        let mut promises: [Promise; 4] = [None; 4];
+        for (i, k) in self.kinds.iter().enumerate() {
+            let Some(avail) = k.available() else { continue };
+            let need = k.need(costs[i]);
+            if avail >= need {
+                continue;
+            }
+            let s = k.schedule(need, now, p);
+            promises[i] = s.promise;
+            if binding.is_none_or(|b| s.due > b.due) {
+                binding = Some(s);
+            }
+        }
+        let Some(b) = binding else {
+            for (k, c) in self.kinds.iter_mut().zip(costs) {
+                k.in_flight = k.in_flight.saturating_add(c);
+            }
+            return Decision::Go;
+        };
+        if b.due > time_left {
+            return Decision::Stop(StopWhy::RateLimitedUntil(Duration::from_nanos(b.due)));
+        }
+        let wait = b.due.saturating_add(rng.gen_range(0..=b.spread)).min(time_left);
+        for (k, pr) in self.kinds.iter_mut().zip(promises) {
+            if let Some(pr) = pr {
+                k.promise(pr);
+            }
+        }
+        Decision::Wait { wait, promises }
+    }
+
+    /// Ends a reservation of `costs`: the units leave the in-flight count;
+    /// those consumed that no reading of its own confirms stay counted until
+    /// the window resets.
+    pub(crate) fn settle(&mut self, costs: [u64; 4], confirmed: [bool; 4], consumed: Consumed) {
+        for (i, k) in self.kinds.iter_mut().enumerate() {
+            k.in_flight = k.in_flight.saturating_sub(costs[i]);
+            if let Some(used) = consumed {
+                if !confirmed[i] && k.remaining.is_some() {
+                    k.unconfirmed = k.unconfirmed.saturating_add(used[i]);
+                }
+            }
+        }
+    }
+
+    /// Returns promises made by an earlier `Wait`.
+    pub(crate) fn release(&mut self, promises: &[Promise; 4]) {
+        for (k, pr) in self.kinds.iter_mut().zip(promises) {
+            if let Some(pr) = pr {
+                k.release(*pr);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    impl KindState {
+        fn roll_(&mut self, now: u64, p: &Params) {
+            self.roll(now, p, true);
+        }
+    }
+
+    fn params() -> Params {
+        Params {
+            default_reset: S,
+            default_window: 60 * S,
+            max_hold: 60 * S,
+            quota_hold: 60 * S,
+            unknown_spread: S,
+            same_window_slack: S,
+        }
+    }
+
+    fn window(limit: u64, remaining: u64, reset_s: u64) -> Window {
+        Window {
+            limit: Some(limit),
+            remaining: Some(remaining),
+            reset: Some(Duration::from_secs(reset_s)),
+            window: None,
+        }
+    }
+
+    #[test]
+    fn readings_of_one_window_only_lower_remaining() {
+        let p = params();
+        let mut k = KindState::default();
+        k.observe(window(60, 10, 30), 0, 0, &p);
+        assert_eq!((k.remaining, k.reset_at), (Some(10), 30 * S));
+        // Attempts sent before that reading arrived: their readings may be
+        // older (more remaining): ignored; less remaining is taken.
+        k.observe(window(60, 14, 29), 0, S, &p);
+        assert_eq!((k.remaining, k.reset_at), (Some(10), 30 * S));
+        k.observe(window(60, 7, 20), 0, 10 * S, &p);
+        assert_eq!((k.remaining, k.reset_at), (Some(7), 30 * S));
+        // Sent after the last merged reading arrived: newer, taken as is (a
+        // bucket may have refilled), resetting at the latest instant it allows.
+        k.observe(window(60, 9, 25), 11 * S, 12 * S, &p);
+        assert_eq!((k.remaining, k.reset_at, k.observed_at), (Some(9), 37 * S, 12 * S));
+        // A possibly older reading whose reset lies beyond the current one starts a new window.
+        k.observe(window(60, 40, 60), 2 * S, 13 * S, &p);
+        assert_eq!((k.remaining, k.reset_at), (Some(40), 73 * S));
+        // After a reset, a late reading of the window before is ignored.
+        k.roll_(73 * S, &p);
+        assert_eq!(
+            (k.remaining, k.observed_at, k.rolled_at),
+            (Some(60), 73 * S, Some(73 * S))
+        );
+        k.observe(window(60, 0, 1), 70 * S, 74 * S, &p);
+        assert_eq!(k.remaining, Some(60));
+        // ... one of this window lowers it.
+        k.observe(window(60, 30, 59), 70 * S, 75 * S, &p);
+        assert_eq!(k.remaining, Some(30));
+    }
+
+    #[test]
+    fn a_reset_refills_to_the_limit_and_drops_what_it_passed() {
+        let p = params();
+        let mut k = KindState::default();
+        k.observe(window(60, 0, 20), 0, 0, &p);
+        k.unconfirmed = 3;
+        k.in_flight = 2;
+        k.promise((1, 5));
+        k.promise((2, 7));
+        k.roll_(20 * S - 1, &p);
+        assert_eq!((k.remaining, k.epoch), (Some(0), 0), "not yet");
+        k.roll_(20 * S, &p);
+        assert_eq!((k.remaining, k.epoch, k.reset_at), (Some(60), 1, 80 * S));
+        assert_eq!((k.unconfirmed, k.in_flight), (0, 2), "in flight stays counted");
+        assert_eq!(k.available(), Some(60 - 2 - 5), "this window's promises are kept");
+        // Idle for many windows: every promise is gone.
+        k.roll_(20 * S + 10 * 60 * S, &p);
+        assert_eq!((k.epoch, k.promised), (11, [0; RING]));
+        assert_eq!(k.reset_at, 20 * S + 11 * 60 * S);
+        // With no known limit, a reset leaves the kind unconstrained.
+        let mut k = KindState::default();
+        k.observe(
+            Window {
+                remaining: Some(0),
+                ..Window::default()
+            },
+            0,
+            0,
+            &p,
+        );
+        assert_eq!((k.remaining, k.reset_at), (Some(0), S), "default reset");
+        let mut tokens = k.clone();
+        k.roll_(S, &p);
+        assert_eq!(
+            (k.available(), k.reset_at),
+            (Some(1), 2 * S),
+            "one probe until the recheck"
+        );
+        k.roll_(2 * S, &p);
+        assert_eq!(k.available(), None, "a recheck passed with no reading");
+        // Token kinds are not probed; nor is a reset found long past.
+        tokens.roll(S, &p, false);
+        assert_eq!(tokens.available(), None);
+        let mut late = KindState {
+            remaining: Some(0),
+            reset_at: S,
+            ..KindState::default()
+        };
+        late.roll_(2 * S, &p);
+        assert_eq!(late.available(), None);
+    }
+
+    #[test]
+    fn waiters_get_distinct_slots_and_no_window_is_promised_past_its_limit() {
+        let p = params();
+        let mut k = KindState::default();
+        k.observe(window(4, 0, 10), 0, 0, &p);
+        let mut dues = Vec::new();
+        for _ in 0..9 {
+            let s = k.schedule(1, 0, &p);
+            dues.push((s.due / S, s.spread / S, s.promise));
+            if let Some(pr) = s.promise {
+                k.promise(pr);
+            }
+        }
+        // Window 1 opens at 10 s, 15 s apart per unit (60 s / 4); window 2 at 70 s.
+        assert_eq!(
+            dues,
+            [
+                (10, 15, Some((1, 1))),
+                (25, 15, Some((1, 1))),
+                (40, 15, Some((1, 1))),
+                (55, 15, Some((1, 1))),
+                (70, 15, Some((2, 1))),
+                (85, 15, Some((2, 1))),
+                (100, 15, Some((2, 1))),
+                (115, 15, Some((2, 1))),
+                (130, 15, Some((3, 1))),
+            ]
+        );
+        // A cost larger than the limit waits one whole window for itself.
+        let s = k.schedule(1_000, 0, &p);
+        assert_eq!((s.due / S, s.spread / S, s.promise), (190, 60, Some((4, 4))));
+        // Beyond the tracked windows: a wait with no promise.
+        let mut full = k.clone();
+        for e in 1..RING as u64 {
+            full.promise((e, 4));
+        }
+        let s = full.schedule(1, 0, &p);
+        assert_eq!((s.due / S, s.promise), (10 + 7 * 60, None));
+        // A returned promise frees its slot; a stale one is ignored.
+        k.release((1, 1));
+        assert_eq!(k.promised[1], 3);
+        k.release((RING as u64 + 5, 1));
+        assert_eq!(k.schedule(1, 0, &p).promise, Some((1, 1)));
+    }
+
+    #[test]
+    fn need_is_at_least_one_and_at_most_the_limit() {
+        let mut k = KindState::default();
+        assert_eq!((k.need(0), k.need(7)), (1, 7));
+        k.limit = Some(5);
+        assert_eq!((k.need(0), k.need(7)), (1, 5));
+        k.limit = Some(0);
+        assert_eq!(k.need(0), 1);
+    }
+}

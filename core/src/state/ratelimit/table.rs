@@ -1,0 +1,312 @@
+//! The process-wide table of provider rate limits, keyed by what the
+//! provider limits: a scope string the caller builds from account or key,
+//! provider and model (`"key-a/openai/gpt-4o"`). Different scopes never share
+//! state, so a per-model 429 does not slow other models and one key's
+//! quota does not stop another key.
+
+use super::admission::{Admission, Cell, Reservation, ScopeCell, Ticket, Usage};
+use super::reading::{Kind, Reading};
+use super::snapshot::{KindSnapshot, RateLimitCounters, RateLimitSnapshot, ScopeSnapshot};
+use super::state::{ns, Decision, Params};
+use crate::rules::deadline::TokenEstimate;
+use crate::state::registry::Registry;
+use rand::Rng;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Rate-limit knobs. Every default is chosen for the per-minute RPM/TPM
+/// limits of OpenAI, Azure OpenAI and Anthropic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimitConfig {
+    /// Reset assumed when a reading gives `remaining` without a reset (Azure
+    /// OpenAI). Default 1 s: Azure enforces its per-minute quota over 1–10 s
+    /// intervals, so a second is the shortest useful recheck.
+    pub default_reset: Duration,
+    /// Window length assumed after a reset when the provider does not state
+    /// one (only IETF `RateLimit-Policy` does). Default 60 s: RPM and TPM
+    /// limits are per minute. It paces waiters across the windows to come;
+    /// a reading replaces it as soon as one arrives.
+    pub default_window: Duration,
+    /// Longest a 429 without quota exhaustion holds its scope, whatever its
+    /// Retry-After says. Default 60 s: a per-minute window resets within a
+    /// minute, and a longer hint is re-asked by one attempt rather than turned
+    /// into a long cooldown for every call. Explicit reset headers are not capped.
+    pub max_hold: Duration,
+    /// How long an exhausted quota (per day, billing) stops its scope before
+    /// one attempt probes it again (or the server's hint, if longer).
+    /// Default 60 s: one refused probe a minute costs nothing, and a raised
+    /// quota is noticed within a minute.
+    pub quota_hold: Duration,
+    /// Width over which waiters are spread when the limit is unknown (and
+    /// their slots cannot be computed). Default 1 s.
+    pub unknown_spread: Duration,
+    /// Two readings whose resets differ by at most this much describe the
+    /// same window (resets are whole seconds in most headers). Default 1 s.
+    pub same_window_slack: Duration,
+    /// Scopes tracked at most; idle ones are evicted first. Default 4096.
+    pub max_scopes: u32,
+    /// A scope unused this long is the first to go when the table is full. Default 15 min.
+    pub idle: Duration,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        RateLimitConfig {
+            default_reset: Duration::from_secs(1),
+            default_window: Duration::from_secs(60),
+            max_hold: Duration::from_secs(60),
+            quota_hold: Duration::from_secs(60),
+            unknown_spread: Duration::from_secs(1),
+            same_window_slack: Duration::from_secs(1),
+            max_scopes: 4096,
+            idle: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+impl RateLimitConfig {
+    fn params(&self) -> Params {
+        Params {
+            default_reset: ns(self.default_reset),
+            default_window: ns(self.default_window).max(1),
+            max_hold: ns(self.max_hold),
+            quota_hold: ns(self.quota_hold),
+            unknown_spread: ns(self.unknown_spread),
+            same_window_slack: ns(self.same_window_slack),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    observed: AtomicU64,
+    rate_limited: AtomicU64,
+    quota_exhausted: AtomicU64,
+    malformed_headers: AtomicU64,
+    admitted: AtomicU64,
+    paced_waits: AtomicU64,
+    stops_rate_limited: AtomicU64,
+    stops_quota: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Provider rate limits for every scope the process talks to.
+///
+/// The cycle: [`RateLimits::admit`] before each attempt, then
+/// [`RateLimits::settle`] with the response's [`Reading`]. Time is the engine's monotonic clock in nanoseconds, passed
+/// in; randomness comes from the caller's RNG. An admission costs one map
+/// lookup and one short lock of its scope's state.
+#[derive(Debug)]
+pub struct RateLimits {
+    cfg: RateLimitConfig,
+    params: Params,
+    scopes: Registry<ScopeCell>,
+    counters: Counters,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        RateLimits::new(RateLimitConfig::default())
+    }
+}
+
+/// Units an attempt needs per kind: one request, and the caller's token
+/// estimate (input + max output for the combined limit). Unknown is zero.
+fn costs(t: TokenEstimate) -> [u64; 4] {
+    let (i, o) = (t.input.unwrap_or(0), t.max_output.unwrap_or(0));
+    [1, i.saturating_add(o), i, o]
+}
+
+impl RateLimits {
+    /// An empty table.
+    pub fn new(cfg: RateLimitConfig) -> Self {
+        RateLimits {
+            params: cfg.params(),
+            cfg,
+            scopes: Registry::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RateLimitConfig {
+        &self.cfg
+    }
+
+    /// Scopes tracked now.
+    pub fn scopes(&self) -> usize {
+        self.scopes.len()
+    }
+
+    /// Takes a reading for `scope` that belongs to no admitted attempt, at
+    /// `now` (monotonic ns); it is taken as the newest. A response to an
+    /// admitted attempt goes to [`RateLimits::settle`] instead.
+    pub fn observe(&self, scope: &str, reading: &Reading, now: u64) {
+        if let Some(cell) = self.cell_for(scope, reading, now) {
+            cell.value.state.lock().observe(reading, now, now, &self.params);
+        }
+    }
+
+    /// Counts a reading and finds (or, when it says anything, makes) its scope's state.
+    fn cell_for(&self, scope: &str, reading: &Reading, now: u64) -> Option<Cell> {
+        let c = &self.counters;
+        bump(&c.observed, 1);
+        bump(&c.malformed_headers, reading.problems() as u64);
+        if reading.quota_exhausted {
+            bump(&c.quota_exhausted, 1);
+        } else if reading.rate_limited {
+            bump(&c.rate_limited, 1);
+        }
+        if reading.is_empty() {
+            // Nothing to learn; only a quota hold to end, if the scope has one.
+            return self.scopes.get(scope);
+        }
+        Some(self.cell(scope, now))
+    }
+
+    fn cell(&self, scope: &str, now: u64) -> Cell {
+        let (max, idle) = (self.cfg.max_scopes, ns(self.cfg.idle) / 1_000_000);
+        self.scopes
+            .get_or_insert(scope, now / 1_000_000, max, idle, ScopeCell::default)
+    }
+
+    /// Decides whether an attempt in `scope` may be sent at `now`.
+    ///
+    /// `tokens` is the caller's estimate (input, max output) to reserve
+    /// against token limits; `time_left` is how long the call may still wait
+    /// (its deadline less the minimum attempt window); `ticket` is the one a
+    /// previous [`Admission::Wait`] of this call returned. A wait that does
+    /// not fit `time_left` stops with [`StopWhy::RateLimitedUntil`](super::StopWhy).
+    pub fn admit<R: Rng + ?Sized>(
+        &self,
+        scope: &str,
+        now: u64,
+        tokens: TokenEstimate,
+        time_left: Duration,
+        ticket: Option<Ticket>,
+        rng: &mut R,
+    ) -> Admission {
+        // The scope's state is made at its first attempt, so the attempts in
+        // flight when its first reading arrives are counted against it.
+        let cell = self.cell(scope, now);
+        // A ticket of another scope (the call moved on) is dropped before this
+        // scope is locked: it locks its own.
+        let ticket = ticket.filter(|t| t.is_for(&cell));
+        let costs = costs(tokens);
+        let decision = {
+            let mut st = cell.value.state.lock();
+            if let Some(t) = ticket {
+                t.redeem(&mut st);
+            }
+            st.decide(now, costs, ns(time_left), &self.params, rng)
+        };
+        match decision {
+            Decision::Go => {
+                bump(&self.counters.admitted, 1);
+                Admission::Go(Reservation::new(cell, costs, now))
+            }
+            Decision::Wait { wait, promises } => {
+                bump(&self.counters.paced_waits, 1);
+                Admission::Wait {
+                    wait: Duration::from_nanos(wait),
+                    ticket: Ticket::new(cell, promises),
+                }
+            }
+            Decision::Stop(why) => {
+                let c = match why {
+                    super::StopWhy::QuotaExhausted => &self.counters.stops_quota,
+                    super::StopWhy::RateLimitedUntil(_) => &self.counters.stops_rate_limited,
+                };
+                bump(c, 1);
+                Admission::Stop(why)
+            }
+        }
+    }
+
+    /// Takes the response to an admitted attempt in `scope` at `now`, and
+    /// ends its reservation. `reading` is the response's (empty when there was
+    /// no response): kinds whose remaining it states count the attempt from
+    /// now on; for the others the attempt's `usage` (its estimate where usage
+    /// is unknown) stays counted until the window resets. Call it once per
+    /// admitted attempt, whatever the outcome (a response that is no refusal
+    /// also ends a quota hold).
+    pub fn settle(&self, scope: &str, reservation: Reservation, reading: &Reading, usage: Usage, now: u64) {
+        let (own, costs, sent) = reservation.into_parts();
+        let confirmed = Kind::ALL.map(|k| reading.confirms(k));
+        let consumed = usage.consumed(costs);
+        let target = self.cell_for(scope, reading, now);
+        match (&target, &own) {
+            // One lock: no other caller sees the reading without the settlement.
+            (Some(t), Some(o)) if Arc::ptr_eq(t, o) => {
+                let mut st = t.value.state.lock();
+                st.observe(reading, sent, now, &self.params);
+                st.settle(costs, confirmed, consumed);
+            }
+            _ => {
+                if let Some(t) = &target {
+                    t.value.state.lock().observe(reading, sent, now, &self.params);
+                }
+                if let Some(o) = &own {
+                    o.value.state.lock().settle(costs, confirmed, consumed);
+                }
+            }
+        }
+    }
+
+    /// Every tracked scope's limits at `now`, sorted by scope, with the counters.
+    pub fn snapshot(&self, now: u64) -> RateLimitSnapshot {
+        let mut scopes = Vec::new();
+        self.scopes.for_each(|slot| {
+            let mut st = slot.value.state.lock().clone();
+            st.roll(now, &self.params);
+            let kinds: Vec<KindSnapshot> = Kind::ALL
+                .iter()
+                .zip(&st.kinds)
+                .filter(|(_, k)| !k.is_blank())
+                .map(|(&kind, k)| KindSnapshot {
+                    kind,
+                    limit: k.limit,
+                    remaining: k.remaining,
+                    available: k.available(),
+                    reset_in: k
+                        .remaining
+                        .map(|_| Duration::from_nanos(k.reset_at.saturating_sub(now))),
+                    in_flight: k.in_flight,
+                })
+                .collect();
+            let quota_exhausted = st.quota_until.is_some_and(|u| now < u);
+            if !kinds.is_empty() || quota_exhausted {
+                scopes.push(ScopeSnapshot {
+                    scope: slot.key.to_string(),
+                    kinds,
+                    quota_exhausted,
+                });
+            }
+        });
+        scopes.sort_by(|a, b| a.scope.cmp(&b.scope));
+        RateLimitSnapshot {
+            scopes,
+            counters: self.counters(),
+        }
+    }
+
+    /// The counters alone (cheap: no scope is visited).
+    pub fn counters(&self) -> RateLimitCounters {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RateLimitCounters {
+            observed: g(&c.observed),
+            rate_limited: g(&c.rate_limited),
+            quota_exhausted: g(&c.quota_exhausted),
+            malformed_headers: g(&c.malformed_headers),
+            admitted: g(&c.admitted),
+            paced_waits: g(&c.paced_waits),
+            stops_rate_limited: g(&c.stops_rate_limited),
+            stops_quota: g(&c.stops_quota),
+        }
+    }
+}
