@@ -78,11 +78,13 @@ export declare class NativeEngine {
   reportOk(h: number): number
   /**
    * Reports a full outcome. Numbers < 0 mean absent; enum fields are codes.
+   * `resumable`: a stream broken after output showed text only;
+   * `continuation`: the code of how the attempt continued a broken stream.
    * `headers` is a flat `[name, value, ...]` list. `body` is read by
    * `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
    * a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
    */
-  report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: Uint8Array | undefined | null, attempt: number, ok: boolean): number
+  report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: Uint8Array | undefined | null, attempt: number, ok: boolean, resumable?: boolean | undefined | null, continuation?: number | undefined | null): number
   /** Cancels call `h`; the decision goes to scratch; returns the action code. */
   cancel(h: number): number
   /**
@@ -146,6 +148,28 @@ export declare class NativeEngine {
   policy(): string
   /** Version string of the policy in force. */
   policyVersion(): string
+  /**
+   * The route a request for `model` takes (`Engine::route_for_model`: the
+   * policy's `models` map, a route or an upstream of that name); throws a
+   * policy error naming the keys to add for an unknown model.
+   */
+  routeForModel(model: string): string
+  /**
+   * How to reach `upstream` (`Engine::reach`) as JSON: `{upstream, baseUrl,
+   * api, model, apiKeyEnv, apiVersion, prefill}`, unset fields null.
+   */
+  reach(upstream: string): string
+  /**
+   * The request for an attempt on `upstream` (`wire::rewrite` with the
+   * upstream's reach and this process's environment), or `null` when the
+   * catalog says nothing that would change it.
+   */
+  rewrite(upstream: string, req: WireRequest): WireRequest | null
+  /**
+   * A stream gate for one attempt's body, reading malformed events as the
+   * policy says (`streams.malformed_event`).
+   */
+  streamGate(contentType?: string | undefined | null): StreamGate
   /** Moves the manual clock forward; throws unless built with `manualClock`. */
   advanceClock(ms: number): void
 }
@@ -158,6 +182,21 @@ export declare class NativeEngine {
 export declare class StreamGate {
   /** A gate for a body of `contentType` (the response's `content-type`). */
   constructor(contentType?: string | undefined | null)
+  /** Malformed events dropped so far (`streams.malformed_event: skip`). */
+  get skipped(): number
+  /**
+   * Whether the gate still reads what it is fed (an event stream is
+   * watched for an error event to its end); once false, feeding it is not needed.
+   */
+  get watching(): boolean
+  /** The error event the stream carried, as JSON `{code, message, afterOutput}`, or null. */
+  get streamError(): string | null
+  /**
+   * The outcome of the attempt whose body ended (or broke) now with HTTP
+   * `status`, as JSON `{status, error, phase, vendorCode}` (null fields
+   * absent): the status, or the failure an error event named.
+   */
+  outcome(status: number): string
   /**
    * Bytes received from upstream in; what the consumer may see now out
    * (empty while only preamble arrived; `chunk` itself once visible).
@@ -203,6 +242,14 @@ export declare function paramsDigest(paramsJson: string): string
 /** The JSON Schema of the policy document. */
 export declare function policySchema(): string
 
+/**
+ * The error kind an expired attempt timer means (`Attempt::timer_error`,
+ * one mapping for every binding): `timer` is `connect`, `first_byte`, `idle`
+ * or `total`; `totalMs` / `remainingMs` are the attempt's; `bodyStarted`:
+ * the response's headers had arrived.
+ */
+export declare function timerError(timer: string, totalMs: number, remainingMs: number, bodyStarted: boolean): string
+
 /** Vendor error code of an OpenAI- or Anthropic-style error body. */
 export declare function vendorCodeFromBody(body: Uint8Array): string | null
 
@@ -212,3 +259,11 @@ export declare function vendorCodeFromBody(body: Uint8Array): string | null
  * bits; see the `scratch` module), as JSON (read once when the module loads).
  */
 export declare function vocab(): string
+
+/** A request as `fetch` would send it: headers as a flat `[name, value, ...]` list. */
+export interface WireRequest {
+  method: string
+  url: string
+  headers: Array<string>
+  body: Uint8Array
+}

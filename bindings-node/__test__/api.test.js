@@ -36,7 +36,7 @@ test('decision loop: retry on 503, then success; attempt fields', () => {
   assert.equal(a.hedge, false)
   assert.equal(a.fallback, false)
   assert.ok(a.remainingMs > 9_000 && a.remainingMs <= 10_000)
-  assert.deepEqual(Object.keys(a.timeouts).sort(), ['connectMs', 'firstByteMs', 'idleMs', 'totalMs'])
+  assert.deepEqual(Object.keys(a.timeouts).sort(), ['connectMs', 'firstByteMs', 'firstTokenMs', 'idleMs', 'totalMs'])
   assert.equal(a.headers['retrywise-attempt'], '1')
   assert.equal(a.headers['retrywise-request-id'], a.requestId)
   let d = c.report({ status: 503 })

@@ -3,7 +3,7 @@
 // the core makes about them, built from the numbers a native step left in
 // the engine's scratch buffer.
 
-const { SLOT, toCode, ACTION, REASON, ERROR_CLASS, WAIT_SOURCE, ON_FAILURE } = require('./vocab.js')
+const { SLOT, toCode, ACTION, REASON, ERROR_CLASS, WAIT_SOURCE, ON_FAILURE, CONTINUATION } = require('./vocab.js')
 const { describe, StoppedError } = require('./errors.js')
 const { flatHeaders, bodyBytes } = require('./outcomes.js')
 
@@ -12,6 +12,7 @@ const {
   ATTEMPT_UPSTREAM,
   ATTEMPT_CONNECT_MS,
   ATTEMPT_FIRST_BYTE_MS,
+  ATTEMPT_FIRST_TOKEN_MS,
   ATTEMPT_IDLE_MS,
   ATTEMPT_TOTAL_MS,
   ATTEMPT_REMAINING_MS,
@@ -22,6 +23,7 @@ const {
   STOPPED_CLASS,
   STOPPED_ON_FAILURE,
   STOPPED_HAS_DETAIL,
+  STOPPED_WAIT_MS,
   DECISION_ACTION,
   DECISION_DELAY_MS,
   DECISION_CLASS,
@@ -35,6 +37,7 @@ const {
   FLAG_DECISION_HEDGE,
   FLAG_DECISION_DETAIL,
   FLAG_DECISION_EXCLUDED,
+  DECISION_CONTINUATION_SHIFT,
   HEDGE_AFTER_WAIT_MS,
   HEDGE_NO_REASON,
   STEP_RESULT,
@@ -87,7 +90,13 @@ class Attempt {
     /** @type {string} */
     this.upstream = /** @type {string} */ (ui >= 0 ? e._name(ui) : e._n.upstreamOfAttempt(call._h, s[ATTEMPT_NUMBER]))
     /** @type {AttemptTimeouts} */
-    this.timeouts = { connectMs: s[ATTEMPT_CONNECT_MS], firstByteMs: s[ATTEMPT_FIRST_BYTE_MS], idleMs: s[ATTEMPT_IDLE_MS], totalMs: s[ATTEMPT_TOTAL_MS] }
+    this.timeouts = {
+      connectMs: s[ATTEMPT_CONNECT_MS],
+      firstByteMs: s[ATTEMPT_FIRST_BYTE_MS],
+      firstTokenMs: s[ATTEMPT_FIRST_TOKEN_MS],
+      idleMs: s[ATTEMPT_IDLE_MS],
+      totalMs: s[ATTEMPT_TOTAL_MS],
+    }
     this.remainingMs = s[ATTEMPT_REMAINING_MS]
     const f = s[ATTEMPT_FLAGS]
     this.hedge = (f & FLAG_ATTEMPT_HEDGE) !== 0
@@ -169,6 +178,7 @@ function decisionFromScratch(call) {
   const cls = s[DECISION_CLASS]
   const ra = s[DECISION_RETRY_AFTER_MS]
   const of = s[DECISION_ON_FAILURE]
+  const cont = (flags >> DECISION_CONTINUATION_SHIFT) & 3
   return {
     action: ACTION[s[DECISION_ACTION]],
     delayMs: s[DECISION_DELAY_MS],
@@ -182,6 +192,7 @@ function decisionFromScratch(call) {
     attempt: s[DECISION_ATTEMPT],
     hedge: (flags & FLAG_DECISION_HEDGE) !== 0,
     excluded: (flags & FLAG_DECISION_EXCLUDED) !== 0 ? pairsOf(e._n.excluded(call._h)) : [],
+    continuation: cont > 0 ? CONTINUATION[cont - 1] : null,
   }
 }
 
@@ -207,6 +218,7 @@ function stoppedFromScratch(call, cause) {
   const s = e._s
   const cls = s[STOPPED_CLASS]
   const of = s[STOPPED_ON_FAILURE]
+  const wait = s[STOPPED_WAIT_MS]
   return new StoppedError(
     {
       action: 'stop',
@@ -215,6 +227,7 @@ function stoppedFromScratch(call, cause) {
       onFailure: of >= 0 ? ON_FAILURE[of] : null,
       detail: s[STOPPED_HAS_DETAIL] === 1 ? e._n.detail(call._h) : null,
       attempts: e._n.callAttempts(call._h),
+      waitMs: wait >= 0 ? wait : null,
     },
     cause === undefined ? undefined : { cause },
   )
@@ -281,7 +294,9 @@ function reportNative(call, outcome, argName, mode = 0) {
     o.inputTokens === undefined &&
     o.body === undefined &&
     o.attempt === undefined &&
-    o.ok === undefined
+    o.ok === undefined &&
+    o.resumable === undefined &&
+    o.continuation === undefined
   ) {
     if (typeof st !== 'number' || !Number.isInteger(st) || st < 100 || st > 999) throw new TypeError(`${argName}.status must be an integer HTTP status (100-999); got ${describe(st)}`)
     const s = e._s
@@ -315,7 +330,9 @@ function reportNative(call, outcome, argName, mode = 0) {
     attempt = a
   }
   const ok = o.ok === true
-  return n.report(h, status, error, phase, effect, /** @type {string | null} */ (vendor), flatHeaders(o.headers, `${argName}.headers`), tokens, bodyBytes(o.body, `${argName}.body`), attempt, ok)
+  const resumable = o.resumable === true
+  const continuation = o.continuation === undefined || o.continuation === null ? -1 : toCode('continuation', o.continuation, `${argName}.continuation`)
+  return n.report(h, status, error, phase, effect, /** @type {string | null} */ (vendor), flatHeaders(o.headers, `${argName}.headers`), tokens, bodyBytes(o.body, `${argName}.body`), attempt, ok, resumable, continuation)
 }
 
 /**

@@ -10,6 +10,7 @@ const { storage } = require('./context.js')
 const { headerPairs } = require('./outcomes.js')
 const { Call } = require('./call.js')
 const { startRun } = require('./run.js')
+const { StreamGate } = require('./stream.js')
 
 const {
   LEN: SCRATCH_LEN,
@@ -609,6 +610,41 @@ class Engine {
   /** @type {string} */
   get policyVersion() {
     return this._n.policyVersion()
+  }
+
+  /**
+   * The route a request for `model` takes (the policy's `models` map, a route
+   * or an upstream of that name); a `PolicyError` naming the keys to add otherwise.
+   * @param {string} model
+   * @returns {string}
+   */
+  routeForModel(model) {
+    if (typeof model !== 'string') throw new TypeError(`model must be a string; got ${describe(model)}`)
+    try {
+      return this._n.routeForModel(model)
+    } catch (e) {
+      throw translateNativeError(e)
+    }
+  }
+
+  /**
+   * How to reach `upstream`, from the policy catalog.
+   * @param {string} upstream
+   * @returns {import('../index').Reach}
+   */
+  reach(upstream) {
+    if (typeof upstream !== 'string') throw new TypeError(`upstream must be a string; got ${describe(upstream)}`)
+    return JSON.parse(this._n.reach(upstream))
+  }
+
+  /**
+   * A StreamGate reading malformed events as the policy says (`streams.malformed_event`).
+   * @param {string | null} [contentType]
+   * @returns {StreamGate}
+   */
+  streamGate(contentType) {
+    if (contentType !== undefined && contentType !== null && typeof contentType !== 'string') throw new TypeError(`contentType must be a string; got ${describe(contentType)}`)
+    return StreamGate._of(this._n.streamGate(contentType))
   }
 
   /**

@@ -9,13 +9,13 @@ const native = require('../native.js')
 const { SLOT } = require('./vocab.js')
 const { describe, AttemptTimeoutError } = require('./errors.js')
 const { Call, Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, DECISION, decisionOf } = require('./call.js')
-const { headerPairs, errorOutcome } = require('./outcomes.js')
+const { headerPairs, errorOutcome, timerKind } = require('./outcomes.js')
 const { abortReason, sleep, attemptController, raceAbort, restartIdle } = require('./timers.js')
 const { als } = require('./context.js')
 const { Engine } = require('./engine.js')
 const { wrapBody } = require('./stream.js')
 
-const { STEP_RESULT, RESULT_ATTEMPT } = SLOT
+const { STEP_RESULT, RESULT_ATTEMPT, STOPPED_WAIT_MS } = SLOT
 
 /**
  * @typedef {import('../index').Decision} Decision
@@ -246,6 +246,11 @@ class FetchCall {
         r = engine._s[STEP_RESULT]
       } else r = engine._next(call._h, 0)
       engine._flush()
+      if (r !== RESULT_ATTEMPT && engine._s[STOPPED_WAIT_MS] >= 0) {
+        // Not a stop but "not yet" (an open breaker's probe window comes within the deadline).
+        await this._sleep(engine._s[STOPPED_WAIT_MS])
+        continue
+      }
       if (r !== RESULT_ATTEMPT) {
         // No attempt may start (deadline, breaker, ...): surface the last failure as it was,
         // its decision now the stop (not the retry that the refused attempt was for).
@@ -276,7 +281,7 @@ class FetchCall {
       attempt.signal = ctl.ac.signal
       // No response headers within connect + first-byte: the request may have been received.
       const hdrMs = Math.min(attempt.timeouts.connectMs + attempt.timeouts.firstByteMs, attempt.timeouts.totalMs)
-      const hdrTimer = hdrMs < attempt.timeouts.totalMs ? setTimeout(() => ctl.ac.abort(new AttemptTimeoutError('first_byte_timeout', hdrMs)), hdrMs) : null
+      const hdrTimer = hdrMs < attempt.timeouts.totalMs ? setTimeout(() => ctl.ac.abort(new AttemptTimeoutError(timerKind(attempt, 'first_byte', false), hdrMs)), hdrMs) : null
       const init = { ...req.rest, method: req.method, headers, body: req.body, signal: ctl.ac.signal }
       let res
       try {
@@ -292,12 +297,13 @@ class FetchCall {
         this.lastResponse = null
         const d = this._report(errorOutcome(err, ctl.ac.signal))
         if (d.action === 'retry' || d.action === 'fallback') {
-          await this._sleep(d)
+          await this._sleep(d.delayMs)
           continue
         }
         throw stoppedFromDecision(call, d, err)
       }
       if (hdrTimer) clearTimeout(hdrTimer)
+      ctl.bodyStarted = true
       const failed = res.status >= 400 || res.status < 200
       // Error bodies (vendor codes) and JSON successes (a body that does not
       // parse is malformed_response) are read inside the loop, so either may be
@@ -320,7 +326,7 @@ class FetchCall {
           this.lastResponse = null
           const d = this._report({ status: res.status, headers: res.headers, ...errorOutcome(err, ctl.ac.signal), phase: 'headers' })
           if (d.action === 'retry' || d.action === 'fallback') {
-            await this._sleep(d)
+            await this._sleep(d.delayMs)
             continue
           }
           throw stoppedFromDecision(call, d, err)
@@ -332,7 +338,7 @@ class FetchCall {
         this.lastErr = undefined
         this.lastResponse = rebuildResponse(res, body, d)
         if (d.action === 'retry' || d.action === 'fallback') {
-          await this._sleep(d)
+          await this._sleep(d.delayMs)
           continue
         }
         // The upstream may have executed an unsafe call: never let it pass for a
@@ -355,12 +361,12 @@ class FetchCall {
   }
 
   /**
-   * Sleeps the decision's delay; the caller's signal cancels the call.
-   * @param {Decision} d
+   * Sleeps `ms` (a decision's delay, a held call's wait); the caller's signal cancels the call.
+   * @param {number} ms
    */
-  async _sleep(d) {
+  async _sleep(ms) {
     try {
-      await sleep(d.delayMs, this.req.signal)
+      await sleep(ms, this.req.signal)
     } catch (err) {
       this.engine._n.cancel(this.call._h)
       this.engine._flush()

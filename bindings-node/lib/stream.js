@@ -70,6 +70,58 @@ class StreamGate {
   get held() {
     return this._g.held
   }
+
+  /** @type {number} */
+  get skipped() {
+    return this._g.skipped
+  }
+
+  /** @type {boolean} */
+  get watching() {
+    return this._g.watching
+  }
+
+  /** @type {import('../index').StreamError | null} */
+  get streamError() {
+    const e = this._g.streamError
+    return e === null ? null : JSON.parse(e)
+  }
+
+  /**
+   * What the attempt whose body ended (or broke) now with HTTP `status` reports.
+   * @param {number} status
+   * @returns {import('../index').Outcome}
+   */
+  outcome(status) {
+    return outcomeOf(this._g, status)
+  }
+
+  /**
+   * A gate around a native one (`engine.streamGate`).
+   * @param {NativeGate} g
+   * @returns {StreamGate}
+   */
+  static _of(g) {
+    const out = /** @type {StreamGate} */ (Object.create(StreamGate.prototype))
+    out._g = g
+    return out
+  }
+}
+
+/**
+ * The outcome native gate `g` says an attempt ending now with `status` has (null fields left out).
+ * @param {NativeGate} g
+ * @param {number} status
+ * @returns {import('../index').Outcome}
+ */
+function outcomeOf(g, status) {
+  const o = JSON.parse(g.outcome(status))
+  /** @type {import('../index').Outcome} */
+  const out = { status: o.status }
+  if (o.error !== null) out.error = o.error
+  if (o.phase !== null) out.phase = o.phase
+  if (o.vendorCode !== null) out.vendorCode = o.vendorCode
+  return out
 }
 
 /**
@@ -187,7 +239,7 @@ function wrapBody(self, first) {
         const d = self._report({ status: cur.res.status, ...errorOutcome(err, cur.ctl.ac.signal, phase), phase })
         if (delivered === 0 && (d.action === 'retry' || d.action === 'fallback')) {
           try {
-            await self._sleep(d)
+            await self._sleep(d.delayMs)
             self.lastErr = err
             const next = await self.next(true)
             if (!next.parts) {

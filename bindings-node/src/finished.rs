@@ -11,7 +11,8 @@
 
 use crate::scratch::{finished, Slots};
 use crate::{class_code, ms_exact, on_failure_code, Names};
-use retrywise::{Call, Engine, SmolStr};
+use retrywise::{Call, Engine};
+use smol_str::SmolStr;
 use std::time::Duration;
 
 /// A call a step finished: its id goes back to JS as the step's value, read

@@ -31,15 +31,16 @@ mod fast;
 mod finished;
 mod scratch;
 mod stream;
+mod wire;
 
 use finished::Versions;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use retrywise::idempotency::{derive_key, params_digest as core_params_digest};
 use retrywise::{
-    Action, Attempt, Call, CallSpec, Clock, Decision, EffectState, Engine, ErrorClass, ErrorKind, Event, Headers,
-    HedgePlan, Idempotency, Inbound, IntoName, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy,
-    PolicyErrors, Reason, Stopped, SystemClock, WaitSource,
+    Action, Attempt, Call, CallSpec, Clock, Continuation, Decision, EffectState, Engine, ErrorClass, ErrorKind, Event,
+    Headers, HedgePlan, Idempotency, Inbound, IntoName, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy,
+    PolicyErrors, Reason, Stopped, SystemClock, Timer, WaitSource,
 };
 use scratch::{attempt, codes, decision, flags, hedge_after, hedge_no, step, stopped, Scratch, Slots};
 use smol_str::SmolStr;
@@ -242,6 +243,7 @@ impl Entry {
         let t = a.timeouts();
         s.set(attempt::CONNECT_MS, ms_f64(t.connect));
         s.set(attempt::FIRST_BYTE_MS, ms_f64(t.first_byte));
+        s.set(attempt::FIRST_TOKEN_MS, ms_f64(t.first_token));
         s.set(attempt::IDLE_MS, ms_f64(t.idle));
         s.set(attempt::TOTAL_MS, ms_f64(t.total));
         s.set(attempt::REMAINING_MS, ms_f64(a.remaining()));
@@ -284,6 +286,7 @@ impl Entry {
         s.set(stopped::CLASS, class_code(st.class));
         s.set(stopped::ON_FAILURE, on_failure_code(st.on_failure));
         s.set(stopped::HAS_DETAIL, st.detail.is_some() as u8 as f64);
+        s.set(stopped::WAIT_MS, st.wait.map_or(-1.0, ms_f64));
         self.detail = st.detail;
     }
 
@@ -312,7 +315,8 @@ impl Entry {
         s.set(decision::ATTEMPT, d.attempt as f64);
         let f = (d.hedge as u8 * flags::DECISION_HEDGE)
             | (d.detail.is_some() as u8 * flags::DECISION_DETAIL)
-            | (!d.excluded.is_empty() as u8 * flags::DECISION_EXCLUDED);
+            | (!d.excluded.is_empty() as u8 * flags::DECISION_EXCLUDED)
+            | (d.continuation.map_or(0, |c| c.code() + 1) << flags::DECISION_CONTINUATION_SHIFT);
         s.set(decision::FLAGS, f as f64);
         // Attempts that were reported are no longer in flight.
         if d.is_final() {
@@ -905,6 +909,8 @@ impl NativeEngine {
     }
 
     /// Reports a full outcome. Numbers < 0 mean absent; enum fields are codes.
+    /// `resumable`: a stream broken after output showed text only;
+    /// `continuation`: the code of how the attempt continued a broken stream.
     /// `headers` is a flat `[name, value, ...]` list. `body` is read by
     /// `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
     /// a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
@@ -924,9 +930,11 @@ impl NativeEngine {
         body: Option<Uint8Array>,
         attempt: u32,
         ok: bool,
+        resumable: Option<bool>,
+        continuation: Option<i32>,
     ) -> Result<i32> {
         guard(&env, || {
-            let o = outcome(
+            let mut o = outcome(
                 &env,
                 status,
                 error,
@@ -938,6 +946,11 @@ impl NativeEngine {
                 body,
                 ok,
             )?;
+            o.resumable = resumable.unwrap_or(false);
+            if let Some(c) = continuation.filter(|c| *c >= 0) {
+                o.continuation =
+                    Some(Continuation::from_code(c as u8).ok_or_else(|| throw_type(&env, "bad continuation code"))?);
+            }
             let (mut st, s) = self.st_slots(&env)?;
             st.report(&s, h, &o, attempt, 0)
                 .map(|r| r.0)
@@ -1232,6 +1245,50 @@ impl NativeEngine {
         Ok(self.st(&env)?.engine.policy_version())
     }
 
+    /// The route a request for `model` takes (`Engine::route_for_model`: the
+    /// policy's `models` map, a route or an upstream of that name); throws a
+    /// policy error naming the keys to add for an unknown model.
+    #[napi]
+    pub fn route_for_model(&self, env: Env, model: String) -> Result<String> {
+        guard(&env, || {
+            let st = self.st(&env)?;
+            st.engine
+                .route_for_model(&model)
+                .map_err(|e| policy_error(&env, &PolicyErrors(vec![e])))
+        })
+    }
+
+    /// How to reach `upstream` (`Engine::reach`) as JSON: `{upstream, baseUrl,
+    /// api, model, apiKeyEnv, apiVersion, prefill}`, unset fields null.
+    #[napi]
+    pub fn reach(&self, env: Env, upstream: String) -> Result<String> {
+        guard(&env, || {
+            Ok(wire::reach_json(&self.st(&env)?.engine.reach(&upstream)).to_string())
+        })
+    }
+
+    /// The request for an attempt on `upstream` (`wire::rewrite` with the
+    /// upstream's reach and this process's environment), or `null` when the
+    /// catalog says nothing that would change it.
+    #[napi]
+    pub fn rewrite(&self, env: Env, upstream: String, req: wire::Request) -> Result<Option<wire::Request>> {
+        guard(&env, || {
+            let reach = self.st(&env)?.engine.reach(&upstream);
+            wire::rewrite(&env, &reach, req)
+        })
+    }
+
+    /// A stream gate for one attempt's body, reading malformed events as the
+    /// policy says (`streams.malformed_event`).
+    #[napi]
+    pub fn stream_gate(&self, env: Env, content_type: Option<String>) -> Result<stream::StreamGate> {
+        guard(&env, || {
+            Ok(stream::StreamGate::from_core(
+                self.st(&env)?.engine.stream_gate(content_type.as_deref()),
+            ))
+        })
+    }
+
     /// Moves the manual clock forward; throws unless built with `manualClock`.
     #[napi]
     pub fn advance_clock(&self, env: Env, ms: f64) -> Result<()> {
@@ -1331,11 +1388,40 @@ pub fn vocab() -> String {
         "action": Action::NAMES,
         "waitSource": WaitSource::NAMES,
         "reason": Reason::NAMES,
+        "continuation": Continuation::NAMES,
         "onFailure": ["fail", "manual_review"],
         "scratchLen": scratch::LEN,
         "scratch": scratch::vocab_json(),
     })
     .to_string()
+}
+
+/// The error kind an expired attempt timer means (`Attempt::timer_error`,
+/// one mapping for every binding): `timer` is `connect`, `first_byte`, `idle`
+/// or `total`; `totalMs` / `remainingMs` are the attempt's; `bodyStarted`:
+/// the response's headers had arrived.
+#[napi]
+pub fn timer_error(
+    env: Env,
+    timer: String,
+    total_ms: f64,
+    remaining_ms: f64,
+    body_started: bool,
+) -> Result<&'static str> {
+    let t = match timer.as_str() {
+        "connect" => Timer::Connect,
+        "first_byte" => Timer::FirstByte,
+        "idle" => Timer::Idle,
+        "total" => Timer::Total,
+        _ => {
+            return Err(throw_type(
+                &env,
+                &format!("timer must be connect, first_byte, idle or total, got {timer}"),
+            ))
+        }
+    };
+    let ms = |v: f64| if v.is_finite() && v > 0.0 { v as u64 } else { 0 };
+    Ok(retrywise::rules::deadline::timer_error(t, ms(total_ms), ms(remaining_ms), body_started).as_str())
 }
 
 /// Milliseconds on the process-wide monotonic clock that stamps attempts

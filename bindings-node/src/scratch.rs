@@ -120,6 +120,7 @@ layout! {
         /// Process-wide monotonic ms (`nowMs`) when the attempt was admitted
         /// (fast entry points asked to stamp it only).
         STAMP = 9,
+        FIRST_TOKEN_MS = 10,
     }
     /// No attempt may start (`nextAttempt` gave `STOPPED`).
     output stopped {
@@ -130,6 +131,8 @@ layout! {
         ON_FAILURE = 3,
         /// 1 when the stop has a detail (`detail(h)`).
         HAS_DETAIL = 4,
+        /// Not a stop but "not yet": ask again after this many ms (`Stopped::wait`), or -1.
+        WAIT_MS = 5,
     }
     /// A decision (`report*`, `cancel`).
     output decision {
@@ -146,7 +149,8 @@ layout! {
         /// `onFailure` code, or -1.
         ON_FAILURE = 7,
         ATTEMPT = 8,
-        /// Bits: `flags::DECISION_HEDGE`, `DECISION_DETAIL`, `DECISION_EXCLUDED`.
+        /// Bits: `flags::DECISION_HEDGE`, `DECISION_DETAIL`, `DECISION_EXCLUDED`;
+        /// the continuation's code + 1 (0: none) shifted by `flags::DECISION_CONTINUATION_SHIFT`.
         FLAGS = 9,
     }
     /// `nextHedge` gave `HEDGE_AFTER`.
@@ -249,6 +253,8 @@ pub(crate) mod flags {
     pub(crate) const DECISION_HEDGE: u8 = 1;
     pub(crate) const DECISION_DETAIL: u8 = 2;
     pub(crate) const DECISION_EXCLUDED: u8 = 4;
+    /// `Decision::continuation` sits above the bits: its code + 1, 0 for none.
+    pub(crate) const DECISION_CONTINUATION_SHIFT: u8 = 3;
 }
 
 /// Everything `vocab().scratch` says: the length, the slots, result codes and flag bits.
@@ -269,6 +275,7 @@ pub(crate) fn vocab_json() -> serde_json::Value {
             "DECISION_HEDGE": flags::DECISION_HEDGE,
             "DECISION_DETAIL": flags::DECISION_DETAIL,
             "DECISION_EXCLUDED": flags::DECISION_EXCLUDED,
+            "DECISION_CONTINUATION_SHIFT": flags::DECISION_CONTINUATION_SHIFT,
         },
     })
 }
