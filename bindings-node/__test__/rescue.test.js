@@ -180,3 +180,90 @@ test('an attempt timer shorter than the time left is a first-byte timeout (the c
   )
   assert.deepEqual(kinds, ['first_byte_timeout', 'first_byte_timeout'])
 })
+
+const { localServer } = require('./helpers.js')
+
+const SSE = { 'content-type': 'text/event-stream' }
+const chunk = (text) => `data: {"choices":[{"index":0,"delta":{"content":"${text}"}}]}\n\n`
+const DONE = 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+test('wrapFetch: an SSE error event before any output is held, classified (overloaded) and retried; the caller reads one stream', async () => {
+  const srv = await localServer((req, res, n) => {
+    res.writeHead(200, SSE)
+    if (n === 1) return res.end('event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}\n\n')
+    res.end(chunk('a') + chunk('b') + DONE)
+  })
+  try {
+    const e = new Engine({ backoff: { base_ms: 0, cap_ms: 0 } })
+    const f = wrapFetch(e, fetch, { route: 'local', deadlineMs: 5000 })
+    const r = await f(srv.url + '/v1/chat/completions', { method: 'POST', body: '{}' })
+    assert.equal(await r.text(), chunk('a') + chunk('b') + DONE)
+    const decisions = e.events().filter((x) => x.kind === 'decision')
+    assert.deepEqual(
+      decisions.map((x) => [x.action, x['error.type'] ?? null]),
+      [
+        ['retry', 'overloaded'],
+        ['succeeded', null],
+      ],
+    )
+    assert.equal(e.stats().attempts, 2)
+  } finally {
+    await srv.close()
+  }
+})
+
+test('wrapFetch: a malformed SSE event is skipped by default, and ends the stream with a clean StoppedError under malformed_event: error', async () => {
+  const srv = await localServer((req, res) => {
+    res.writeHead(200, SSE)
+    res.end(chunk('a') + 'data: {not json\n\n' + chunk('b') + DONE)
+  })
+  try {
+    const skip = wrapFetch(new Engine({}), fetch, { route: 'local', deadlineMs: 5000 })
+    let r = await skip(srv.url + '/v1/chat/completions', { method: 'POST', body: '{}' })
+    assert.equal(await r.text(), chunk('a') + chunk('b') + DONE)
+
+    const e = new Engine({ streams: { malformed_event: 'error' } })
+    const strict = wrapFetch(e, fetch, { route: 'local', deadlineMs: 5000 })
+    r = await strict(srv.url + '/v1/chat/completions', { method: 'POST', body: '{}' })
+    const reader = r.body.getReader()
+    let text = ''
+    let err = null
+    try {
+      for (;;) {
+        const { done, value } = await reader.read()
+        if (done) break
+        text += new TextDecoder().decode(value)
+      }
+    } catch (x) {
+      err = x
+    }
+    assert.equal(text, chunk('a'))
+    assert.ok(err instanceof StoppedError, String(err))
+    assert.equal(err.reason, 'stream_visible_output')
+    assert.equal(e.stats().attempts, 1)
+    assert.deepEqual(e.stats().stops, { stream_visible_output: 1 })
+  } finally {
+    await srv.close()
+  }
+})
+
+test('wrapFetch: an SSE error event after output reaches the SDK as the provider sent it, and the call stops (never replayed)', async () => {
+  const errEvent = 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}\n\n'
+  let n = 0
+  const srv = await localServer((req, res) => {
+    n++
+    res.writeHead(200, SSE)
+    res.end(chunk('a') + errEvent)
+  })
+  try {
+    const e = new Engine({ backoff: { base_ms: 0, cap_ms: 0 } })
+    const f = wrapFetch(e, fetch, { route: 'local', deadlineMs: 5000 })
+    const r = await f(srv.url + '/v1/chat/completions', { method: 'POST', body: '{}' })
+    assert.equal(await r.text(), chunk('a') + errEvent)
+    assert.equal(n, 1)
+    assert.deepEqual(e.stats().stops, { stream_visible_output: 1 })
+    assert.equal(e.liveCalls, 0)
+  } finally {
+    await srv.close()
+  }
+})

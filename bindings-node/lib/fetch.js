@@ -44,7 +44,7 @@ const { STEP_RESULT, RESULT_ATTEMPT, STOPPED_WAIT_MS } = SLOT
  * @property {Attempt} attempt
  * @property {AttemptController} ctl
  * @property {ReadableStreamDefaultReader<Uint8Array>} reader
- * @property {import('./stream.js').NativeGate | null} gate the event stream's preamble gate, while it may hold bytes
+ * @property {import('./stream.js').NativeGate | null} gate the body's gate (the policy's, `engine.streamGate`) while it watches: an event stream's preamble and error events
  */
 
 /**
@@ -352,9 +352,9 @@ class FetchCall {
         const out = rebuildResponse(res, null, d)
         return { response: out, handedOver: false }
       }
-      const gate = new native.StreamGate(res.headers.get('content-type'))
+      const gate = engine._n.streamGate(res.headers.get('content-type'))
       /** @type {BodyParts} */
-      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate: gate.mayHold ? gate : null }
+      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate }
       if (splice) return { parts, handedOver: true }
       return { response: wrapBody(this, parts), handedOver: true }
     }

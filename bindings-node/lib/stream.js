@@ -216,73 +216,127 @@ function wrapBody(self, first) {
     },
     { highWaterMark: 0 },
   )
+  /**
+   * The attempt in `cur` failed (`err` thrown by its read, or an error event
+   * its gate read: `outcome` given): report it; with nothing delivered and a
+   * retry or fallback decided, the next attempt's body takes its place (true);
+   * otherwise the caller's stream ends with the stop (false). `pass`: bytes
+   * the consumer still gets first (an error event after output, which the
+   * SDK reads as the provider's error).
+   * @param {ReadableStreamDefaultController<Uint8Array>} controller
+   * @param {unknown} err
+   * @param {import('../index').Outcome | null} outcome
+   * @param {Uint8Array | null} pass
+   * @returns {Promise<boolean>}
+   */
+  async function failed(controller, err, outcome, pass) {
+    stopTimers()
+    cur.reader.cancel(err).catch(() => {})
+    const sig = self.req.signal
+    if (sig && sig.aborted) {
+      engine._n.cancel(self.call._h)
+      engine._flush()
+      finish()
+      controller.error(abortReason(sig))
+      return false
+    }
+    const phase = delivered > 0 ? 'stream_visible' : 'stream_open'
+    const d = self._report(outcome !== null ? outcome : { status: cur.res.status, ...errorOutcome(err, cur.ctl.ac.signal, phase), phase })
+    if (delivered === 0 && (d.action === 'retry' || d.action === 'fallback')) {
+      try {
+        await self._sleep(d.delayMs)
+        self.lastErr = err
+        const next = await self.next(true)
+        if (!next.parts) {
+          // The retry ended in an error response or a stop: surface it on the stream.
+          const e3 = stoppedFromDecision(self.call, decisionOf(next.response) || d, err, next.response)
+          finish()
+          controller.error(e3)
+          return false
+        }
+        cur = next.parts
+        watch(cur)
+        return true
+      } catch (e2) {
+        finish()
+        controller.error(e2)
+        return false
+      }
+    }
+    const stopped = stoppedFromDecision(self.call, d, err)
+    finish()
+    if (pass !== null && pass.byteLength > 0) {
+      controller.enqueue(pass)
+      controller.close()
+    } else controller.error(stopped)
+    return false
+  }
+
+  /**
+   * A malformed event ended the stream after output: what came before it was
+   * delivered by the last pull, and this one ends the caller's stream.
+   * @type {{ err: Error, outcome: import('../index').Outcome } | null}
+   */
+  let pendingFail = null
+
   /** @param {ReadableStreamDefaultController<Uint8Array>} controller */
   async function pullOnce(controller) {
     if (finished) return
+    if (pendingFail !== null) {
+      const p = pendingFail
+      pendingFail = null
+      await failed(controller, p.err, p.outcome, null)
+      return
+    }
     for (;;) {
       armIdle()
       let chunk
       try {
         chunk = await readOnce()
       } catch (err) {
-        stopTimers()
-        cur.reader.cancel(err).catch(() => {})
-        const sig = self.req.signal
-        if (sig && sig.aborted) {
-          engine._n.cancel(self.call._h)
-          engine._flush()
-          finish()
-          controller.error(abortReason(sig))
-          return
-        }
-        const phase = delivered > 0 ? 'stream_visible' : 'stream_open'
-        const d = self._report({ status: cur.res.status, ...errorOutcome(err, cur.ctl.ac.signal, phase), phase })
-        if (delivered === 0 && (d.action === 'retry' || d.action === 'fallback')) {
-          try {
-            await self._sleep(d.delayMs)
-            self.lastErr = err
-            const next = await self.next(true)
-            if (!next.parts) {
-              // The retry ended in an error response or a stop: surface it on the stream.
-              const e3 = stoppedFromDecision(self.call, decisionOf(next.response) || d, err, next.response)
-              finish()
-              controller.error(e3)
-              return
-            }
-            cur = next.parts
-            watch(cur)
-            continue
-          } catch (e2) {
-            finish()
-            controller.error(e2)
-            return
-          }
-        }
-        const stopped = stoppedFromDecision(self.call, d, err)
-        finish()
-        controller.error(stopped)
+        if (await failed(controller, err, null, null)) continue
         return
       }
       if (chunk.done) {
         stopTimers()
+        /** @type {import('../index').Outcome} */
+        let outcome = { status: cur.res.status }
         if (cur.gate !== null) {
           // A stream of preamble only, or a last event without its blank line.
           const rest = cur.gate.finish()
+          outcome = outcomeOf(cur.gate, cur.res.status)
           cur.gate = null
           if (rest.byteLength > 0) {
             delivered += rest.byteLength
             controller.enqueue(rest)
           }
         }
-        self._report({ status: cur.res.status })
+        self._report(outcome)
         finish()
         controller.close()
         return
       }
       let v = chunk.value
-      if (v && v.byteLength > 0 && cur.gate !== null) {
-        v = cur.gate.feed(v)
-        if (!cur.gate.mayHold) cur.gate = null
+      const g = cur.gate
+      if (v && v.byteLength > 0 && g !== null) {
+        v = g.feed(v)
+        if (!g.watching) {
+          cur.gate = null
+          // An error event (the provider's, or a malformed event the policy ends the stream on).
+          if (g.streamError !== null) {
+            const outcome = outcomeOf(g, cur.res.status)
+            const err = new Error(`stream error event: ${outcome.vendorCode ?? 'error'}`)
+            if (outcome.error !== undefined && v.byteLength > 0) {
+              delivered += v.byteLength
+              controller.enqueue(v)
+              pendingFail = { err, outcome }
+              return
+            }
+            // After output a provider's error event goes on to the SDK, which raises it as its own error.
+            if (await failed(controller, err, outcome, outcome.error === undefined ? v : null)) continue
+            return
+          }
+        }
       }
       if (v && v.byteLength > 0) {
         delivered += v.byteLength
