@@ -427,7 +427,22 @@ export declare class AttemptTimeoutError extends RetrywiseError {
 
 export type FetchLike = (input: any, init?: any) => Promise<Response>
 
-export interface WrapFetchOptions extends Partial<CallSpec> {}
+/** What `WrapFetchOptions.routes` as a function is given: the request, and the `model` of its JSON body. */
+export interface RouteRequest {
+  url: string
+  method: string | undefined
+  headers: Headers
+  model: string | null
+}
+
+export interface WrapFetchOptions extends Partial<CallSpec> {
+  /**
+   * Without `route`: the route of each request, from its model (an object:
+   * request model -> route) or computed (a function). Default: the core's
+   * `engine.routeForModel(model)` (an unknown model rejects before any I/O).
+   */
+  routes?: Record<string, string> | ((request: RouteRequest) => string)
+}
 
 /** A fetch-compatible function whose retries retrywise owns; `init.retrywise` overrides the spec per request. */
 export declare function wrapFetch(engine: Engine, fetch?: FetchLike | null, opts?: WrapFetchOptions): (input: string | URL | Request, init?: RequestInit & { retrywise?: Partial<CallSpec> }) => Promise<Response>

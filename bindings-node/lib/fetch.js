@@ -9,7 +9,7 @@ const native = require('../native.js')
 const { SLOT } = require('./vocab.js')
 const { describe, AttemptTimeoutError } = require('./errors.js')
 const { Call, Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, DECISION, decisionOf } = require('./call.js')
-const { headerPairs, errorOutcome, timerKind } = require('./outcomes.js')
+const { headerPairs, errorOutcome, timerKind, bodyBytes } = require('./outcomes.js')
 const { abortReason, sleep, attemptController, raceAbort, restartIdle } = require('./timers.js')
 const { als } = require('./context.js')
 const { Engine } = require('./engine.js')
@@ -98,9 +98,77 @@ function rebuildResponse(res, body, decision) {
 }
 
 /**
+ * The `model` of a JSON request body, or null.
+ * @param {unknown} body
+ * @returns {string | null}
+ */
+function modelOf(body) {
+  let text
+  if (typeof body === 'string') text = body
+  else if (body instanceof Uint8Array) text = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')
+  else return null
+  try {
+    const v = JSON.parse(text)
+    return v !== null && typeof v === 'object' && typeof v.model === 'string' ? v.model : null
+  } catch {
+    return null
+  }
+}
+
+/**
+ * The route of one request: `spec.route` when given; else `routes` (a map from
+ * the request's model, or a function of the request); else, with a `task`, the
+ * core's lookup by task (empty route name); else the core's route for the
+ * request's model (`engine.routeForModel`: an unknown model is a PolicyError
+ * before any I/O); else the empty route name.
+ * @param {Engine} engine
+ * @param {WrapFetchOptions['routes']} routes
+ * @param {Req} req
+ * @param {Partial<CallSpec>} spec
+ * @returns {string}
+ */
+function routeOf(engine, routes, req, spec) {
+  if (spec.route !== undefined) return spec.route
+  const model = modelOf(req.body)
+  if (typeof routes === 'function') {
+    const r = routes({ url: req.url, method: req.method, headers: req.headers, model })
+    if (typeof r !== 'string') throw new TypeError(`opts.routes(request) must return a route name; got ${describe(r)}`)
+    return r
+  }
+  if (routes && model !== null && Object.prototype.hasOwnProperty.call(routes, model)) return routes[model]
+  if (spec.task !== undefined || model === null) return ''
+  return engine.routeForModel(model)
+}
+
+/**
+ * The request for an attempt on `upstream`: as the SDK built it, or rewritten
+ * by the core for the upstream's catalog entry (its base URL, model and key;
+ * `wire::rewrite`). `headers` already carry the attempt's propagation headers.
+ * @param {Engine} engine
+ * @param {string} upstream
+ * @param {Req} req
+ * @param {Headers} headers
+ * @returns {{ url: string, headers: Headers, body: any }}
+ */
+function requestFor(engine, upstream, req, headers) {
+  const bytesLike = req.body === undefined || req.body === null || typeof req.body === 'string' || req.body instanceof Uint8Array
+  const flat = []
+  for (const [k, v] of headers) flat.push(k, v)
+  const body = bytesLike ? bodyBytes(req.body, 'body') || new Uint8Array(0) : new Uint8Array(0)
+  const out = engine._n.rewrite(upstream, { method: req.method || 'GET', url: req.url, headers: flat, body })
+  if (out === null) return { url: req.url, headers, body: req.body }
+  const h = new Headers()
+  for (let i = 0; i < out.headers.length; i += 2) h.append(out.headers[i], out.headers[i + 1])
+  return { url: out.url, headers: h, body: bytesLike && req.body !== undefined && req.body !== null ? out.body : req.body }
+}
+
+/**
  * Wraps `fetch` so that retrywise owns its retries. `opts` is the call spec
  * (`route`, `deadlineMs`, `idempotency`, `tenant`, ...) for every request;
- * `init.retrywise` overrides it per request.
+ * `init.retrywise` overrides it per request. Without a route, each request's
+ * route comes from its model (`opts.routes`, or `engine.routeForModel`), and
+ * each attempt goes to the upstream the core chose, rewritten for it when the
+ * policy's catalog says how to reach it (`base_url`, `model`, `api_key_env`).
  * @param {import('../index').Engine} engine
  * @param {FetchLike | null} [fetchImpl]
  * @param {WrapFetchOptions} [opts]
@@ -113,12 +181,15 @@ function wrapFetch(engine, fetchImpl, opts) {
   const defaults = opts === undefined ? {} : opts
   if (defaults === null || typeof defaults !== 'object') throw new TypeError('opts must be an object')
   if (defaults.route !== undefined && typeof defaults.route !== 'string') throw new TypeError('opts.route must be a string')
+  const routes = defaults.routes
+  if (routes !== undefined && (routes === null || (typeof routes !== 'object' && typeof routes !== 'function'))) throw new TypeError('opts.routes must be an object (request model -> route) or a function (request -> route)')
+  const base = { ...defaults }
+  delete base.routes
 
   return async function retrywiseFetch(input, init) {
     const req = await normalizeRequest(input, init)
-    const spec = { ...defaults, ...(init && init.retrywise ? init.retrywise : {}) }
-    // No route: the core looks the route up by task (empty route name).
-    if (spec.route === undefined) spec.route = ''
+    const spec = { ...base, ...(init && init.retrywise ? init.retrywise : {}) }
+    spec.route = routeOf(engine, routes, req, spec)
     // The call's first attempt is asked for in the same native step.
     const call = new Call(engine, engine._open(spec, 'opts', true))
     const fc = new FetchCall(engine, call, f, req)
@@ -277,16 +348,17 @@ class FetchCall {
       const headers = new Headers(req.headers)
       const ph = attempt.headers
       for (const k in ph) headers.set(k, ph[k])
+      const wire = requestFor(engine, attempt.upstream, req, headers)
       const ctl = attemptController(attempt, req.signal)
       attempt.signal = ctl.ac.signal
       // No response headers within connect + first-byte: the request may have been received.
       const hdrMs = Math.min(attempt.timeouts.connectMs + attempt.timeouts.firstByteMs, attempt.timeouts.totalMs)
       const hdrTimer = hdrMs < attempt.timeouts.totalMs ? setTimeout(() => ctl.ac.abort(new AttemptTimeoutError(timerKind(attempt, 'first_byte', false), hdrMs)), hdrMs) : null
-      const init = { ...req.rest, method: req.method, headers, body: req.body, signal: ctl.ac.signal }
+      const init = { ...req.rest, method: req.method, headers: wire.headers, body: wire.body, signal: ctl.ac.signal }
       let res
       try {
         res = await raceAbort(
-          als.run(attempt, () => this.fetch(req.url, init)),
+          als.run(attempt, () => this.fetch(wire.url, init)),
           ctl.ac.signal,
         )
       } catch (err) {
