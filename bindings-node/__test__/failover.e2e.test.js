@@ -140,3 +140,41 @@ for (const [fault, { stream = false, counts, text, error, stops, maxMs }] of Obj
     assert.ok(r.elapsedMs < maxMs, `${r.elapsedMs} ms`)
   })
 }
+
+test("the README's fallback example runs as written, pointed at the fault server (primary: a persistent 503, backup: fb-ok)", async () => {
+  const nodeFs = require('node:fs')
+  const path = require('node:path')
+  const os = require('node:os')
+  const { execFile } = require('node:child_process')
+  const readme = nodeFs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8')
+  const m = /### Fallback across upstreams[\s\S]*?```js\n([\s\S]*?)```/.exec(readme)
+  assert.ok(m, 'README.md has the fallback example')
+  let src = m[1]
+  for (const [from, to] of [
+    ['https://api.openai.com/v1', `${fs.base}/v1`],
+    ['https://api.deepseek.com/v1', `${fs.base}/v1`],
+    ["model: 'gpt-4o', api", "model: 'fb-503', api"],
+    ["model: 'deepseek-chat'", "model: 'fb-ok'"],
+  ]) {
+    assert.ok(src.includes(from), from)
+    src = src.replace(from, to)
+  }
+  // A project with retrywise (this package) and openai installed.
+  const dir = nodeFs.mkdtempSync(path.join(os.tmpdir(), 'rw-readme-'))
+  try {
+    nodeFs.mkdirSync(path.join(dir, 'node_modules'))
+    nodeFs.symlinkSync(path.join(__dirname, '..'), path.join(dir, 'node_modules', 'retrywise'))
+    nodeFs.symlinkSync(path.join(__dirname, '..', 'node_modules', 'openai'), path.join(dir, 'node_modules', 'openai'))
+    nodeFs.writeFileSync(path.join(dir, 'example.js'), src)
+    await fs.reset()
+    const out = await new Promise((resolve, reject) =>
+      execFile(process.execPath, ['example.js'], { cwd: dir, env: { ...process.env, OPENAI_API_KEY: 'sk-a', DEEPSEEK_API_KEY: 'sk-b' } }, (err, stdout, stderr) =>
+        err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout),
+      ),
+    )
+    assert.equal(out, `fb-ok ${ANSWER('fb-ok')}\n`)
+    assert.deepEqual((await fs.counts()).by_model, { 'fb-503': 2, 'fb-ok': 1 })
+  } finally {
+    nodeFs.rmSync(dir, { recursive: true, force: true })
+  }
+})
