@@ -175,6 +175,19 @@ export declare class NativeEngine {
 }
 
 /**
+ * Turns a fallback's stream into the rest of the caller's (`retrywise::wire::Splicer`):
+ * its opening dropped, restated text dropped once, block indexes continued.
+ */
+export declare class Splicer {
+  /** A splicer continuing what `transcript` delivered, in `api`. */
+  constructor(api: string, transcript: Transcript)
+  /** The fallback's bytes in; the bytes for the caller's stream out. */
+  feed(chunk: Uint8Array): Uint8Array
+  /** The fallback's stream ended: what is still held. */
+  finish(): Uint8Array
+}
+
+/**
  * Holds a streamed body's preamble (a role-only delta, `message_start`,
  * pings) until its first meaningful event, so a cut before it is
  * `stream_open` and may be retried. Only `text/event-stream` is held back.
@@ -217,8 +230,35 @@ export declare class StreamGate {
   get held(): number
 }
 
+/**
+ * What a streamed answer delivered so far (`retrywise::wire::Transcript`),
+ * fed with exactly the bytes the caller received.
+ */
+export declare class Transcript {
+  /** A transcript of a stream in `api` (`openai`, `anthropic`, `azure_openai`). */
+  constructor(api: string)
+  /** Bytes the caller received. */
+  observe(delivered: Uint8Array): void
+  /** The visible text so far. */
+  get text(): string
+  /** Text only (no tool-call delta) and not finished: another upstream may continue it. */
+  get resumable(): boolean
+  /** Its finish (finish_reason, message_stop, response.completed) was seen. */
+  get finished(): boolean
+}
+
+/** The API family a request speaks, from its URL and headers (`ApiFamily::of_request`). */
+export declare function apiFamilyOf(url: string, headers: Array<string>): string
+
 /** Validates a policy without building an engine; throws like the constructor. */
 export declare function checkPolicy(kind: number, policy?: string | undefined | null): string
+
+/**
+ * The body of the continuation request (`retrywise::wire::continuation_body`):
+ * the original conversation plus the delivered text as a prefill or an
+ * instruction (`how`). Throws `ERR_RETRYWISE_WIRE` when it cannot be built.
+ */
+export declare function continuationBody(api: string, original: Uint8Array, transcript: Transcript, how: string): Uint8Array
 
 /** `rw1_` + 32 hex digits of SHA-256(tenant ␀ operation ␀ digest). */
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string

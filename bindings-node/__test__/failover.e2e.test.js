@@ -178,3 +178,61 @@ test("the README's fallback example runs as written, pointed at the fault server
     nodeFs.rmSync(dir, { recursive: true, force: true })
   }
 })
+
+// stream_recovery: continue — a stream cut (or stalled) after visible text is
+// continued by the backup inside the same stream the SDK reads: with an
+// assistant prefill where the backup declares it, else (or when the prefill is
+// refused) with an instruction quoting what was delivered; the caller reads
+// the primary's whole answer once, no gap, no duplicate.
+async function runContinue(primaryModel, backupModel, backupCaps) {
+  await fs.reset()
+  const base = `${fs.base}/v1`
+  const engine = new Engine(
+    {
+      max_attempts: 4,
+      backoff: { base_ms: 10, cap_ms: 40 },
+      timeouts: { connect_ms: 200, first_byte_ms: 300, idle_ms: 300 },
+      upstreams: {
+        primary: { provider: 'openai', model: primaryModel, base_url: base, api: 'openai', api_key_env: 'RW_TEST_PRIMARY_KEY' },
+        backup: { provider: 'openai', model: backupModel, base_url: base, api: 'openai', api_key_env: 'RW_TEST_BACKUP_KEY', capabilities: backupCaps },
+      },
+      routes: { chat: { candidates: ['primary', 'backup'], stream_recovery: 'continue' } },
+      models: { 'gpt-4o': 'chat' },
+    },
+    { seed: 25 },
+  )
+  const client = new OpenAI({ apiKey: 'sk-client', baseURL: `http://127.0.0.1:${closed}/v1`, maxRetries: 0, fetch: wrapFetch(engine, fetch, { deadlineMs: 4000 }) })
+  const t0 = performance.now()
+  let text = ''
+  let error = null
+  try {
+    const s = await client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }], stream: true })
+    for await (const ch of s) text += ch.choices[0]?.delta?.content ?? ''
+  } catch (err) {
+    error = err
+  }
+  const elapsedMs = performance.now() - t0
+  const rows = await fs.requests()
+  return { text, error, elapsedMs, rows, stats: engine.stats() }
+}
+
+for (const [primary, backup, caps, via] of [
+  ['fb-stream-cut:k=3', 'fb-ok', ['streaming', 'assistant_prefill'], ['prefill']],
+  ['fb-stream-cut:k=3', 'fb-ok', ['streaming'], ['instruction']],
+  ['fb-stream-stall:k=3', 'fb-ok', ['streaming', 'assistant_prefill'], ['prefill']],
+  ['fb-stream-cut:k=3', 'fb-no-prefill', ['streaming', 'assistant_prefill'], ['prefill', 'instruction']],
+  // The backup restates the quoted text before going on: the splice drops the repetition.
+  ['fb-stream-cut:k=3', 'fb-ok:resend=1', ['streaming'], ['instruction']],
+]) {
+  test(`stream_recovery continue: ${primary} continued by ${backup} (${via.join(' refused, then ')}): the whole answer once`, async () => {
+    const r = await runContinue(primary, backup, caps)
+    assert.equal(r.error, null)
+    assert.equal(r.text, ANSWER(primary))
+    assert.deepEqual(
+      r.rows.map((x) => [x.model, x.continuation ? x.continuation.via : null]),
+      [[primary, null], ...via.map((v) => [backup, v])],
+    )
+    assert.deepEqual(r.stats.stops, {})
+    assert.ok(r.elapsedMs < 2000, `${r.elapsedMs} ms`)
+  })
+}

@@ -44,6 +44,7 @@ const { STEP_RESULT, RESULT_ATTEMPT, STOPPED_WAIT_MS } = SLOT
  * @property {Attempt} attempt
  * @property {AttemptController} ctl
  * @property {ReadableStreamDefaultReader<Uint8Array>} reader
+ * @property {import('../native').Splicer | null} splicer a continuation's: turns its stream into the rest of the caller's
  * @property {import('./stream.js').NativeGate | null} gate the body's gate (the policy's, `engine.streamGate`) while it watches: an event stream's preamble and error events
  */
 
@@ -279,6 +280,28 @@ class FetchCall {
     this.lastErr = undefined
     // The result of the call's first attempt request is already in scratch.
     this.primed = false
+    // A streamed body handed on: the API family the caller reads and what it was delivered (stream.js).
+    /** @type {string | null} */
+    this.api = null
+    /** @type {import('../native').Transcript | null} */
+    this.transcript = null
+    // Continuing a stream broken after output: how, and the request body that asks for it.
+    /** @type {import('../index').Continuation | null} */
+    this.continuation = null
+    /** @type {Uint8Array | null} */
+    this.contBody = null
+  }
+
+  /**
+   * The next attempts continue the caller's broken stream this way: the
+   * core's continuation body (the conversation plus what was delivered, as a
+   * prefill or an instruction) replaces the request's.
+   * @param {import('../index').Continuation} how
+   */
+  continueWith(how) {
+    const body = bodyBytes(this.req.body, 'body') || new Uint8Array(0)
+    this.contBody = native.continuationBody(/** @type {string} */ (this.api), body, /** @type {import('../native').Transcript} */ (this.transcript), how)
+    this.continuation = how
   }
 
   _abortIfUser() {
@@ -295,9 +318,13 @@ class FetchCall {
    * @returns {Decision}
    */
   _report(outcome) {
-    reportNative(this.call, outcome, 'outcome')
+    // An attempt that continued a broken stream says how (a refused prefill is the core's to handle).
+    const o = this.continuation !== null && outcome.continuation === undefined ? { ...outcome, continuation: this.continuation } : outcome
+    reportNative(this.call, o, 'outcome')
     this.engine._flush()
-    return decisionFromScratch(this.call)
+    const d = decisionFromScratch(this.call)
+    if (d.continuation !== null && this.transcript !== null) this.continueWith(d.continuation)
+    return d
   }
 
   /**
@@ -348,7 +375,7 @@ class FetchCall {
       const headers = new Headers(req.headers)
       const ph = attempt.headers
       for (const k in ph) headers.set(k, ph[k])
-      const wire = requestFor(engine, attempt.upstream, req, headers)
+      const wire = requestFor(engine, attempt.upstream, this.contBody !== null ? { ...req, body: this.contBody } : req, headers)
       const ctl = attemptController(attempt, req.signal)
       attempt.signal = ctl.ac.signal
       // No response headers within connect + first-byte: the request may have been received.
@@ -426,7 +453,7 @@ class FetchCall {
       }
       const gate = engine._n.streamGate(res.headers.get('content-type'))
       /** @type {BodyParts} */
-      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate }
+      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate, splicer: null }
       if (splice) return { parts, handedOver: true }
       return { response: wrapBody(this, parts), handedOver: true }
     }

@@ -142,6 +142,21 @@ function wrapBody(self, first) {
   const res = first.res
   let cur = first
   let delivered = 0
+  // What the caller was delivered, so a stream broken after output can be continued elsewhere.
+  const flat = []
+  for (const [k, v] of self.req.headers) flat.push(k, v)
+  self.api = native.apiFamilyOf(self.req.url, flat)
+  const transcript = new native.Transcript(self.api)
+  self.transcript = transcript
+  /**
+   * @param {ReadableStreamDefaultController<Uint8Array>} controller
+   * @param {Uint8Array} v
+   */
+  const deliver = (controller, v) => {
+    delivered += v.byteLength
+    transcript.observe(v)
+    controller.enqueue(v)
+  }
   let finished = false
   /** @type {NodeJS.Timeout | null} */
   let idle = null
@@ -241,8 +256,10 @@ function wrapBody(self, first) {
       return false
     }
     const phase = delivered > 0 ? 'stream_visible' : 'stream_open'
-    const d = self._report(outcome !== null ? outcome : { status: cur.res.status, ...errorOutcome(err, cur.ctl.ac.signal, phase), phase })
-    if (delivered === 0 && (d.action === 'retry' || d.action === 'fallback')) {
+    // After output, whether what was delivered can be continued by another upstream.
+    const d = self._report(outcome !== null ? outcome : { status: cur.res.status, ...errorOutcome(err, cur.ctl.ac.signal, phase), phase, resumable: delivered > 0 && transcript.resumable })
+    const again = delivered === 0 ? d.action === 'retry' || d.action === 'fallback' : d.action === 'fallback' && d.continuation !== null
+    if (again) {
       try {
         await self._sleep(d.delayMs)
         self.lastErr = err
@@ -255,6 +272,8 @@ function wrapBody(self, first) {
           return false
         }
         cur = next.parts
+        // A continuation's stream is turned into the rest of the caller's.
+        if (delivered > 0) cur.splicer = new native.Splicer(/** @type {string} */ (self.api), transcript)
         watch(cur)
         return true
       } catch (e2) {
@@ -266,7 +285,7 @@ function wrapBody(self, first) {
     const stopped = stoppedFromDecision(self.call, d, err)
     finish()
     if (pass !== null && pass.byteLength > 0) {
-      controller.enqueue(pass)
+      deliver(controller, pass)
       controller.close()
     } else controller.error(stopped)
     return false
@@ -303,13 +322,15 @@ function wrapBody(self, first) {
         let outcome = { status: cur.res.status }
         if (cur.gate !== null) {
           // A stream of preamble only, or a last event without its blank line.
-          const rest = cur.gate.finish()
+          let rest = cur.gate.finish()
           outcome = outcomeOf(cur.gate, cur.res.status)
           cur.gate = null
-          if (rest.byteLength > 0) {
-            delivered += rest.byteLength
-            controller.enqueue(rest)
-          }
+          if (cur.splicer !== null && rest.byteLength > 0) rest = cur.splicer.feed(rest)
+          if (rest.byteLength > 0) deliver(controller, rest)
+        }
+        if (cur.splicer !== null) {
+          const tail = cur.splicer.finish()
+          if (tail.byteLength > 0) deliver(controller, tail)
         }
         self._report(outcome)
         finish()
@@ -327,8 +348,7 @@ function wrapBody(self, first) {
             const outcome = outcomeOf(g, cur.res.status)
             const err = new Error(`stream error event: ${outcome.vendorCode ?? 'error'}`)
             if (outcome.error !== undefined && v.byteLength > 0) {
-              delivered += v.byteLength
-              controller.enqueue(v)
+              deliver(controller, v)
               pendingFail = { err, outcome }
               return
             }
@@ -338,9 +358,9 @@ function wrapBody(self, first) {
           }
         }
       }
+      if (v && v.byteLength > 0 && cur.splicer !== null) v = cur.splicer.feed(v)
       if (v && v.byteLength > 0) {
-        delivered += v.byteLength
-        controller.enqueue(v)
+        deliver(controller, v)
         return
       }
     }

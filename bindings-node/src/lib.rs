@@ -31,7 +31,7 @@ mod fast;
 mod finished;
 mod scratch;
 mod stream;
-mod wire;
+pub mod wire;
 
 use finished::Versions;
 use napi::bindgen_prelude::*;
