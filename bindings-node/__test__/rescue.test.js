@@ -267,3 +267,34 @@ test('wrapFetch: an SSE error event after output reaches the SDK as the provider
     await srv.close()
   }
 })
+
+test('wrapFetch: a stream that opens and then only pings is ended at its first-token timeout (before output: retried), however often the pings reset the idle timer', async () => {
+  const role = 'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
+  const timers = []
+  const srv = await localServer((req, res, n) => {
+    res.writeHead(200, SSE)
+    if (n === 1) {
+      res.write(role)
+      const t = setInterval(() => res.write(': ping\n\n'), 30)
+      timers.push(t)
+      res.on('close', () => clearInterval(t))
+      return
+    }
+    res.end(chunk('a') + DONE)
+  })
+  try {
+    const e = new Engine({ backoff: { base_ms: 0, cap_ms: 0 }, timeouts: { first_token_ms: 200, idle_ms: 1000 } })
+    const f = wrapFetch(e, fetch, { route: 'local', deadlineMs: 5000 })
+    const r = await f(srv.url + '/v1/chat/completions', { method: 'POST', body: '{}' })
+    assert.equal(await r.text(), chunk('a') + DONE)
+    const failures = e.events().filter((x) => x.kind === 'attempt_end' && x.error_kind)
+    assert.deepEqual(
+      failures.map((x) => [x.error_kind, x.phase]),
+      [['first_byte_timeout', 'stream_open']],
+    )
+    assert.equal(e.stats().attempts, 2)
+  } finally {
+    for (const t of timers) clearInterval(t)
+    await srv.close()
+  }
+})

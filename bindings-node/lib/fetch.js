@@ -44,6 +44,7 @@ const { STEP_RESULT, RESULT_ATTEMPT, STOPPED_WAIT_MS } = SLOT
  * @property {Attempt} attempt
  * @property {AttemptController} ctl
  * @property {ReadableStreamDefaultReader<Uint8Array>} reader
+ * @property {number} sentAt when its request was sent (`performance.now()`): its first-token timer counts from there
  * @property {import('../native').Splicer | null} splicer a continuation's: turns its stream into the rest of the caller's
  * @property {import('./stream.js').NativeGate | null} gate the body's gate (the policy's, `engine.streamGate`) while it watches: an event stream's preamble and error events
  */
@@ -382,6 +383,7 @@ class FetchCall {
       const hdrMs = Math.min(attempt.timeouts.connectMs + attempt.timeouts.firstByteMs, attempt.timeouts.totalMs)
       const hdrTimer = hdrMs < attempt.timeouts.totalMs ? setTimeout(() => ctl.ac.abort(new AttemptTimeoutError(timerKind(attempt, 'first_byte', false), hdrMs)), hdrMs) : null
       const init = { ...req.rest, method: req.method, headers: wire.headers, body: wire.body, signal: ctl.ac.signal }
+      const sentAt = performance.now()
       let res
       try {
         res = await raceAbort(
@@ -453,7 +455,7 @@ class FetchCall {
       }
       const gate = engine._n.streamGate(res.headers.get('content-type'))
       /** @type {BodyParts} */
-      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate, splicer: null }
+      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate, splicer: null, sentAt }
       if (splice) return { parts, handedOver: true }
       return { response: wrapBody(this, parts), handedOver: true }
     }

@@ -5,9 +5,9 @@
 // splices a retry in while nothing was delivered yet.
 
 const native = require('../native.js')
-const { describe } = require('./errors.js')
+const { describe, AttemptTimeoutError } = require('./errors.js')
 const { decisionOf, stoppedFromDecision } = require('./call.js')
-const { errorOutcome } = require('./outcomes.js')
+const { errorOutcome, timerKind } = require('./outcomes.js')
 const { abortReason, raceAbort, restartIdle } = require('./timers.js')
 
 /**
@@ -153,6 +153,10 @@ function wrapBody(self, first) {
    * @param {Uint8Array} v
    */
   const deliver = (controller, v) => {
+    if (firstToken !== null) {
+      clearTimeout(firstToken)
+      firstToken = null
+    }
     delivered += v.byteLength
     transcript.observe(v)
     controller.enqueue(v)
@@ -160,12 +164,18 @@ function wrapBody(self, first) {
   let finished = false
   /** @type {NodeJS.Timeout | null} */
   let idle = null
+  // Request sent -> first visible output (pings and the preamble do not count): a
+  // stream that opens and then says nothing is left like a silent upstream.
+  /** @type {NodeJS.Timeout | null} */
+  let firstToken = null
   const armIdle = () => {
     idle = restartIdle(idle, cur.attempt, cur.ctl)
   }
   const stopTimers = () => {
     if (idle) clearTimeout(idle)
     idle = null
+    if (firstToken) clearTimeout(firstToken)
+    firstToken = null
     cur.ctl.done()
   }
   const finish = () => {
@@ -182,6 +192,19 @@ function wrapBody(self, first) {
   /** @param {BodyParts} parts */
   const watch = (parts) => {
     parts.ctl.unref()
+    if (delivered === 0) {
+      const ms = parts.attempt.timeouts.firstTokenMs
+      // It ends the attempt only while the caller waits for output: a body
+      // nobody reads is bounded by the attempt's total timer.
+      firstToken = setTimeout(
+        () => {
+          firstToken = null
+          if (pulling && cur === parts) parts.ctl.ac.abort(new AttemptTimeoutError(timerKind(parts.attempt, 'first_byte', true), ms))
+        },
+        Math.max(0, ms - (performance.now() - parts.sentAt)),
+      )
+      firstToken.unref()
+    }
     parts.ctl.ac.signal.addEventListener(
       'abort',
       () => {
