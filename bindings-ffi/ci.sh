@@ -3,8 +3,9 @@
 #
 #   1. cargo build --release -p retrywise-ffi --features test-hooks (cdylib + staticlib)
 #   2. check-header.sh: committed include/retrywise.h == fresh cbindgen output
-#   3. tests/test_loop.c with gcc -Wall -Wextra -Werror, linked dynamically and statically
-#   4. run both; run both under valgrind --error-exitcode=1 --leak-check=full
+#   3. tests/test_loop.c and tests/test_rescue.c with gcc -Wall -Wextra -Werror,
+#      each linked dynamically and statically
+#   4. run each; run each under valgrind --error-exitcode=1 --leak-check=full
 #   5. the library again without test hooks; examples/readme_example.c (the
 #      README snippet): compile and run
 #   6. install.sh into a scratch prefix; compile and run the example through
@@ -50,22 +51,25 @@ step "header is up to date"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
-step "compile tests/test_loop.c (dynamic and static)"
-"$CC" "${CFLAGS[@]}" "$HERE/tests/test_loop.c" -o "$OUT/test_loop_dynamic" \
-    -L"$LIB_DIR" -lretrywise -Wl,-rpath,"$LIB_DIR" -pthread
-"$CC" "${CFLAGS[@]}" "$HERE/tests/test_loop.c" -o "$OUT/test_loop_static" \
-    "$LIB_DIR/libretrywise.a" -pthread "${NATIVE_LIBS[@]}"
-
-step "run test_loop (dynamic)"
-"$OUT/test_loop_dynamic"
-step "run test_loop (static)"
-"$OUT/test_loop_static"
-
+TESTS=(test_loop test_rescue)
 VALGRIND=(valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible -q)
-step "valgrind test_loop (dynamic)"
-"${VALGRIND[@]}" "$OUT/test_loop_dynamic"
-step "valgrind test_loop (static)"
-"${VALGRIND[@]}" "$OUT/test_loop_static"
+for t in "${TESTS[@]}"; do
+    step "compile tests/$t.c (dynamic and static)"
+    "$CC" "${CFLAGS[@]}" "$HERE/tests/$t.c" -o "$OUT/${t}_dynamic" \
+        -L"$LIB_DIR" -lretrywise -Wl,-rpath,"$LIB_DIR" -pthread
+    "$CC" "${CFLAGS[@]}" "$HERE/tests/$t.c" -o "$OUT/${t}_static" \
+        "$LIB_DIR/libretrywise.a" -pthread "${NATIVE_LIBS[@]}"
+
+    step "run $t (dynamic)"
+    "$OUT/${t}_dynamic"
+    step "run $t (static)"
+    "$OUT/${t}_static"
+
+    step "valgrind $t (dynamic)"
+    "${VALGRIND[@]}" "$OUT/${t}_dynamic"
+    step "valgrind $t (static)"
+    "${VALGRIND[@]}" "$OUT/${t}_static"
+done
 
 step "build without test hooks (cargo build --release -p retrywise-ffi)"
 (cd "$ROOT" && cargo build --release -p retrywise-ffi)

@@ -10,6 +10,7 @@
  *       SUCCEEDED: done; RETRY / FALLBACK: sleep decision.delay_ms and loop;
  *       STOP / RECONCILE: surface it with rw_reason_name(decision.reason).
  *   }
+ *   (RW_STOPPED with attempt.wait_ms >= 0 is "not yet": sleep it, ask again.)
  *   rw_call_free(call); ... rw_engine_free(engine);
  *
  * Conventions
@@ -42,10 +43,11 @@
 #include <stdint.h>
 
 /* Initializer for an rw_outcome with nothing set: no status, no error kind,
- * inferred phase, no headers, no vendor code, effect unset. A zeroed
+ * inferred phase, no headers, no vendor code, effect unset, not resumable,
+ * no continuation. A zeroed
  * rw_outcome means RW_ERROR_KIND_DNS, so start from this:
  *   rw_outcome o = RW_OUTCOME_INIT; o.status = 503; */
-#define RW_OUTCOME_INIT { 0, RW_ERROR_KIND_NONE, RW_PHASE_NONE, NULL, 0, { NULL, 0 }, RW_EFFECT_UNSET, 0, false, { NULL, 0 } }
+#define RW_OUTCOME_INIT { 0, RW_ERROR_KIND_NONE, RW_PHASE_NONE, NULL, 0, { NULL, 0 }, RW_EFFECT_UNSET, 0, false, { NULL, 0 }, false, RW_CONTINUATION_NONE }
 
 /* rw_str initializer for a string literal: rw_str s = RW_LIT("openai/gpt-4o"); */
 #define RW_LIT(s) { (s), sizeof(s) - 1 }
@@ -243,6 +245,14 @@ typedef enum rw_reason {
    * Hedging is off, not configured, or not allowed for this call.
    */
   RW_REASON_HEDGE_NOT_ALLOWED = 35,
+  /**
+   * An attempt failed while a sibling is still in flight: wait for the sibling.
+   */
+  RW_REASON_SIBLING_IN_FLIGHT = 36,
+  /**
+   * A continuation sent with assistant prefill was refused: it goes again at once as an instruction.
+   */
+  RW_REASON_PREFILL_REJECTED = 37,
 } rw_reason;
 
 /**
@@ -333,6 +343,11 @@ typedef enum rw_action {
    * The effect is unknown: check its state before anything else.
    */
   RW_ACTION_RECONCILE = 4,
+  /**
+   * A sibling (hedged) attempt is still in flight: start nothing; report
+   * the sibling's outcome when it comes, which decides.
+   */
+  RW_ACTION_WAIT = 5,
 } rw_action;
 
 /**
@@ -354,6 +369,27 @@ typedef enum rw_wait_source {
 } rw_wait_source;
 
 /**
+ * How the next attempt continues a streamed answer that already showed
+ * text (core `Continuation`): carried by a decision, and by the outcome of
+ * the attempt that continued.
+ */
+typedef enum rw_continuation {
+  /**
+   * No continuation: the request goes as it was built.
+   */
+  RW_CONTINUATION_NONE = -1,
+  /**
+   * The delivered text goes as a trailing assistant message for the
+   * upstream to extend (only where it declares `assistant_prefill`).
+   */
+  RW_CONTINUATION_PREFILL = 0,
+  /**
+   * A user message quotes the delivered text and asks to continue right after it.
+   */
+  RW_CONTINUATION_INSTRUCTION = 1,
+} rw_continuation;
+
+/**
  * What `rw_call_next_hedge` says (core `HedgePlan`).
  */
 typedef enum rw_hedge_action {
@@ -371,6 +407,29 @@ typedef enum rw_hedge_action {
    */
   RW_HEDGE_ACTION_NO = 2,
 } rw_hedge_action;
+
+/**
+ * The wire protocol an upstream speaks (core `ApiFamily`): which URL shape
+ * and auth header a request for it takes.
+ */
+typedef enum rw_api_family {
+  /**
+   * Not set: the request's own family.
+   */
+  RW_API_FAMILY_NONE = -1,
+  /**
+   * OpenAI and OpenAI-compatible APIs (`Authorization: Bearer`).
+   */
+  RW_API_FAMILY_OPENAI = 0,
+  /**
+   * Anthropic messages (`x-api-key`).
+   */
+  RW_API_FAMILY_ANTHROPIC = 1,
+  /**
+   * Azure OpenAI (`/openai/deployments/{model}/...?api-version=`, `api-key`).
+   */
+  RW_API_FAMILY_AZURE_OPENAI = 2,
+} rw_api_family;
 
 /**
  * How far an attempt got before it failed (core `Phase`).
@@ -503,6 +562,30 @@ typedef enum rw_effect {
    */
   RW_EFFECT_UNKNOWN = 3,
 } rw_effect;
+
+/**
+ * One of an attempt's timers (core `Timer`), for `rw_attempt_timer_error`.
+ * A first-token timer (`first_token_timeout_ms`) is `RW_TIMER_FIRST_BYTE`:
+ * the core reads its expiry as a first-byte timeout in `RW_PHASE_STREAM_OPEN`.
+ */
+typedef enum rw_timer {
+  /**
+   * Connecting took longer than `connect_timeout_ms`.
+   */
+  RW_TIMER_CONNECT = 0,
+  /**
+   * No response byte (or, for a stream, no first token) in time.
+   */
+  RW_TIMER_FIRST_BYTE = 1,
+  /**
+   * The body went silent for `idle_timeout_ms`.
+   */
+  RW_TIMER_IDLE = 2,
+  /**
+   * The attempt as a whole ran `total_timeout_ms`.
+   */
+  RW_TIMER_TOTAL = 3,
+} rw_timer;
 
 /**
  * One logical request.
@@ -719,6 +802,20 @@ typedef struct rw_attempt {
    * With `RW_STOPPED`: extra detail (the refusing scope, ...); NULL when none.
    */
   struct rw_str detail;
+  /**
+   * Request sent -> first visible output of a streamed answer, ms
+   * (keep-alive pings and an opening preamble do not count). Its expiry is
+   * `rw_attempt_timer_error(.., RW_TIMER_FIRST_BYTE, ..)`, reported with
+   * `RW_PHASE_STREAM_OPEN`.
+   */
+  uint64_t first_token_timeout_ms;
+  /**
+   * With `RW_STOPPED`: -1 for a stop. Otherwise not a stop but "not yet":
+   * no attempt may start now and one may after this many ms, within the
+   * deadline (the upstream's breaker lets probes through then). The call
+   * is not over: sleep it and call `rw_call_next_attempt` again.
+   */
+  int64_t wait_ms;
 } rw_attempt;
 
 /**
@@ -771,6 +868,18 @@ typedef struct rw_outcome {
    * is reported as `RW_ERROR_KIND_MALFORMED_RESPONSE`.
    */
   struct rw_str body;
+  /**
+   * A stream that broke after visible output showed only text (no
+   * tool-call delta) and had not finished: another upstream may continue
+   * it (routes with `stream_recovery: continue`).
+   */
+  bool resumable;
+  /**
+   * An `rw_continuation` value: this attempt continued a broken stream
+   * that way (what the previous decision's `continuation` asked for);
+   * `RW_CONTINUATION_NONE` (-1) = a plain attempt.
+   */
+  int32_t continuation;
 } rw_outcome;
 
 /**
@@ -834,6 +943,16 @@ typedef struct rw_decision {
    * Number of entries in `excluded`.
    */
   size_t excluded_len;
+  /**
+   * With Retry / Fallback: the next attempt continues a streamed answer
+   * that already showed text, and how. Build its request as a
+   * continuation (`RW_CONTINUATION_PREFILL`: the delivered text as a
+   * trailing assistant message; `RW_CONTINUATION_INSTRUCTION`: a user
+   * message asking to continue), splice its stream after what the caller
+   * already has, and report its outcome with this `continuation`.
+   * `RW_CONTINUATION_NONE`: the next attempt sends the request as it is.
+   */
+  enum rw_continuation continuation;
 } rw_decision;
 
 /**
@@ -884,6 +1003,47 @@ typedef struct rw_engine_options {
   bool manual_clock;
 } rw_engine_options;
 
+/**
+ * How to reach one upstream, from the policy catalog (core `wire::Reach`):
+ * what a transport rewrites an attempt's request with. Filled by
+ * `rw_engine_reach`; every string is NUL-terminated and owned by the
+ * struct until `rw_reach_free`. A NULL string (or `RW_API_FAMILY_NONE`)
+ * means the request keeps what it has.
+ */
+typedef struct rw_reach {
+  /**
+   * The upstream's catalog name (never NULL after `RW_OK`).
+   */
+  char *upstream;
+  /**
+   * Where its API lives (`https://api.openai.com/v1`): the endpoint tail
+   * of the request's path goes after it. NULL: the caller's own URL.
+   */
+  char *base_url;
+  /**
+   * Its wire family (URL shape, auth header); `RW_API_FAMILY_NONE`: the request's own.
+   */
+  enum rw_api_family api;
+  /**
+   * The `model` to send (`request_model`, else `model`; the deployment on
+   * Azure). NULL: the request's own.
+   */
+  char *model;
+  /**
+   * The NAME of the environment variable that holds its key (a policy
+   * never holds the key itself). NULL: auth headers as the request has them.
+   */
+  char *api_key_env;
+  /**
+   * Azure OpenAI's `api-version` query parameter; NULL when none.
+   */
+  char *api_version;
+  /**
+   * It declares `assistant_prefill` (a continuation may prefill).
+   */
+  bool prefill;
+} rw_reach;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -914,7 +1074,9 @@ enum rw_result rw_call_begin(const struct rw_engine *engine,
  * (upstream, timeouts, headers to send). `RW_STOPPED`: no attempt may start;
  * `out->stop_reason` (and `stop_class`, `on_failure`, `detail`) say why —
  * e.g. `RW_REASON_CALL_FINISHED` after a final decision, `RW_REASON_DEADLINE_EXCEEDED`,
- * `RW_REASON_BREAKER_OPEN`. Strings and headers in `*out` are owned by the
+ * `RW_REASON_BREAKER_OPEN`. A stop with `out->wait_ms >= 0` is "not yet"
+ * (a held call: the upstream's breaker lets a probe through then): sleep
+ * `wait_ms` and ask again. Strings and headers in `*out` are owned by the
  * call and valid until the next `rw_call_next_attempt` or `rw_call_free`.
  *
  * On an error result (`RW_ERR_NULL`, `RW_ERR_PANIC`), `*out` (when `out` is
@@ -933,12 +1095,15 @@ enum rw_result rw_call_next_attempt(struct rw_call *call, struct rw_attempt *out
  * Reports what the attempt returned by the last `rw_call_next_attempt` met,
  * and returns the decision in `*out`: `RW_ACTION_SUCCEEDED` (done),
  * `RW_ACTION_RETRY` / `RW_ACTION_FALLBACK` (sleep `delay_ms`, then call
- * `rw_call_next_attempt` again), `RW_ACTION_STOP` / `RW_ACTION_RECONCILE`
- * (surface it with its reason). Strings in `*out` are owned by the call and
- * valid until the next `rw_call_report`, `rw_call_report_attempt`,
- * `rw_call_cancel` or `rw_call_free`. `outcome` and what it points to are
- * only read during this call. With a hedge in flight, report each attempt by
- * number with `rw_call_report_attempt` instead.
+ * `rw_call_next_attempt` again; with `continuation` set, that attempt
+ * continues the broken stream), `RW_ACTION_STOP` / `RW_ACTION_RECONCILE`
+ * (surface it with its reason), `RW_ACTION_WAIT` (a hedge sibling is still
+ * in flight: start nothing, report the sibling's outcome when it comes).
+ * Strings in `*out` are owned by the call and valid until the next
+ * `rw_call_report`, `rw_call_report_attempt`, `rw_call_cancel` or
+ * `rw_call_free`. `outcome` and what it points to are only read during this
+ * call. With a hedge in flight, report each attempt by number with
+ * `rw_call_report_attempt` instead.
  *
  * Returns `RW_ERR_NULL`, `RW_ERR_INVALID_ARG` (enum value out of range,
  * vendor code not UTF-8; the attempt stays in flight, report it again) or
@@ -1232,6 +1397,23 @@ const char *rw_class_name(int32_t code);
 const char *rw_wait_source_name(int32_t code);
 
 /**
+ * Stable snake_case name of an `rw_continuation` code (`"prefill"`,
+ * `"instruction"`). Static; NULL for `RW_CONTINUATION_NONE` and unknown codes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+const char *rw_continuation_name(int32_t code);
+
+/**
+ * Stable name of an `rw_api_family` code as a policy spells it
+ * (`"openai"`, `"anthropic"`, `"azure_openai"`). Static; NULL for
+ * `RW_API_FAMILY_NONE` and unknown codes.
+ *
+ * Thread safety: may be called from any thread.
+ */
+const char *rw_api_family_name(int32_t code);
+
+/**
  * Stable snake_case name of an `rw_hedge_action` code (`"start"`, `"after"`,
  * `"no"`). Static; NULL for an unknown code.
  *
@@ -1253,6 +1435,62 @@ const char *rw_result_name(int32_t code);
  * Thread safety: may be called from any thread.
  */
 const char *rw_version(void);
+
+/**
+ * The route (or upstream) that serves requests for `model` (a request
+ * body's `model`): the policy's `models` map, then a route named like it,
+ * then an upstream named like it or whose `model` / `request_model` it is.
+ * Begin the call on it (`rw_call_spec.route`). On `RW_OK`, `*out` is a
+ * NUL-terminated string the caller frees with `rw_string_free`; otherwise
+ * `*out` is NULL (when `out` is not NULL).
+ *
+ * Returns `RW_ERR_NULL` (`engine` or `out` NULL, or `model` NULL with a
+ * length), `RW_ERR_INVALID_ARG` (`model` not UTF-8), `RW_ERR_POLICY` when
+ * no route serves the model (never a silent shared breaker key): `*err`
+ * (when `err` is not NULL; free it with `rw_error_free`) names the model
+ * and the keys to add, with path `models.<model>`.
+ *
+ * Thread safety: may be called on a shared engine from any thread.
+ *
+ * # Safety
+ * `engine` is NULL or live; `model` points to `len` readable bytes (or is
+ * NULL with length 0); `out` and `err` are NULL or writable.
+ */
+enum rw_result rw_engine_route_for_model(const struct rw_engine *engine,
+                                         struct rw_str model,
+                                         char **out,
+                                         struct rw_error **err);
+
+/**
+ * How to reach `upstream` (an attempt's `upstream`), read from the policy
+ * in force: fills `*out`, whose strings the caller frees with
+ * `rw_reach_free`. An upstream the catalog does not list is reached as the
+ * request was built (every field NULL / NONE but `upstream`).
+ *
+ * Returns `RW_ERR_NULL` (`engine` or `out` NULL, or `upstream` NULL with a length),
+ * `RW_ERR_INVALID_ARG` (`upstream` not UTF-8). On any result but `RW_OK`,
+ * `*out` (when `out` is not NULL) holds only NULL strings.
+ *
+ * Thread safety: may be called on a shared engine from any thread.
+ *
+ * # Safety
+ * `engine` is NULL or live; `upstream` points to `len` readable bytes;
+ * `out` is NULL or writable (what it held is overwritten, not freed).
+ */
+enum rw_result rw_engine_reach(const struct rw_engine *engine,
+                               struct rw_str upstream,
+                               struct rw_reach *out);
+
+/**
+ * Frees the strings of a reach filled by `rw_engine_reach` and sets them
+ * to NULL (the struct itself is the caller's). NULL, or a reach already
+ * freed, is a no-op.
+ *
+ * # Safety
+ * `reach` is NULL or a writable `rw_reach` whose strings came from
+ * `rw_engine_reach` (or are NULL).
+ */
+void rw_reach_free(struct rw_reach *reach);
 
 /**
  * A gate for a response body of `content_type` (the `content-type` header;
@@ -1316,6 +1554,25 @@ enum rw_phase rw_stream_gate_phase(const struct rw_stream_gate *gate);
  * `gate` is NULL or a gate from `rw_stream_gate_new` not yet freed.
  */
 void rw_stream_gate_free(struct rw_stream_gate *gate);
+
+/**
+ * The `rw_error_kind` to report (with `rw_call_report`) when one of
+ * `attempt`'s timers (an `rw_timer` value) expired. The total timer is the
+ * deadline's own (`RW_ERROR_KIND_DEADLINE_EXCEEDED`) when the attempt was
+ * given all the time left (`total_timeout_ms >= remaining_ms`); otherwise a
+ * hang before the response (`body_started` false: no headers yet) is a
+ * first-byte timeout and one inside the body an idle stream. An expired
+ * first-token timer is `RW_TIMER_FIRST_BYTE`. `RW_ERROR_KIND_NONE` when
+ * `attempt` is NULL or `timer` is not an `rw_timer` value.
+ *
+ * Thread safety: may be called from any thread; reads only `*attempt`.
+ *
+ * # Safety
+ * `attempt` is NULL or a readable `rw_attempt`.
+ */
+enum rw_error_kind rw_attempt_timer_error(const struct rw_attempt *attempt,
+                                          int32_t timer,
+                                          bool body_started);
 
 #ifdef __cplusplus
 }  // extern "C"

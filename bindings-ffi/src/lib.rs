@@ -32,6 +32,16 @@
 //! (`rw_stream_gate_feed` per chunk); it holds an event stream's preamble
 //! back until the first meaningful event, and `rw_stream_gate_phase` is the
 //! phase to report if the body fails.
+//!
+//! Timers: arm each attempt's `connect_timeout_ms`, `first_byte_timeout_ms`,
+//! `first_token_timeout_ms` (streams), `idle_timeout_ms` and
+//! `total_timeout_ms`; when one expires, report the error kind
+//! `rw_attempt_timer_error` gives. A stop with `wait_ms >= 0` is "not yet":
+//! sleep it and ask for the attempt again.
+//!
+//! Many models, many providers: `rw_engine_route_for_model` names the route
+//! for a request's model; `rw_engine_reach` says how to reach the upstream
+//! an attempt names (base URL, API family, wire model, key variable name).
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -44,16 +54,22 @@ pub mod engine;
 pub mod error;
 pub mod names;
 mod panic;
+pub mod reach;
 mod spare;
 pub mod stream;
+pub mod timer;
 pub mod types;
+pub mod vocab;
 
 pub use call::*;
 pub use engine::*;
 pub use error::*;
 pub use names::*;
+pub use reach::*;
 pub use stream::*;
+pub use timer::*;
 pub use types::*;
+pub use vocab::*;
 
 // The thread-safety contract in the header, checked: an engine is shared
 // between threads, a call moves between them, an error is read from any.

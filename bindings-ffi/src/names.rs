@@ -1,11 +1,11 @@
 //! Static names: `rw_reason_name`, `rw_action_name`, `rw_class_name`,
-//! `rw_wait_source_name`, `rw_hedge_action_name`, `rw_result_name` and `rw_version`. Vocabulary names
+//! `rw_wait_source_name`, `rw_continuation_name`, `rw_api_family_name`, `rw_hedge_action_name`, `rw_result_name` and `rw_version`. Vocabulary names
 //! come from the core's `NAMES` tables, so every language prints the same
 //! snake_case strings.
 
 use crate::panic::ffi_boundary;
 use crate::types::rw_result;
-use retrywise_core::{Action, ErrorClass, Reason, WaitSource};
+use retrywise_core::{Action, ApiFamily, Continuation, ErrorClass, Reason, WaitSource};
 use std::ffi::CString;
 use std::os::raw::c_char;
 use std::sync::OnceLock;
@@ -65,6 +65,27 @@ pub extern "C" fn rw_class_name(code: i32) -> *const c_char {
 pub extern "C" fn rw_wait_source_name(code: i32) -> *const c_char {
     static T: OnceLock<Vec<CString>> = OnceLock::new();
     ffi_boundary! { lookup(&T, WaitSource::NAMES, code) }
+}
+
+/// Stable snake_case name of an `rw_continuation` code (`"prefill"`,
+/// `"instruction"`). Static; NULL for `RW_CONTINUATION_NONE` and unknown codes.
+///
+/// Thread safety: may be called from any thread.
+#[no_mangle]
+pub extern "C" fn rw_continuation_name(code: i32) -> *const c_char {
+    static T: OnceLock<Vec<CString>> = OnceLock::new();
+    ffi_boundary! { lookup(&T, Continuation::NAMES, code) }
+}
+
+/// Stable name of an `rw_api_family` code as a policy spells it
+/// (`"openai"`, `"anthropic"`, `"azure_openai"`). Static; NULL for
+/// `RW_API_FAMILY_NONE` and unknown codes.
+///
+/// Thread safety: may be called from any thread.
+#[no_mangle]
+pub extern "C" fn rw_api_family_name(code: i32) -> *const c_char {
+    static T: OnceLock<Vec<CString>> = OnceLock::new();
+    ffi_boundary! { lookup(&T, ApiFamily::NAMES, code) }
 }
 
 /// Stable snake_case name of an `rw_hedge_action` code (`"start"`, `"after"`,

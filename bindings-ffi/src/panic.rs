@@ -4,7 +4,8 @@
 //! Functions returning `rw_result` give `RW_ERR_PANIC`; functions returning
 //! pointers give NULL; sizes give 0.
 
-use crate::types::{rw_phase, rw_result};
+use crate::types::rw_result;
+use crate::vocab::{rw_error_kind, rw_phase};
 use std::os::raw::c_char;
 
 /// The value a function returns after catching a panic.
@@ -21,6 +22,12 @@ impl OnPanic for rw_result {
 impl OnPanic for rw_phase {
     fn on_panic() -> Self {
         rw_phase::None
+    }
+}
+
+impl OnPanic for rw_error_kind {
+    fn on_panic() -> Self {
+        rw_error_kind::None
     }
 }
 

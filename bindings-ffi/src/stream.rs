@@ -5,7 +5,8 @@
 
 use crate::args::{opt_str, slice};
 use crate::panic::{ffi_boundary, try_arg};
-use crate::types::{rw_phase, rw_result, rw_str};
+use crate::types::{rw_result, rw_str};
+use crate::vocab::rw_phase;
 use retrywise_core::StreamGate;
 
 /// One attempt's response body. Opaque.

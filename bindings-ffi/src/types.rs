@@ -1,14 +1,13 @@
-//! Plain C types: the result enum, the vocabulary enums (values equal to the
-//! core's stable `code()`), strings as pointer + length, headers as arrays of
-//! name/value pairs, and the structs that cross the boundary.
+//! Plain C types: the result enum, strings as pointer + length, headers as
+//! arrays of name/value pairs, and the structs that cross the boundary (the
+//! vocabulary enums they carry are in `vocab`).
 //!
 //! Input structs carry enum values as `int32_t` so that a bad value from C is
 //! rejected (`RW_ERR_INVALID_ARG`) instead of being undefined behaviour in
 //! Rust; output structs use the enum types, which Rust only ever fills with
 //! valid values.
 
-use retrywise_core::policy::OnFailure;
-use retrywise_core::{Action, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Reason, WaitSource};
+use crate::vocab::*;
 use std::os::raw::c_char;
 
 /// What every fallible `rw_` function returns.
@@ -81,364 +80,6 @@ pub struct rw_header {
     pub name: rw_str,
     /// Header value.
     pub value: rw_str,
-}
-
-/// Kind of failure an attempt met (core `ErrorClass`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum rw_error_class {
-    /// No failure (success, or nothing reported yet).
-    None = -1,
-    /// 429 / rate limiting.
-    RateLimit = 0,
-    /// Connection failures, 408/500/502/503/504.
-    Transient = 1,
-    /// 529 or an `overloaded_error`.
-    Overloaded = 2,
-    /// The request itself is wrong: never retried.
-    InvalidRequest = 3,
-    /// Authentication or policy refusal: never retried, never bypassed by fallback.
-    AuthOrPolicy = 4,
-    /// A stream broke after visible output: never silently replayed.
-    PartialStream = 5,
-    /// The upstream may have executed the request: reconcile.
-    ResultUnknown = 6,
-    /// The end-to-end deadline ran out.
-    DeadlineExceeded = 7,
-    /// The caller cancelled.
-    Cancelled = 8,
-}
-
-/// How far an attempt got before it failed (core `Phase`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum rw_phase {
-    /// Not given: the core infers it from the status and error kind.
-    None = -1,
-    /// Provably not received by the upstream.
-    BeforeSend = 0,
-    /// Request written, no response yet.
-    Sent = 1,
-    /// Status and headers received.
-    Headers = 2,
-    /// Stream open, no meaningful event delivered yet.
-    StreamOpen = 3,
-    /// Output or a tool call was already delivered to the consumer.
-    StreamVisible = 4,
-}
-
-/// Machine-level error of an attempt (core `ErrorKind`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum rw_error_kind {
-    /// No machine error (an HTTP status, or success).
-    None = -1,
-    /// Name resolution failed.
-    Dns = 0,
-    /// TCP connect refused or unreachable.
-    Connect = 1,
-    /// TLS handshake failed.
-    Tls = 2,
-    /// Writing the request failed part-way.
-    Write = 3,
-    /// Connect did not finish in time.
-    ConnectTimeout = 4,
-    /// Request sent, no first byte in time.
-    FirstByteTimeout = 5,
-    /// Stream went silent for too long.
-    StreamIdleTimeout = 6,
-    /// The end-to-end deadline ran out during the attempt.
-    DeadlineExceeded = 7,
-    /// Connection reset or closed by the peer.
-    ConnectionReset = 8,
-    /// The caller cancelled the attempt.
-    Cancelled = 9,
-    /// The response could not be parsed.
-    MalformedResponse = 10,
-    /// Anything else.
-    Other = 11,
-}
-
-/// Whether repeating the request is safe (core `Idempotency`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum rw_idempotency {
-    /// Pure generation (the default: a zeroed spec is `SAFE`).
-    Safe = 0,
-    /// Side effects deduplicated by a business idempotency key.
-    Keyed = 1,
-    /// Side effects and no key: never replayed once it may have been received.
-    Unsafe = 2,
-}
-
-/// What the caller knows about the side effect (core `EffectState`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum rw_effect {
-    /// Not given (the caller knows nothing beyond the status / error).
-    Unset = -1,
-    /// No effect started.
-    None = 0,
-    /// Effect in progress.
-    Pending = 1,
-    /// Effect completed.
-    Confirmed = 2,
-    /// Nobody knows: reconcile before anything else.
-    Unknown = 3,
-}
-
-/// What the caller must do next (core `Action`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum rw_action {
-    /// The call succeeded; stop.
-    Succeeded = 0,
-    /// Sleep `delay_ms`, then make the next attempt on the same upstream.
-    Retry = 1,
-    /// Sleep `delay_ms`, then make the next attempt on `upstream` (another one).
-    Fallback = 2,
-    /// Give up and surface the failure with its reason.
-    Stop = 3,
-    /// The effect is unknown: check its state before anything else.
-    Reconcile = 4,
-    /// A sibling (hedged) attempt is still in flight: start nothing; report
-    /// the sibling's outcome when it comes, which decides.
-    Wait = 5,
-}
-
-/// Where a planned wait came from (core `WaitSource`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum rw_wait_source {
-    /// No wait planned.
-    None = 0,
-    /// The server's Retry-After (or retry-after-ms) hint.
-    RetryAfter = 1,
-    /// Local jittered backoff.
-    Jitter = 2,
-}
-
-/// The route's instruction for failures, carried by stops.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum rw_on_failure {
-    /// Not a stop (or no instruction).
-    None = -1,
-    /// Surface the failure.
-    Fail = 0,
-    /// Hand the request to a human queue.
-    ManualReview = 1,
-}
-
-/// Stable machine-readable reason carried by every decision and stop (core `Reason`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum rw_reason {
-    /// The attempt succeeded.
-    Success = 0,
-    /// A retryable HTTP status.
-    RetryableStatus = 1,
-    /// A retryable network error.
-    RetryableError = 2,
-    /// 429: rate limited.
-    RateLimited = 3,
-    /// 529 / overloaded_error.
-    Overloaded = 4,
-    /// The server said `x-should-retry: true`.
-    ServerSaysRetry = 5,
-    /// A stream opened but delivered nothing meaningful before failing.
-    StreamNotStarted = 6,
-    /// 400/404/413/422 or a similar request error.
-    InvalidRequest = 7,
-    /// The prompt does not fit the upstream's context window.
-    ContextLengthExceeded = 8,
-    /// 401/403: authentication or policy refusal.
-    AuthError = 9,
-    /// 429 naming quota or billing: waiting does not help.
-    QuotaExhausted = 10,
-    /// The failure is not on the retryable whitelist.
-    NotRetryable = 11,
-    /// The server said `x-should-retry: false`.
-    ServerSaysNoRetry = 12,
-    /// Output was already visible to the consumer: never silently replayed.
-    StreamVisibleOutput = 13,
-    /// The side effect may have happened: reconcile.
-    EffectUnknown = 14,
-    /// The side effect is known to have happened.
-    EffectConfirmed = 15,
-    /// All `max_attempts` attempts were used.
-    MaxAttempts = 16,
-    /// Less than `min_attempt` left before the deadline.
-    DeadlineExceeded = 17,
-    /// Retry-After would end after the deadline (minus `min_attempt`).
-    RetryAfterExceedsDeadline = 18,
-    /// Retry-After above `retry_after.max_ms` with `on_exceed: stop`.
-    RetryAfterTooLarge = 19,
-    /// The retry budget refused the retry.
-    BudgetExhausted = 20,
-    /// Too many retries in flight.
-    RetryConcurrency = 21,
-    /// The upstream's circuit breaker is open and no fallback is eligible.
-    BreakerOpen = 22,
-    /// Adaptive client-side throttling rejected the attempt.
-    Throttled = 23,
-    /// An in-flight concurrency gate refused the attempt.
-    ConcurrencyLimit = 24,
-    /// The caller cancelled.
-    Cancelled = 25,
-    /// Retries are switched off (kill switch).
-    RetriesDisabled = 26,
-    /// Another retrywise layer above owns retries.
-    NotOwner = 27,
-    /// The route forbids fallback; see `on_failure`.
-    FallbackForbidden = 28,
-    /// No candidate upstream satisfies the call's needs.
-    NoEligibleUpstream = 29,
-    /// The route's `max_upstreams` was reached.
-    MaxUpstreams = 30,
-    /// The same idempotency key was used with different parameters.
-    IdempotencyConflict = 31,
-    /// The call already finished; no further attempt.
-    CallFinished = 32,
-    /// API misuse (e.g. report with no attempt in flight), or an error
-    /// result from this ABI (see `rw_call_report`).
-    InvalidState = 33,
-    /// The effect is in progress elsewhere.
-    EffectPending = 34,
-    /// Hedging is off, not configured, or not allowed for this call.
-    HedgeNotAllowed = 35,
-    /// An attempt failed while a sibling is still in flight: wait for the sibling.
-    SiblingInFlight = 36,
-    /// A continuation sent with assistant prefill was refused: it goes again at once as an instruction.
-    PrefillRejected = 37,
-}
-
-/// Exhaustive core → C mapping (a new core variant is a compile error here).
-macro_rules! map_enum {
-    ($c:ident, $core:ident, [$($v:ident),+ $(,)?]) => {
-        impl From<$core> for $c {
-            #[inline]
-            fn from(v: $core) -> $c {
-                match v {
-                    $($core::$v => $c::$v),+
-                }
-            }
-        }
-    };
-}
-
-/// C code → core value for the enums C passes in, through the core's own
-/// `from_code` (`None` for a code the core does not know).
-macro_rules! parse_enum {
-    ($($c:ident => $core:ident),+ $(,)?) => {
-        $(impl $c {
-            #[inline]
-            pub(crate) fn core_from_code(code: i32) -> Option<$core> {
-                u8::try_from(code).ok().and_then($core::from_code)
-            }
-        })+
-    };
-}
-
-parse_enum!(rw_phase => Phase, rw_error_kind => ErrorKind, rw_idempotency => Idempotency, rw_effect => EffectState);
-
-map_enum!(
-    rw_error_class,
-    ErrorClass,
-    [
-        RateLimit,
-        Transient,
-        Overloaded,
-        InvalidRequest,
-        AuthOrPolicy,
-        PartialStream,
-        ResultUnknown,
-        DeadlineExceeded,
-        Cancelled,
-    ]
-);
-map_enum!(rw_phase, Phase, [BeforeSend, Sent, Headers, StreamOpen, StreamVisible]);
-map_enum!(
-    rw_error_kind,
-    ErrorKind,
-    [
-        Dns,
-        Connect,
-        Tls,
-        Write,
-        ConnectTimeout,
-        FirstByteTimeout,
-        StreamIdleTimeout,
-        DeadlineExceeded,
-        ConnectionReset,
-        Cancelled,
-        MalformedResponse,
-        Other,
-    ]
-);
-map_enum!(rw_idempotency, Idempotency, [Safe, Keyed, Unsafe]);
-map_enum!(rw_effect, EffectState, [None, Pending, Confirmed, Unknown]);
-map_enum!(rw_action, Action, [Succeeded, Retry, Fallback, Stop, Reconcile, Wait]);
-map_enum!(rw_wait_source, WaitSource, [None, RetryAfter, Jitter]);
-map_enum!(
-    rw_reason,
-    Reason,
-    [
-        Success,
-        RetryableStatus,
-        RetryableError,
-        RateLimited,
-        Overloaded,
-        ServerSaysRetry,
-        StreamNotStarted,
-        InvalidRequest,
-        ContextLengthExceeded,
-        AuthError,
-        QuotaExhausted,
-        NotRetryable,
-        ServerSaysNoRetry,
-        StreamVisibleOutput,
-        EffectUnknown,
-        EffectConfirmed,
-        MaxAttempts,
-        DeadlineExceeded,
-        RetryAfterExceedsDeadline,
-        RetryAfterTooLarge,
-        BudgetExhausted,
-        RetryConcurrency,
-        BreakerOpen,
-        Throttled,
-        ConcurrencyLimit,
-        Cancelled,
-        RetriesDisabled,
-        NotOwner,
-        FallbackForbidden,
-        NoEligibleUpstream,
-        MaxUpstreams,
-        IdempotencyConflict,
-        CallFinished,
-        InvalidState,
-        EffectPending,
-        HedgeNotAllowed,
-        SiblingInFlight,
-        PrefillRejected,
-    ]
-);
-
-impl rw_error_class {
-    pub(crate) fn of(c: Option<ErrorClass>) -> rw_error_class {
-        c.map_or(rw_error_class::None, rw_error_class::from)
-    }
-}
-
-impl rw_on_failure {
-    pub(crate) fn of(o: Option<OnFailure>) -> rw_on_failure {
-        match o {
-            None => rw_on_failure::None,
-            Some(OnFailure::Fail) => rw_on_failure::Fail,
-            Some(OnFailure::ManualReview) => rw_on_failure::ManualReview,
-        }
-    }
 }
 
 /// Options for `rw_engine_new_with`: testing hooks shared with the Python and
@@ -539,6 +180,16 @@ pub struct rw_attempt {
     pub on_failure: rw_on_failure,
     /// With `RW_STOPPED`: extra detail (the refusing scope, ...); NULL when none.
     pub detail: rw_str,
+    /// Request sent -> first visible output of a streamed answer, ms
+    /// (keep-alive pings and an opening preamble do not count). Its expiry is
+    /// `rw_attempt_timer_error(.., RW_TIMER_FIRST_BYTE, ..)`, reported with
+    /// `RW_PHASE_STREAM_OPEN`.
+    pub first_token_timeout_ms: u64,
+    /// With `RW_STOPPED`: -1 for a stop. Otherwise not a stop but "not yet":
+    /// no attempt may start now and one may after this many ms, within the
+    /// deadline (the upstream's breaker lets probes through then). The call
+    /// is not over: sleep it and call `rw_call_next_attempt` again.
+    pub wait_ms: i64,
 }
 
 impl rw_attempt {
@@ -560,6 +211,8 @@ impl rw_attempt {
             stop_class: rw_error_class::None,
             on_failure: rw_on_failure::None,
             detail: rw_str::NONE,
+            first_token_timeout_ms: 0,
+            wait_ms: -1,
         }
     }
 }
@@ -647,6 +300,14 @@ pub struct rw_outcome {
     /// a 2xx whose `content-type` header is JSON and whose body does not parse
     /// is reported as `RW_ERROR_KIND_MALFORMED_RESPONSE`.
     pub body: rw_str,
+    /// A stream that broke after visible output showed only text (no
+    /// tool-call delta) and had not finished: another upstream may continue
+    /// it (routes with `stream_recovery: continue`).
+    pub resumable: bool,
+    /// An `rw_continuation` value: this attempt continued a broken stream
+    /// that way (what the previous decision's `continuation` asked for);
+    /// `RW_CONTINUATION_NONE` (-1) = a plain attempt.
+    pub continuation: i32,
 }
 
 /// What the caller must do after reporting an attempt (from `rw_call_report`).
@@ -684,6 +345,14 @@ pub struct rw_decision {
     pub excluded: *const rw_header,
     /// Number of entries in `excluded`.
     pub excluded_len: usize,
+    /// With Retry / Fallback: the next attempt continues a streamed answer
+    /// that already showed text, and how. Build its request as a
+    /// continuation (`RW_CONTINUATION_PREFILL`: the delivered text as a
+    /// trailing assistant message; `RW_CONTINUATION_INSTRUCTION`: a user
+    /// message asking to continue), splice its stream after what the caller
+    /// already has, and report its outcome with this `continuation`.
+    /// `RW_CONTINUATION_NONE`: the next attempt sends the request as it is.
+    pub continuation: rw_continuation,
 }
 
 impl rw_decision {
@@ -704,6 +373,7 @@ impl rw_decision {
             detail,
             excluded: std::ptr::null(),
             excluded_len: 0,
+            continuation: rw_continuation::None,
         }
     }
 }
@@ -755,6 +425,8 @@ impl Default for rw_outcome {
             input_tokens: 0,
             ok: false,
             body: rw_str::NONE,
+            resumable: false,
+            continuation: rw_continuation::None as i32,
         }
     }
 }
@@ -768,45 +440,5 @@ impl Default for rw_attempt {
 impl Default for rw_decision {
     fn default() -> Self {
         rw_decision::error(rw_str::NONE)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn c_values_equal_core_codes() {
-        for v in ErrorClass::ALL {
-            assert_eq!(rw_error_class::from(*v) as i32, v.code() as i32);
-        }
-        for v in Phase::ALL {
-            assert_eq!(rw_phase::from(*v) as i32, v.code() as i32);
-            assert_eq!(rw_phase::core_from_code(v.code() as i32), Some(*v));
-        }
-        for v in ErrorKind::ALL {
-            assert_eq!(rw_error_kind::from(*v) as i32, v.code() as i32);
-            assert_eq!(rw_error_kind::core_from_code(v.code() as i32), Some(*v));
-        }
-        for v in Idempotency::ALL {
-            assert_eq!(rw_idempotency::from(*v) as i32, v.code() as i32);
-            assert_eq!(rw_idempotency::core_from_code(v.code() as i32), Some(*v));
-        }
-        for v in EffectState::ALL {
-            assert_eq!(rw_effect::from(*v) as i32, v.code() as i32);
-            assert_eq!(rw_effect::core_from_code(v.code() as i32), Some(*v));
-        }
-        for v in Action::ALL {
-            assert_eq!(rw_action::from(*v) as i32, v.code() as i32);
-        }
-        for v in WaitSource::ALL {
-            assert_eq!(rw_wait_source::from(*v) as i32, v.code() as i32);
-        }
-        for v in Reason::ALL {
-            assert_eq!(rw_reason::from(*v) as i32, v.code() as i32);
-        }
-        assert_eq!(rw_error_kind::core_from_code(-1), None);
-        assert_eq!(rw_error_kind::core_from_code(12), None);
-        assert_eq!(rw_error_kind::core_from_code(300), None);
     }
 }

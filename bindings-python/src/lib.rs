@@ -31,6 +31,7 @@
 //! running while it does.
 
 mod convert;
+mod wire;
 
 use convert::{
     body_bytes, body_view, bool_arg, from_json, int_arg, name_arg, req_smol, req_str, smol_arg, str_arg, to_headers,
@@ -57,7 +58,7 @@ use std::time::Duration;
 
 /// The Python exception classes live in `retrywise/_errors.py` (plain Python,
 /// so they carry typed attributes and docstrings); looked up once.
-fn err_class<'py>(
+pub(crate) fn err_class<'py>(
     py: Python<'py>,
     cell: &'static PyOnceLock<Py<PyType>>,
     name: &str,
@@ -68,6 +69,7 @@ fn err_class<'py>(
 static INTERNAL_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static POLICY_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static STOPPED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static NOT_YET: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 fn internal_error(py: Python<'_>, message: String) -> PyErr {
     match err_class(py, &INTERNAL_ERROR, "InternalError").and_then(|c| c.call1((message.clone(),))) {
@@ -115,7 +117,15 @@ fn stopped_error(py: Python<'_>, s: &Stopped) -> PyErr {
         kw.set_item("error_class", s.class.map(ErrorClass::as_str))?;
         kw.set_item("detail", s.detail.as_deref())?;
         kw.set_item("on_failure", on_failure_str(s.on_failure))?;
-        err_class(py, &STOPPED, "Stopped")?.call((s.to_string(),), Some(&kw))
+        // Not a stop but "not yet": ask again after `wait_s`.
+        let class = match s.wait {
+            Some(w) => {
+                kw.set_item("wait_s", w.as_secs_f64())?;
+                err_class(py, &NOT_YET, "NotYet")?
+            }
+            None => err_class(py, &STOPPED, "Stopped")?,
+        };
+        class.call((s.to_string(),), Some(&kw))
     };
     match build() {
         Ok(e) => PyErr::from_value(e),
@@ -140,7 +150,7 @@ fn guarded_gil<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T
 /// Same boundary, GIL held, for the hot path (see "The GIL" above). When
 /// nothing panics `catch_unwind` costs nothing but the call.
 #[inline]
-fn held<T>(py: Python<'_>, f: impl FnOnce() -> T) -> PyResult<T> {
+pub(crate) fn held<T>(py: Python<'_>, f: impl FnOnce() -> T) -> PyResult<T> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|p| internal_error(py, panic_message(&*p)))
 }
 
@@ -382,7 +392,7 @@ impl PyEngine {
                         params=None, needs=None, inbound_headers=None, parent=None))]
     #[allow(clippy::too_many_arguments)]
     fn begin(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         route: &Bound<'_, PyAny>,
         deadline_ms: Option<&Bound<'_, PyAny>>,
@@ -396,18 +406,55 @@ impl PyEngine {
         inbound_headers: Option<&Bound<'_, PyAny>>,
         parent: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyCall> {
+        let this = slf.get();
         let mut spec = CallSpec::default();
         call_spec(
             py,
-            &self.routes,
+            &this.routes,
             &mut spec,
             route,
             [deadline_ms, idempotency, tenant, task, idempotency_key, priority],
             [params, needs, inbound_headers, parent],
         )?;
-        let engine = &self.engine;
+        let engine = &this.engine;
         let call = held(py, || Box::new(engine.begin(spec)))?;
-        Ok(PyCall::new(call))
+        Ok(PyCall::new(call, slf.clone().unbind()))
+    }
+
+    /// The route (or upstream) that serves requests for `model`: the
+    /// `models` map, a route or upstream named like it, an upstream whose
+    /// model it is. Anything else raises `PolicyError` naming the keys to add.
+    fn route_for_model(&self, py: Python<'_>, model: &Bound<'_, PyAny>) -> PyResult<String> {
+        let model = req_str("model", model)?;
+        let engine = &self.engine;
+        guarded(py, move || engine.route_for_model(&model))?
+            .map_err(|e| policy_error(py, &retrywise::PolicyErrors(vec![e])))
+    }
+
+    /// How to reach `upstream` (from the policy catalog).
+    fn reach(&self, py: Python<'_>, upstream: &Bound<'_, PyAny>) -> PyResult<wire::PyReach> {
+        let upstream = req_str("upstream", upstream)?;
+        let engine = &self.engine;
+        let reach = guarded(py, move || engine.reach(&upstream))?;
+        Ok(wire::PyReach { reach })
+    }
+
+    /// A stream gate for one attempt's body of `content_type`, reading
+    /// malformed events as the policy says (`streams.malformed_event`);
+    /// `end_at_error`: an error event after output ends the stream before it.
+    #[pyo3(signature = (content_type=None, *, end_at_error=false))]
+    fn stream_gate(
+        &self,
+        py: Python<'_>,
+        content_type: Option<&Bound<'_, PyAny>>,
+        end_at_error: bool,
+    ) -> PyResult<wire::PyStreamGate> {
+        let ct = str_arg("content_type", content_type)?;
+        let engine = &self.engine;
+        let gate = guarded(py, move || engine.stream_gate(ct.as_deref()))?;
+        Ok(wire::PyStreamGate {
+            gate: if end_at_error { gate.end_at_error() } else { gate },
+        })
     }
 
     /// A snapshot of every counter (logical vs physical, stops by reason, per upstream/tenant/version).
@@ -579,6 +626,8 @@ pub struct PyCall {
     /// Boxed: the core's `Call` is a few hundred bytes, moved once into the
     /// box instead of through every layer between the core and the Python object.
     call: UnsafeCell<Box<Call>>,
+    /// The engine that began it: its attempts say how to reach their upstream.
+    engine: Py<PyEngine>,
     owner: AtomicUsize,
     /// Threads waiting for `owner` to become 0 (changed with the GIL held).
     waiters: AtomicUsize,
@@ -615,9 +664,10 @@ impl Drop for Owned<'_> {
 }
 
 impl PyCall {
-    fn new(call: Box<Call>) -> Self {
+    fn new(call: Box<Call>, engine: Py<PyEngine>) -> Self {
         PyCall {
             call: UnsafeCell::new(call),
+            engine,
             owner: AtomicUsize::new(0),
             waiters: AtomicUsize::new(0),
             wait_lock: StdMutex::new(()),
@@ -669,7 +719,15 @@ impl PyCall {
         // The Python object is made where the core returns the attempt (one move
         // of the attempt instead of one per layer); `Stopped` is raised outside the lock.
         match self.with(py, |c| {
-            c.next_attempt().map(|attempt| Bound::new(py, PyAttempt { attempt }))
+            c.next_attempt().map(|attempt| {
+                Bound::new(
+                    py,
+                    PyAttempt {
+                        attempt,
+                        engine: Some(self.engine.clone_ref(py)),
+                    },
+                )
+            })
         })? {
             Ok(attempt) => attempt,
             Err(s) => Err(stopped_error(py, &s)),
@@ -677,7 +735,7 @@ impl PyCall {
     }
 
     /// Reports the outcome of the attempt in flight (or of `attempt`, with hedging) and returns the decision.
-    #[pyo3(signature = (status=None, error=None, headers=None, phase=None, vendor_code=None, effect=None, input_tokens=None, body=None, *, ok=None, attempt=None))]
+    #[pyo3(signature = (status=None, error=None, headers=None, phase=None, vendor_code=None, effect=None, input_tokens=None, body=None, *, ok=None, attempt=None, resumable=None, continuation=None))]
     #[allow(clippy::too_many_arguments)]
     fn report<'py>(
         &self,
@@ -692,6 +750,8 @@ impl PyCall {
         body: Option<&Bound<'_, PyAny>>,
         ok: Option<&Bound<'_, PyAny>>,
         attempt: Option<&Bound<'_, PyAny>>,
+        resumable: Option<&Bound<'_, PyAny>>,
+        continuation: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyDecision>> {
         let mut o = Outcome {
             status: int_arg::<u16>("status", status)?,
@@ -701,6 +761,8 @@ impl PyCall {
             vendor_code: str_arg("vendor_code", vendor_code)?,
             input_tokens: int_arg::<u64>("input_tokens", input_tokens)?,
             ok: bool_arg("ok", ok)?.unwrap_or(false),
+            resumable: bool_arg("resumable", resumable)?.unwrap_or(false),
+            continuation: name_arg("continuation", continuation)?,
             ..Outcome::default()
         };
         let attempt = int_arg::<u32>("attempt", attempt)?;
@@ -735,7 +797,7 @@ impl PyCall {
         Ok(match self.with(py, |c| c.next_hedge())? {
             HedgePlan::Start(a) => PyHedgePlan {
                 action: "start",
-                attempt: Some(a),
+                attempt: Some((a, self.engine.clone_ref(py))),
                 after: None,
                 reason: None,
             },
@@ -832,6 +894,15 @@ impl PyTimeouts {
     fn first_byte(&self) -> f64 {
         self.t.first_byte.as_secs_f64()
     }
+    /// Request sent → first visible output of a stream (pings do not count), seconds.
+    #[getter]
+    fn first_token(&self) -> f64 {
+        self.t.first_token.as_secs_f64()
+    }
+    #[getter]
+    fn first_token_ms(&self) -> u64 {
+        ms_of(self.t.first_token)
+    }
     /// Longest gap between stream chunks, seconds.
     #[getter]
     fn idle(&self) -> f64 {
@@ -858,11 +929,12 @@ impl PyTimeouts {
     fn total_ms(&self) -> u64 {
         ms_of(self.t.total)
     }
-    /// `{"connect": s, "first_byte": s, "idle": s, "total": s}`.
+    /// `{"connect": s, "first_byte": s, "first_token": s, "idle": s, "total": s}`.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         d.set_item("connect", self.connect())?;
         d.set_item("first_byte", self.first_byte())?;
+        d.set_item("first_token", self.first_token())?;
         d.set_item("idle", self.idle())?;
         d.set_item("total", self.total())?;
         Ok(d)
@@ -896,6 +968,8 @@ fn header_name<'py>(py: Python<'py>, k: &'static str) -> Bound<'py, PyString> {
 #[pyclass(module = "retrywise._retrywise", name = "Attempt", frozen)]
 pub struct PyAttempt {
     attempt: Attempt,
+    /// The engine whose call made it (for `reach`).
+    engine: Option<Py<PyEngine>>,
 }
 
 #[pymethods]
@@ -960,6 +1034,35 @@ impl PyAttempt {
     #[getter]
     fn remaining_ms(&self) -> u64 {
         ms_of(self.attempt.remaining())
+    }
+    /// How to reach this attempt's upstream (base URL, model, api, key from
+    /// its env var): a function driven by `engine.run` calls what the core chose.
+    #[getter]
+    fn reach(&self, py: Python<'_>) -> PyResult<Option<wire::PyReach>> {
+        let Some(engine) = &self.engine else { return Ok(None) };
+        let engine = &engine.get().engine;
+        let upstream = &self.attempt.upstream;
+        let reach = guarded(py, move || engine.reach(upstream))?;
+        Ok(Some(wire::PyReach { reach }))
+    }
+    /// The ErrorKind to report when one of this attempt's timers expired:
+    /// `timer` "connect" | "first_byte" | "first_token" | "idle" | "total";
+    /// `body_started`: the response's headers had arrived. (A first-token
+    /// expiry is a first-byte timeout: the stream was silent.)
+    fn timer_error(&self, timer: &Bound<'_, PyAny>, body_started: bool) -> PyResult<&'static str> {
+        use retrywise::Timer;
+        let t = match req_str("timer", timer)?.as_str() {
+            "connect" => Timer::Connect,
+            "first_byte" | "first_token" => Timer::FirstByte,
+            "idle" => Timer::Idle,
+            "total" => Timer::Total,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                "argument 'timer': timer must be one of connect, first_byte, first_token, idle, total; got {other:?}"
+            )))
+            }
+        };
+        Ok(self.attempt.timer_error(t, body_started).as_str())
     }
     fn __repr__(&self) -> String {
         format!(
@@ -1117,6 +1220,12 @@ impl PyDecision {
     fn excluded(&self) -> Vec<(String, String)> {
         self.d.excluded.clone()
     }
+    /// The next attempt continues a streamed answer that already showed text,
+    /// and how: "prefill" | "instruction"; None: it sends the request as it is.
+    #[getter]
+    fn continuation(&self) -> Option<&'static str> {
+        self.d.continuation.map(|c| c.as_str())
+    }
     /// True when the call is over (succeeded, stop, reconcile).
     #[getter]
     fn is_final(&self) -> bool {
@@ -1139,6 +1248,7 @@ impl PyDecision {
         d.set_item("attempt", self.d.attempt)?;
         d.set_item("hedge", self.d.hedge)?;
         d.set_item("excluded", self.excluded())?;
+        d.set_item("continuation", self.continuation())?;
         Ok(d)
     }
     fn __repr__(&self) -> String {
@@ -1156,7 +1266,7 @@ impl PyDecision {
 #[pyclass(module = "retrywise._retrywise", name = "HedgePlan", frozen)]
 pub struct PyHedgePlan {
     action: &'static str,
-    attempt: Option<Attempt>,
+    attempt: Option<(Attempt, Py<PyEngine>)>,
     after: Option<Duration>,
     reason: Option<&'static str>,
 }
@@ -1170,8 +1280,11 @@ impl PyHedgePlan {
     }
     /// The hedged attempt to start, when `action == "start"`.
     #[getter]
-    fn attempt(&self) -> Option<PyAttempt> {
-        self.attempt.clone().map(|attempt| PyAttempt { attempt })
+    fn attempt(&self, py: Python<'_>) -> Option<PyAttempt> {
+        self.attempt.as_ref().map(|(attempt, engine)| PyAttempt {
+            attempt: attempt.clone(),
+            engine: Some(engine.clone_ref(py)),
+        })
     }
     /// Seconds until a hedge may start, when `action == "after"`.
     #[getter]
@@ -1190,76 +1303,6 @@ impl PyHedgePlan {
     }
     fn __repr__(&self) -> String {
         format!("<retrywise.HedgePlan action={}>", self.action)
-    }
-}
-
-// ---------------------------------------------------------------- stream --
-
-/// Holds a streamed body's preamble (role-only deltas, `message_start`, pings)
-/// until its first meaningful event, so a cut before it is `stream_open` and
-/// may be retried (`retrywise.stream`).
-#[pyclass(module = "retrywise._retrywise", name = "StreamGate")]
-pub struct PyStreamGate {
-    gate: retrywise::StreamGate,
-}
-
-#[pymethods]
-impl PyStreamGate {
-    /// A gate for a body of `content_type`; only `text/event-stream` is held back.
-    #[new]
-    #[pyo3(signature = (content_type=None))]
-    fn new(content_type: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let ct = match content_type.filter(|c| !c.is_none()) {
-            None => None,
-            Some(c) => Some(req_str("content_type", c)?),
-        };
-        Ok(PyStreamGate {
-            gate: retrywise::StreamGate::new(ct.as_deref()),
-        })
-    }
-    /// Bytes received from upstream in; what the consumer may see now out
-    /// (empty while only preamble arrived).
-    fn feed<'py>(&mut self, py: Python<'py>, chunk: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
-        let gate = &mut self.gate;
-        if let Ok(b) = chunk.cast::<PyBytes>() {
-            let out = held(py, || gate.feed_pass(b.as_bytes()))?;
-            return Ok(out.map_or_else(|| b.clone(), |v| PyBytes::new(py, &v)));
-        }
-        let data = body_bytes(chunk)
-            .map_err(|_| PyTypeError::new_err(format!("argument 'chunk': expected bytes, got {}", type_name(chunk))))?;
-        let out = held(py, || gate.feed(&data).into_owned())?;
-        Ok(PyBytes::new(py, &out))
-    }
-    /// The body ended: everything still held, to deliver before the end.
-    fn finish<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.gate.finish())
-    }
-    /// Whether bytes were released: a failure from now on is `stream_visible`.
-    #[getter]
-    fn visible(&self) -> bool {
-        self.gate.is_visible()
-    }
-    /// Whether feeding may still hold bytes back (an event stream before its first meaningful event).
-    #[getter]
-    fn may_hold(&self) -> bool {
-        self.gate.may_hold()
-    }
-    /// The phase a failure of the body would have now.
-    #[getter]
-    fn phase(&self) -> &'static str {
-        self.gate.phase().as_str()
-    }
-    /// Bytes held back so far.
-    #[getter]
-    fn held(&self) -> usize {
-        self.gate.held()
-    }
-    fn __repr__(&self) -> String {
-        format!(
-            "<retrywise.StreamGate phase={} held={}>",
-            self.gate.phase().as_str(),
-            self.gate.held()
-        )
     }
 }
 
@@ -1318,7 +1361,7 @@ fn _retrywise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTimeouts>()?;
     m.add_class::<PyDecision>()?;
     m.add_class::<PyHedgePlan>()?;
-    m.add_class::<PyStreamGate>()?;
+    wire::register(m)?;
     m.add_function(wrap_pyfunction!(params_digest, m)?)?;
     m.add_function(wrap_pyfunction!(derive_idempotency_key, m)?)?;
     m.add_function(wrap_pyfunction!(vendor_code_from_body, m)?)?;

@@ -20,6 +20,21 @@ ROOT = Path(__file__).resolve().parents[2]
 #: 3 attempts, jitter capped at 40 ms: the suite tests decisions, not patience.
 FAST: dict[str, Any] = {"max_attempts": 3, "backoff": {"base_ms": 10, "cap_ms": 40}}
 
+#: A breaker that opens after two failures for 5 s and holds a refused call
+#: for its probe window up to 5 s (plus up to hold_jitter_ms 1000).
+HOLD: dict[str, Any] = {
+    "max_attempts": 1,
+    "breaker": {
+        "min_calls": 2,
+        "window_size": 2,
+        "failure_rate": 0.5,
+        "open_ms": 5000,
+        "open_jitter": 0,
+        "hold_jitter_ms": 1000,
+        "hold_max_ms": 5000,
+    },
+}
+
 
 def _server_binary() -> Path:
     explicit = os.environ.get("RETRYWISE_FAULT_SERVER")

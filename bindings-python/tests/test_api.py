@@ -70,7 +70,7 @@ def test_attempt_timeouts_and_propagation_headers(engine: Engine) -> None:
     t = a.timeouts
     assert t.total <= 2.0 and t.connect <= t.total and t.first_byte <= t.total and t.idle <= t.total
     assert t.connect_ms <= t.total_ms <= 2_000
-    assert set(t.to_dict()) == {"connect", "first_byte", "idle", "total"}
+    assert set(t.to_dict()) == {"connect", "first_byte", "first_token", "idle", "total"}
     h = a.headers
     assert h["retrywise-request-id"] == call.id
     assert int(h["retrywise-deadline-ms"]) <= 2_000

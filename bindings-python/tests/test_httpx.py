@@ -16,7 +16,7 @@ import retrywise
 from retrywise import Engine
 from retrywise.httpx import AsyncRetryTransport, RetryTransport
 
-from .conftest import FaultServer
+from .conftest import HOLD, FaultServer
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -65,7 +65,8 @@ def test_each_attempt_gets_headers_and_timeouts(engine: Engine) -> None:
     assert deadlines[0] <= 4_000 and deadlines == sorted(deadlines, reverse=True)
     t = seen[0].extensions["timeout"]
     assert t["connect"] == 0.5  # the caller's shorter timeout is kept
-    assert 3.5 < t["read"] <= 4.0 and t["write"] <= 4.0 and t["pool"] <= 4.0
+    # first_byte defaults to half the time left, so a silent upstream leaves time for another attempt.
+    assert 1.9 < t["read"] <= 2.0 and t["write"] <= 4.0 and t["pool"] <= 4.0
     assert all(req.content == b'{"x":1}' for req in seen)
 
 
@@ -159,13 +160,77 @@ def test_stream_broken_after_output_is_stream_visible_and_not_replayed(engine: E
 def test_stream_broken_before_output_is_stream_open_and_retried(engine: Engine) -> None:
     """A stream that breaks before its first byte never reached the caller: the
     transport reads the first chunk inside its loop, so it retries (phase stream_open)."""
-    seen, handler = script(sse([], fail=True), sse([b"data: ok\n\n"], fail=False))
+    seen, handler = script(sse([], fail=True), sse([b'data: {"ok":1}\n\n'], fail=False))
     with client(engine, handler) as c, c.stream("POST", "http://up/v1/chat/completions", json={}) as r:
-        assert r.read() == b"data: ok\n\n"
+        assert r.read() == b'data: {"ok":1}\n\n'
     ends = [e for e in engine.events() if e["kind"] == "attempt_end"]
     assert [e.get("phase") for e in ends] == ["stream_open", None] and len(seen) == 2
     s = engine.stats()
     assert s["successes"] == 1 and s["retries"] == 1 and s["stops"] == {}
+
+
+ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+HI = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+OVERLOADED = b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+MALFORMED = b'data: {"choices":[{"delta":{"content":\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+def test_stream_error_event_before_output_is_held_and_retried(engine: Engine) -> None:
+    """An error event before any output never reaches the caller: the attempt is
+    the failure it names (an overload, phase stream_open) and the next attempt's
+    stream is delivered in its place."""
+    seen, handler = script(sse([ROLE, OVERLOADED], fail=False), sse([ROLE, HI, DONE], fail=False))
+    with client(engine, handler) as c, c.stream("POST", "http://up/v1/chat/completions", json={}) as r:
+        assert r.read() == ROLE + HI + DONE
+    ends = [e for e in engine.events() if e["kind"] == "attempt_end"]
+    assert [e.get("phase") for e in ends] == ["stream_open", None] and len(seen) == 2
+    assert engine.stats()["retries"] == 1 and engine.stats()["successes"] == 1
+
+
+def test_stream_error_event_every_time_returns_the_provider_error(engine: Engine) -> None:
+    """No attempt left: the caller gets the provider's own error event (its SDK raises it)."""
+    seen, handler = script(*[sse([ROLE, OVERLOADED], fail=False)] * 3)
+    with client(engine, handler) as c:
+        r = c.post("http://up/v1/chat/completions", json={})
+    assert r.status_code == 200 and r.content == ROLE + OVERLOADED and len(seen) == 3
+    assert engine.stats()["stops"] == {"max_attempts": 1}
+
+
+def test_malformed_event_is_skipped(engine: Engine) -> None:
+    """``streams.malformed_event: skip`` (default): the SDK's parser never sees it."""
+    _, handler = script(sse([ROLE, HI, MALFORMED, HI, DONE], fail=False))
+    with client(engine, handler) as c, c.stream("POST", "http://up/v1/chat/completions", json={}) as r:
+        assert r.read() == ROLE + HI + HI + DONE
+    assert engine.stats()["successes"] == 1
+
+
+def test_malformed_event_error_ends_the_stream_cleanly() -> None:
+    """``streams.malformed_event: error``: what came before is delivered, then the
+    caller's stream raises ``StreamInterrupted`` (never a truncated success)."""
+    engine = Engine({"max_attempts": 3, "streams": {"malformed_event": "error"}}, seed=1)
+    seen, handler = script(sse([ROLE, HI, MALFORMED, HI, DONE], fail=False))
+    got: list[bytes] = []
+    with (
+        client(engine, handler) as c,
+        c.stream("POST", "http://up/v1/chat/completions", json={}) as r,
+        pytest.raises(retrywise.StreamInterrupted) as e,
+    ):
+        for chunk in r.iter_raw():
+            got.append(chunk)
+    assert b"".join(got) == ROLE + HI and len(seen) == 1
+    assert e.value.reason == "stream_visible_output" and e.value.provider_error["code"] == "malformed_event"
+    assert engine.stats()["successes"] == 0
+
+
+def test_transport_waits_out_not_yet() -> None:
+    """An open breaker that admits a probe within its hold: the transport waits
+    for it (a manual clock here) instead of failing the request."""
+    engine = Engine(HOLD, seed=7, manual_clock=True)
+    seen, handler = script(httpx.Response(503), httpx.Response(503), httpx.Response(200, json={"ok": True}))
+    with client(engine, handler, route="up") as c:
+        assert [c.get("http://up/v1/models").status_code for _ in range(3)] == [503, 503, 200]
+    assert len(seen) == 3 and engine.stats()["stops"] == {"max_attempts": 2}
 
 
 def test_stream_broken_before_output_every_time_stops_at_max_attempts(engine: Engine) -> None:
@@ -218,18 +283,18 @@ def test_transport_nested_in_run_is_not_an_owner(engine: Engine) -> None:
 
 
 async def test_async_stream_broken_before_output_is_retried(engine: Engine) -> None:
-    seen, handler = script(sse([], fail=True), sse([b"data: ok\n\n"], fail=False))
+    seen, handler = script(sse([], fail=True), sse([b'data: {"ok":1}\n\n'], fail=False))
     transport = AsyncRetryTransport(engine, "openai", transport=httpx.MockTransport(handler))
     async with (
         httpx.AsyncClient(transport=transport) as c,
         c.stream("POST", "http://up/v1/chat/completions", json={}) as r,
     ):
-        assert await r.aread() == b"data: ok\n\n"
+        assert await r.aread() == b'data: {"ok":1}\n\n'
     assert len(seen) == 2 and engine.stats()["successes"] == 1 and engine.stats()["retries"] == 1
 
 
 async def test_async_transport_retries_and_streams(engine: Engine) -> None:
-    seen, handler = script(httpx.Response(502), sse([b"data: x\n\n"], fail=True))
+    seen, handler = script(httpx.Response(502), sse([b'data: {"x":1}\n\n'], fail=True))
     transport = AsyncRetryTransport(engine, "openai", transport=httpx.MockTransport(handler))
     async with (
         httpx.AsyncClient(transport=transport) as c,
@@ -270,12 +335,15 @@ def test_httpx2_flavour_behaves_the_same(engine: Engine) -> None:
 
 
 def test_hanging_upstream_respects_the_deadline(fault: FaultServer, engine: Engine) -> None:
+    """first_byte defaults to half the time left: a 500 ms attempt, a 250 ms one,
+    then less than min_attempt_ms is left and the call stops within its deadline."""
     with httpx.Client(transport=RetryTransport(engine, "openai", deadline_ms=1_000)) as c:
         t0 = time.monotonic()
         with pytest.raises(httpx.ReadTimeout):
             c.post(fault.url("hang") + "/chat/completions", json={})
         elapsed = time.monotonic() - t0
-    assert 0.9 <= elapsed <= 1.3 and fault.count("hang") == 1
+    assert 0.7 <= elapsed <= 1.1 and fault.count("hang") == 2
+    assert engine.stats()["stops"] == {"deadline_exceeded": 1}
 
 
 def test_connection_refused_is_retried(fault: FaultServer, engine: Engine) -> None:

@@ -16,6 +16,8 @@ import retrywise
 from retrywise import Attempt, Engine
 from retrywise._outcomes import error_kind
 
+from .conftest import HOLD
+
 
 @dataclass
 class Resp:
@@ -293,3 +295,49 @@ async def test_nested_run_async_never_multiplies(engine: Engine) -> None:
     with pytest.raises(retrywise.Stopped):
         await engine.run_async(outer, route="outer")
     assert upstream_calls == 3
+
+
+def _trip(engine: Engine) -> None:
+    for _ in range(2):
+        with pytest.raises(retrywise.Stopped):
+            engine.run(lambda a: Resp(503), route="up")
+    engine.advance_clock(1000)
+
+
+def test_not_yet_is_a_stopped_with_a_wait() -> None:
+    """An open breaker that admits probes within the hold: ``next_attempt`` says
+    "not yet" (``NotYet``, a ``Stopped`` with ``wait_s``), not a final stop."""
+    engine = Engine(HOLD, seed=7, manual_clock=True)
+    _trip(engine)
+    call = engine.begin("up", deadline_ms=30_000)
+    with pytest.raises(retrywise.NotYet) as e:
+        call.next_attempt()
+    # The 4 s the breaker stays open, plus up to hold_jitter_ms so held calls do not probe together.
+    assert e.value.reason == "breaker_open" and 4.0 <= e.value.wait_s <= 5.0
+    engine.advance_clock(5000)
+    assert call.next_attempt().upstream == "up"
+
+
+def test_run_waits_out_not_yet() -> None:
+    """``run`` sleeps a "not yet" (here: advances the manual clock) and asks again."""
+    engine = Engine(HOLD, seed=7, manual_clock=True)
+    _trip(engine)
+    seen: list[int] = []
+
+    def fn(attempt: retrywise.Attempt) -> Resp:
+        seen.append(attempt.number)
+        return Resp(200)
+
+    assert engine.run(fn, route="up", deadline_ms=30_000).status_code == 200
+    assert seen == [1] and engine.stats()["stops"] == {"max_attempts": 2}
+
+
+async def test_run_async_waits_out_not_yet() -> None:
+    engine = Engine(HOLD, seed=7, manual_clock=True)
+    _trip(engine)
+
+    async def fn(attempt: retrywise.Attempt) -> Resp:
+        return Resp(200)
+
+    assert (await engine.run_async(fn, route="up", deadline_ms=30_000)).status_code == 200
+    assert engine.stats()["successes"] == 1

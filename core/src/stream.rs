@@ -84,6 +84,8 @@ pub struct StreamGate {
     skipped: u64,
     /// A malformed event ended the stream: nothing more is delivered.
     ended: bool,
+    /// An error event after output ends the stream before it (see [`StreamGate::end_at_error`]).
+    end_at_error: bool,
 }
 
 /// An error event carried by a stream (see the module documentation).
@@ -149,7 +151,20 @@ impl StreamGate {
             malformed: MalformedEvent::Skip,
             skipped: 0,
             ended: false,
+            end_at_error: false,
         }
+    }
+
+    /// An error event after output ends the stream the way a malformed event
+    /// does under [`MalformedEvent::Error`]: what came before it is delivered,
+    /// the event and anything after it are not (by default the event is
+    /// passed on, for the consumer's SDK to raise). For a transport that
+    /// continues the answer elsewhere or ends the consumer's stream with its
+    /// own error: the provider's error event must not reach the consumer in
+    /// the middle of an answer that goes on.
+    pub fn end_at_error(mut self) -> StreamGate {
+        self.end_at_error = true;
+        self
     }
 
     /// What a malformed event does (the policy's `streams.malformed_event`).
@@ -295,6 +310,9 @@ impl StreamGate {
                 }
                 Verdict::Error(mut e) => {
                     e.after_output = true;
+                    if self.end_at_error {
+                        return self.end_at(raw.start, e);
+                    }
                     self.error = Some(e);
                     return Cow::Owned(self.take_all());
                 }
@@ -334,6 +352,9 @@ impl StreamGate {
             match verdict(ev.name, ev.data, ev.truncated, false) {
                 Verdict::Error(mut e) => {
                     e.after_output = true;
+                    if self.end_at_error {
+                        return self.end_at(raw.start, e);
+                    }
                     self.error = Some(e);
                     return self.pass_all(chunk, whole);
                 }
@@ -369,7 +390,13 @@ impl StreamGate {
     /// A malformed event at `at` ends a stream that showed output: what came
     /// before it is delivered, nothing from it on.
     fn end_before(&mut self, at: usize, why: String) -> Cow<'static, [u8]> {
-        self.error = Some(malformed_error(why, true));
+        self.end_at(at, malformed_error(why, true))
+    }
+
+    /// The stream that showed output ends at `at` with `e`: what came before
+    /// is delivered, nothing from it on.
+    fn end_at(&mut self, at: usize, e: StreamError) -> Cow<'static, [u8]> {
+        self.error = Some(e);
         self.ended = true;
         let out = self.reader.buffered()[..at].to_vec();
         self.reader.drop_buffered();

@@ -168,6 +168,41 @@ fn a_refused_prefill_goes_again_at_once_as_an_instruction() {
 }
 
 #[test]
+fn a_continuation_that_fails_before_its_output_is_continued_again() {
+    let (e, _) = engine(&format!(
+        "{ROUTE}max_attempts: 5\nroutes:\n  r: {{candidates: [a, b, c], stream_recovery: continue}}\n"
+    ));
+    let mut c = e.begin(CallSpec::new("r"));
+    c.next_attempt().unwrap();
+    assert_eq!(
+        c.report(&cut().resumable(true)).continuation,
+        Some(Continuation::Prefill)
+    );
+    assert_eq!(&*c.next_attempt().unwrap().upstream, "b");
+    // b answers 503: the next attempt still continues (the caller holds the text), in the same form.
+    let d = c.report(&Outcome::status(503).continuation(Continuation::Prefill));
+    assert_eq!(
+        (d.action, d.upstream.as_deref(), d.continuation),
+        (Action::Retry, Some("b"), Some(Continuation::Prefill))
+    );
+    assert_eq!(&*c.next_attempt().unwrap().upstream, "b");
+    // b goes silent: the next candidate, c, takes no prefill: an instruction.
+    let d = c.report(
+        &Outcome::error(ErrorKind::FirstByteTimeout)
+            .phase(Phase::StreamOpen)
+            .continuation(Continuation::Prefill),
+    );
+    assert_eq!(
+        (d.action, d.upstream.as_deref(), d.continuation),
+        (Action::Fallback, Some("c"), Some(Continuation::Instruction))
+    );
+    // A plain attempt's failure asks for no continuation.
+    let mut c = e.begin(CallSpec::new("r"));
+    c.next_attempt().unwrap();
+    assert_eq!(c.report(&Outcome::status(503)).continuation, None);
+}
+
+#[test]
 fn first_byte_and_first_token_leave_time_for_another_attempt() {
     let (e, _) = engine("");
     let mut c = e.begin(CallSpec::new("up").deadline_ms(30_000));

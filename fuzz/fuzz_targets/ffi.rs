@@ -23,7 +23,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use retrywise_core::{Action, ErrorClass, Reason, WaitSource};
+use retrywise_core::{Action, ApiFamily, Continuation, ErrorClass, Reason, WaitSource};
 use retrywise_ffi::*;
 use std::ffi::CStr;
 use std::os::raw::c_char;
@@ -144,6 +144,8 @@ enum Op<'a> {
         vendor_code: Text<'a>,
         input_tokens: u32,
         ok: bool,
+        resumable: bool,
+        continuation: Code,
         null_outcome: bool,
     },
     Cancel(u8),
@@ -371,6 +373,8 @@ fn run(policy: &[u8], ops: Vec<Op<'_>>) {
                     vendor_code,
                     input_tokens,
                     ok,
+                    resumable,
+                    continuation,
                     null_outcome,
                 } => {
                     if calls.is_empty() {
@@ -400,6 +404,8 @@ fn run(policy: &[u8], ops: Vec<Op<'_>>) {
                             ptr: ptr::null(),
                             len: 0,
                         },
+                        resumable,
+                        continuation: continuation.get(2),
                     };
                     let mut d = rw_decision::default();
                     let r = rw_call_report(l.call, if null_outcome { ptr::null() } else { &o }, &mut d);
@@ -485,6 +491,8 @@ fn run(policy: &[u8], ops: Vec<Op<'_>>) {
                         (rw_action_name(code), n(Action::ALL.len()), false),
                         (rw_class_name(code), n(ErrorClass::ALL.len()), true),
                         (rw_wait_source_name(code), n(WaitSource::ALL.len()), false),
+                        (rw_continuation_name(code), n(Continuation::ALL.len()), false),
+                        (rw_api_family_name(code), n(ApiFamily::ALL.len()), false),
                         (rw_result_name(code), 8, false),
                     ];
                     for (p, n, none) in names {

@@ -414,6 +414,9 @@ static const name_code EFFECTS[] = {
     {"none", RW_EFFECT_NONE}, {"pending", RW_EFFECT_PENDING},
     {"confirmed", RW_EFFECT_CONFIRMED}, {"unknown", RW_EFFECT_UNKNOWN}, {NULL, 0},
 };
+static const name_code CONTINUATIONS[] = {
+    {"prefill", RW_CONTINUATION_PREFILL}, {"instruction", RW_CONTINUATION_INSTRUCTION}, {NULL, 0},
+};
 static const name_code IDEMPOTENCY[] = {
     {"safe", RW_IDEMPOTENCY_SAFE}, {"keyed", RW_IDEMPOTENCY_KEYED},
     {"unsafe", RW_IDEMPOTENCY_UNSAFE}, {NULL, 0},
@@ -654,6 +657,7 @@ static void add_attempt(vals *v, const char *prefix, const rw_attempt *a) {
   add_uint(v, P("remaining_ms"), a->remaining_ms);
   add_uint(v, P("timeouts_ms.connect"), a->connect_timeout_ms);
   add_uint(v, P("timeouts_ms.first_byte"), a->first_byte_timeout_ms);
+  add_uint(v, P("timeouts_ms.first_token"), a->first_token_timeout_ms);
   add_uint(v, P("timeouts_ms.idle"), a->idle_timeout_ms);
   add_uint(v, P("timeouts_ms.total"), a->total_timeout_ms);
   rw_str key = {NULL, 0};
@@ -684,6 +688,9 @@ static void do_next_attempt(run *r, rw_call *c) {
     add_cstr(&r->actual, "stop.class", class_name(a.stop_class));
     add_cstr(&r->actual, "stop.on_failure", on_failure_name(a.on_failure));
     add_str(&r->actual, "stop.detail", a.detail);
+    /* -1: a stop; otherwise "not yet", ask again after wait_ms. */
+    if (a.wait_ms < 0) vals_add(&r->actual, "stop.wait_ms", T_NULL);
+    else add_uint(&r->actual, "stop.wait_ms", (unsigned long long)a.wait_ms);
   }
 }
 
@@ -717,6 +724,7 @@ static void add_decision(run *r, const rw_decision *d) {
   add_str(v, "detail", d->detail);
   add_uint(v, "attempt", d->attempt);
   add_bool(v, "hedge", d->hedge);
+  add_cstr(v, "continuation", rw_continuation_name(d->continuation));
   for (size_t i = 0; i < d->excluded_len; i++) {
     char *name = xstrndup(d->excluded[i].name.ptr, d->excluded[i].name.len);
     char path[300];
@@ -762,6 +770,8 @@ static void do_report(run *r, const toks *t, rw_call *c) {
     else if (strcmp(k, "body") == 0) o.body = S(v);
     else if (strcmp(k, "input_tokens") == 0) o.input_tokens = strtoull(v, NULL, 10);
     else if (strcmp(k, "ok") == 0) o.ok = strcmp(v, "1") == 0;
+    else if (strcmp(k, "resumable") == 0) o.resumable = strcmp(v, "1") == 0;
+    else if (strcmp(k, "continuation") == 0) o.continuation = code_of(CONTINUATIONS, v, &ok);
     else if (strcmp(k, "attempt") == 0) {
       has_attempt = 1;
       attempt = (uint32_t)strtoul(v, NULL, 10);

@@ -92,13 +92,22 @@ def canon_attempt(a: Any) -> dict[str, Any]:
         "hedge": a.hedge,
         "remaining_ms": a.remaining_ms,
         "idempotency_key": a.idempotency_key,
-        "timeouts_ms": {"connect": t.connect_ms, "first_byte": t.first_byte_ms, "idle": t.idle_ms, "total": t.total_ms},
+        "timeouts_ms": {
+            "connect": t.connect_ms,
+            "first_byte": t.first_byte_ms,
+            "first_token": t.first_token_ms,
+            "idle": t.idle_ms,
+            "total": t.total_ms,
+        },
         "headers": {str(k): str(v) for k, v in dict(a.headers).items()},
     }
 
 
 def canon_stop(s: Any) -> dict[str, Any]:
-    return {"stop": {"reason": s.reason, "class": s.error_class, "on_failure": s.on_failure, "detail": s.detail}}
+    # `wait_s` is set on a "not yet" (retrywise.NotYet): ask again after it.
+    stop = {"reason": s.reason, "class": s.error_class, "on_failure": s.on_failure, "detail": s.detail}
+    stop["wait_ms"] = secs_to_ms(s.wait_s)
+    return {"stop": stop}
 
 
 def canon_decision(d: Any) -> dict[str, Any]:
@@ -119,6 +128,7 @@ def canon_decision(d: Any) -> dict[str, Any]:
         "attempt": d.attempt,
         "hedge": d.hedge,
         "excluded": {u: why for u, why in d.excluded},
+        "continuation": d.continuation,
     }
 
 

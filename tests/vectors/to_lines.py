@@ -134,7 +134,8 @@ def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
             raise ValueError(f"step {label}: unknown spec fields {sorted(unknown)}")
     elif op == "report":
         o = step.get("outcome", {})
-        for k in ("status", "error", "phase", "effect", "vendor_code", "input_tokens", "ok", "body"):
+        for k in ("status", "error", "phase", "effect", "vendor_code", "input_tokens", "ok", "body", "resumable",
+                  "continuation"):
             if k in o:
                 args += [k, enc(o[k])]
         for name, value in o.get("headers", {}).items():

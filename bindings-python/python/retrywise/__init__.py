@@ -12,6 +12,7 @@ sleeping, asyncio, exceptions, context propagation and httpx transports.
         d = call.report(status=resp.status_code, headers=resp.headers)
         if d.action == "succeeded": break
         if d.action in ("retry", "fallback"): time.sleep(d.delay_s); continue
+        # (next_attempt raises retrywise.NotYet, a Stopped with wait_s: sleep, ask again)
         raise retrywise.Stopped.from_decision(d)
 
 or simply ``engine.run(fn, route=...)`` / ``await engine.run_async(fn, route=...)``,
@@ -19,19 +20,35 @@ or ``retrywise.httpx.RetryTransport`` under the openai / anthropic SDKs.
 """
 
 from ._engine import Engine, current_attempt
-from ._errors import InternalError, PolicyError, ReconcileRequired, RetrywiseError, Stopped
+from ._errors import (
+    InternalError,
+    NotYet,
+    PolicyError,
+    ReconcileRequired,
+    RetrywiseError,
+    Stopped,
+    StreamInterrupted,
+    WireError,
+)
 from ._retrywise import (
     Attempt,
     Call,
     Decision,
     HedgePlan,
+    Reach,
+    Splicer,
     StreamGate,
     Timeouts,
+    Transcript,
+    WireRequest,
     __version__,
+    api_family,
+    continuation_body,
     derive_idempotency_key,
     json_media_type,
     params_digest,
     policy_schema,
+    rewrite,
     vendor_code_from_body,
 )
 
@@ -42,17 +59,27 @@ __all__ = [
     "Engine",
     "HedgePlan",
     "InternalError",
+    "NotYet",
     "PolicyError",
+    "Reach",
     "ReconcileRequired",
     "RetrywiseError",
+    "Splicer",
     "Stopped",
     "StreamGate",
+    "StreamInterrupted",
     "Timeouts",
+    "Transcript",
+    "WireError",
+    "WireRequest",
     "__version__",
+    "api_family",
+    "continuation_body",
     "current_attempt",
     "derive_idempotency_key",
     "json_media_type",
     "params_digest",
     "policy_schema",
+    "rewrite",
     "vendor_code_from_body",
 ]

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import _retrywise
-from ._errors import Stopped
+from ._errors import NotYet, Stopped
 from ._outcomes import exception_report, exception_response, is_cancellation, report_result
 from ._retrywise import Attempt, Call, Decision
 
@@ -33,16 +33,22 @@ class Engine(_retrywise.Engine):
     __slots__ = ()
 
     def _wait(self, decision: Decision) -> None:
+        self._sleep(decision.delay_s)
+
+    def _sleep(self, seconds: float) -> None:
         if self.manual_clock:
-            self.advance_clock(decision.delay_ms)
-        elif decision.delay_s > 0:
-            time.sleep(decision.delay_s)
+            self.advance_clock(round(seconds * 1000))
+        elif seconds > 0:
+            time.sleep(seconds)
 
     async def _wait_async(self, decision: Decision) -> None:
+        await self._sleep_async(decision.delay_s)
+
+    async def _sleep_async(self, seconds: float) -> None:
         if self.manual_clock:
-            self.advance_clock(decision.delay_ms)
-        elif decision.delay_s > 0:
-            await asyncio.sleep(decision.delay_s)
+            self.advance_clock(round(seconds * 1000))
+        elif seconds > 0:
+            await asyncio.sleep(seconds)
 
     def run(self, fn: Callable[[Attempt], R], /, **call_kwargs: Any) -> R:
         """Calls ``fn(attempt)`` until the engine says stop; returns ``fn``'s result on success.
@@ -56,7 +62,11 @@ class Engine(_retrywise.Engine):
         last_response: Any = None
         last_exc: BaseException | None = None
         while True:
-            attempt = _next_attempt(call, last_response, last_exc)
+            try:
+                attempt = _next_attempt(call, last_response, last_exc)
+            except NotYet as w:  # an open breaker lets a probe through soon: wait for it
+                self._sleep(w.wait_s)
+                continue
             token = current_attempt.set(attempt)
             try:
                 result = fn(attempt)
@@ -86,7 +96,15 @@ class Engine(_retrywise.Engine):
         last_response: Any = None
         last_exc: BaseException | None = None
         while True:
-            attempt = _next_attempt(call, last_response, last_exc)
+            try:
+                attempt = _next_attempt(call, last_response, last_exc)
+            except NotYet as w:
+                try:
+                    await self._sleep_async(w.wait_s)
+                except asyncio.CancelledError:
+                    call.cancel()
+                    raise
+                continue
             token = current_attempt.set(attempt)
             try:
                 result = await fn(attempt)

@@ -48,6 +48,7 @@ class Stopped(RetrywiseError):
     failure, ``on_failure`` the route's instruction (``fail`` / ``manual_review``).
     Raised by ``run``/``run_async`` and the httpx transports, it also carries the
     final ``decision`` and the last ``response`` or ``exception`` seen.
+    ``wait_s`` is None: the call is over (a ``NotYet`` carries a wait instead).
     """
 
     def __init__(
@@ -61,8 +62,10 @@ class Stopped(RetrywiseError):
         decision: Decision | None = None,
         response: Any = None,
         exception: BaseException | None = None,
+        wait_s: float | None = None,
     ) -> None:
         super().__init__(text or f"stopped: {reason}")
+        self.wait_s = wait_s
         self.reason = reason
         self.error_class = error_class
         self.detail = detail
@@ -78,10 +81,12 @@ class Stopped(RetrywiseError):
         *,
         response: Any = None,
         exception: BaseException | None = None,
+        **extra: Any,
     ) -> Stopped:
         """The exception for a final ``stop`` or ``reconcile`` decision
-        (``ReconcileRequired`` for the latter)."""
-        kind = ReconcileRequired if decision.action == "reconcile" else Stopped
+        (``ReconcileRequired`` for the latter; a subclass's own when called on
+        one, with its ``extra`` keyword arguments)."""
+        kind = ReconcileRequired if decision.action == "reconcile" and cls is Stopped else cls
         text = f"{decision.action}: {decision.reason}"
         if decision.error_class:
             text += f" (class {decision.error_class})"
@@ -96,6 +101,7 @@ class Stopped(RetrywiseError):
             decision=decision,
             response=response,
             exception=exception,
+            **extra,
         )
 
 
@@ -104,3 +110,49 @@ class ReconcileRequired(Stopped):
     sent and then failed, or visible output on one): check the effect's state
     (idempotency key, ledger) before anything else. Never replay blindly. The
     call is also in ``engine.reconcile_list()``."""
+
+
+class NotYet(Stopped):
+    """Not a stop but "not yet": ``call.next_attempt()`` may not start an attempt
+    now, and may after ``wait_s`` seconds within the deadline (an open breaker
+    that lets probes through then; provider pacing). The call is not over:
+    sleep ``wait_s`` and ask again. A loop that treats it as a ``Stopped`` only
+    fails fast. ``run``/``run_async`` and the transports wait for you."""
+
+    wait_s: float
+
+    def __init__(self, text: str = "", *, wait_s: float, **kwargs: Any) -> None:
+        super().__init__(text, wait_s=wait_s, **kwargs)
+
+
+class StreamInterrupted(Stopped):
+    """A streamed answer the caller was reading broke after it showed output, and
+    the call stopped instead of continuing it elsewhere (``stream_recovery:
+    never``, output that cannot be continued, no candidate left): never a
+    truncated success. ``text`` is what the caller received; ``reason`` the
+    stop's reason code (``stream_visible_output``, ``max_attempts``, ...);
+    ``exception`` what broke the stream (None for a stream that ended without its
+    finish or with the provider's error event, named in ``provider_error``)."""
+
+    def __init__(
+        self,
+        text: str = "",
+        *,
+        delivered: str = "",
+        provider_error: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(text, **kwargs)
+        self.text = delivered
+        self.provider_error = provider_error
+
+
+class WireError(RetrywiseError, ValueError):
+    """A request could not be rewritten for an upstream or continued: ``code`` is
+    ``invalid_url``, ``unknown_endpoint``, ``env_unset`` (the message names the
+    variable, never a value), ``body_not_json``, ``no_deployment`` or
+    ``no_conversation``."""
+
+    def __init__(self, text: str, *, code: str) -> None:
+        super().__init__(text)
+        self.code = code

@@ -26,6 +26,13 @@ def is_cancellation(exc: BaseException) -> bool:
     return not isinstance(exc, Exception) or isinstance(exc, asyncio.CancelledError)
 
 
+def note_stop(exc: BaseException, reason: str) -> None:
+    """Names the stop's reason on an exception re-raised to the caller (Python >= 3.11)."""
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:
+        add_note(f"retrywise: stopped ({reason})")
+
+
 def _httpx_kind(exc: BaseException, in_body: bool) -> Kind | None:
     for name in _HTTPX_MODULES:
         hx = sys.modules.get(name)

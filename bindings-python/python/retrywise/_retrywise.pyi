@@ -9,7 +9,9 @@ from typing_extensions import Self, disjoint_base
 
 from .types import (
     ActionName,
+    ApiName,
     BreakerStateName,
+    ContinuationName,
     Effect,
     ErrorClassName,
     ErrorKind,
@@ -20,6 +22,7 @@ from .types import (
     OnFailureName,
     Phase,
     PolicyLike,
+    TimerName,
     WaitSourceName,
 )
 
@@ -29,14 +32,21 @@ __all__ = [
     "Decision",
     "Engine",
     "HedgePlan",
+    "Reach",
+    "Splicer",
     "StreamGate",
     "Timeouts",
+    "Transcript",
+    "WireRequest",
     "__version__",
+    "api_family",
+    "continuation_body",
     "current_attempt",
     "derive_idempotency_key",
     "json_media_type",
     "params_digest",
     "policy_schema",
+    "rewrite",
     "vendor_code_from_body",
 ]
 
@@ -55,6 +65,9 @@ class Timeouts:
     @property
     def first_byte(self) -> float: ...
     @property
+    def first_token(self) -> float:
+        """Request sent -> first visible output of a stream (pings do not count)."""
+    @property
     def idle(self) -> float: ...
     @property
     def total(self) -> float: ...
@@ -62,6 +75,8 @@ class Timeouts:
     def connect_ms(self) -> int: ...
     @property
     def first_byte_ms(self) -> int: ...
+    @property
+    def first_token_ms(self) -> int: ...
     @property
     def idle_ms(self) -> int: ...
     @property
@@ -94,6 +109,11 @@ class Attempt:
     def remaining_s(self) -> float: ...
     @property
     def remaining_ms(self) -> int: ...
+    @property
+    def reach(self) -> Reach | None:
+        """How to reach this attempt's upstream (None for an attempt not made by an engine's call)."""
+    def timer_error(self, timer: TimerName, body_started: bool) -> ErrorKind:
+        """The ErrorKind to report when one of this attempt's timers expired."""
 
 @final
 class Decision:
@@ -128,6 +148,9 @@ class Decision:
     @property
     def excluded(self) -> list[tuple[str, str]]: ...
     @property
+    def continuation(self) -> ContinuationName | None:
+        """How the next attempt continues a broken stream (None: it starts afresh)."""
+    @property
     def is_final(self) -> bool: ...
     def to_dict(self) -> dict[str, Any]: ...
 
@@ -153,7 +176,13 @@ class StreamGate:
     ``stream_open`` and may be retried. Only ``text/event-stream`` bodies are
     held back; others pass through."""
 
-    def __new__(cls, content_type: str | None = None) -> Self: ...
+    def __new__(
+        cls,
+        content_type: str | None = None,
+        *,
+        malformed_event: Literal["skip", "error"] | None = None,
+        end_at_error: bool = False,
+    ) -> Self: ...
     def feed(self, chunk: bytes | bytearray) -> bytes:
         """Bytes received in; what the consumer may see now out (empty while holding)."""
     def finish(self) -> bytes:
@@ -164,9 +193,86 @@ class StreamGate:
     def may_hold(self) -> bool:
         """Whether feeding may still hold bytes back (an event stream before its first meaningful event)."""
     @property
+    def watching(self) -> bool:
+        """Whether the gate still reads what it is fed (keep feeding while true)."""
+    @property
+    def skipped(self) -> int:
+        """Malformed events dropped so far."""
+    @property
+    def stream_error(self) -> dict[str, Any] | None:
+        """The error event the stream carried: ``code``, ``message``, ``after_output``, ``status``."""
+    def outcome(self, status: int) -> dict[str, Any]:
+        """``call.report(**gate.outcome(status))`` for an attempt whose body ended now."""
+    @property
     def phase(self) -> Literal["stream_open", "stream_visible"]: ...
     @property
     def held(self) -> int: ...
+
+@final
+class Reach:
+    """How to reach one upstream, from the policy catalog (``engine.reach(name)``)."""
+
+    @property
+    def upstream(self) -> str: ...
+    @property
+    def base_url(self) -> str | None: ...
+    @property
+    def api(self) -> ApiName | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def api_key_env(self) -> str | None: ...
+    @property
+    def api_version(self) -> str | None: ...
+    @property
+    def prefill(self) -> bool: ...
+    @property
+    def rewrites(self) -> bool: ...
+    @property
+    def api_key(self) -> str | None:
+        """The key, read now from the environment variable ``api_key_env`` names."""
+
+@final
+class WireRequest:
+    """A request as an SDK built it, or as ``rewrite`` made it."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def headers(self) -> list[tuple[str, str]]: ...
+    @property
+    def body(self) -> bytes: ...
+
+@final
+class Transcript:
+    """What a streamed answer delivered to the caller so far."""
+
+    def __new__(cls, api: ApiName) -> Self: ...
+    def observe(self, delivered: bytes | bytearray) -> None: ...
+    @property
+    def api(self) -> ApiName: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def resumable(self) -> bool: ...
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def usage(self) -> dict[str, int | None] | None: ...
+    @property
+    def model(self) -> str | None: ...
+
+@final
+class Splicer:
+    """Turns a fallback's stream into the rest of the caller's stream."""
+
+    def __new__(cls, api: ApiName, transcript: Transcript) -> Self: ...
+    def feed(self, chunk: bytes | bytearray) -> bytes: ...
+    def finish(self) -> bytes: ...
+    @property
+    def deduplicated(self) -> int: ...
 
 @final
 class Call:
@@ -187,6 +293,8 @@ class Call:
         *,
         ok: bool | None = None,
         attempt: int | None = None,
+        resumable: bool | None = None,
+        continuation: ContinuationName | None = None,
     ) -> Decision:
         """Reports the attempt in flight (``attempt=n`` for a hedge) and returns the decision.
 
@@ -238,6 +346,12 @@ class Engine:
         inbound_headers: HeadersLike | None = None,
         parent: Attempt | None = None,
     ) -> Call: ...
+    def route_for_model(self, model: str) -> str:
+        """The route (or upstream) serving requests for ``model``; ``PolicyError`` when none does."""
+    def reach(self, upstream: str) -> Reach:
+        """How to reach ``upstream`` (from the policy catalog)."""
+    def stream_gate(self, content_type: str | None = None, *, end_at_error: bool = False) -> StreamGate:
+        """A stream gate reading malformed events as the policy says (``streams.malformed_event``)."""
     def stats(self) -> dict[str, Any]: ...
     def prometheus(self) -> str: ...
     def on_event(self, callback: Callable[[dict[str, Any]], object]) -> int: ...
@@ -264,3 +378,16 @@ def derive_idempotency_key(tenant: str, operation: str, digest: str) -> str: ...
 def vendor_code_from_body(body: bytes | bytearray | str) -> str | None: ...
 def policy_schema() -> dict[str, Any]: ...
 def json_media_type(content_type: str) -> bool: ...
+def rewrite(
+    reach: Reach,
+    method: str,
+    url: str,
+    headers: HeadersLike,
+    body: bytes | bytearray | str,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> WireRequest: ...
+def api_family(url: str, headers: HeadersLike) -> ApiName: ...
+def continuation_body(
+    api: ApiName, original_body: bytes | bytearray | str, transcript: Transcript, how: ContinuationName
+) -> bytes: ...

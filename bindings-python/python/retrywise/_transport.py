@@ -3,30 +3,40 @@
 SDKs): both libraries have the same transport, stream and exception API, so
 the flavour's module is passed in.
 
-Per attempt: propagation headers and timeouts from the core are put on the
-request (``extensions["timeout"]``, never longer than the caller's own);
-error bodies are read so the core sees vendor codes; JSON bodies are read
-inside the loop (a body that breaks, or a 2xx that does not parse, is still
-retryable); other bodies (server-sent events) are read inside the loop up to
-their first meaningful event, the preamble before it held back by the core's
-``StreamGate`` (a stream that breaks before any output is still retried), then
-handed to the caller wrapped, and the outcome is reported when the stream
-ends, so output already delivered is never replayed.
+Per request: the route comes from the transport's ``route`` (a name or a
+callable), its ``routes`` map, or ``engine.route_for_model`` on the request's
+JSON ``model``; an unknown model is an error before any I/O. Per attempt: the
+request goes to the upstream the core chose (the core's ``rewrite``: URL,
+``model`` and the family's auth header from the policy catalog), with the
+propagation headers and timeouts from the core (``extensions["timeout"]``,
+never longer than the caller's own); error bodies are read so the core sees
+vendor codes; JSON bodies are read inside the loop (a body that breaks, or a
+2xx that does not parse, is still retryable); other bodies (server-sent
+events) are read inside the loop up to their first meaningful event, the
+preamble before it held back by the core's ``StreamGate`` (a stream that
+breaks, stalls or stays silent past the first-token limit before any output
+is still retried or left for the fallback), then relayed to the caller
+(``_relay``: a break after output is continued elsewhere or ends the stream
+with an error, never replayed).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Iterator
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._errors import Stopped
-from ._outcomes import error_kind, is_cancellation
-from ._retrywise import Attempt, Call, Decision, StreamGate, json_media_type
+from ._errors import NotYet, Stopped, WireError
+from ._outcomes import error_kind, is_cancellation, note_stop
+from ._relay import AsyncRelay, Leg, Relay
+from ._retrywise import Attempt, Call, Decision, Transcript, api_family, json_media_type, rewrite
 
 if TYPE_CHECKING:
     from ._engine import Engine
-    from .types import Phase
+    from ._retrywise import StreamGate
+    from .types import ErrorKind
 
 _RETRY = ("retry", "fallback")
 
@@ -35,17 +45,86 @@ def _min(caller: float | None, ours: float) -> float:
     return ours if caller is None else min(caller, ours)
 
 
+class _NoFirstToken(Exception):
+    """A stream stayed without visible output past the attempt's first-token limit."""
+
+
+def _request_model(request: Any) -> str | None:
+    """The ``model`` of a JSON request body, when it names one."""
+    content = request.content
+    if not content or not content.lstrip().startswith(b"{"):
+        return None
+    try:
+        model = json.loads(content).get("model")
+    except (ValueError, AttributeError):
+        return None
+    return model if isinstance(model, str) else None
+
+
 class _Driver:
     """What the sync and async transports of one flavour share."""
 
-    def __init__(self, hx: Any, engine: Engine, route: str, call_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        hx: Any,
+        engine: Engine,
+        route: str | Callable[[Any], str] | None,
+        routes: Mapping[str, str] | None,
+        call_kwargs: dict[str, Any],
+    ) -> None:
         self.hx = hx
         self.engine = engine
         self.route = route
+        self.routes = dict(routes or {})
         self.call_kwargs = call_kwargs
 
-    def begin(self) -> Call:
-        return self.engine.begin(self.route, **self.call_kwargs)
+    def route_for(self, request: Any) -> str:
+        """The route serving ``request``: the transport's own, the ``routes`` map's
+        for the request's model, else the policy's (``engine.route_for_model``,
+        which raises ``PolicyError`` for a model it does not know)."""
+        if isinstance(self.route, str):
+            return self.route
+        if self.route is not None:
+            return self.route(request)
+        model = _request_model(request)
+        if model is None:
+            raise ValueError(
+                f"retrywise: {request.method} {request.url} names no model: give the transport route= (or routes=)"
+            )
+        if model in self.routes:
+            return self.routes[model]
+        return self.engine.route_for_model(model)
+
+    def begin(self, request: Any) -> Call:
+        return self.engine.begin(self.route_for(request), **self.call_kwargs)
+
+    def build(
+        self, call: Call, request: Any, attempt: Attempt, base: dict[str, Any], *, body: bytes | None = None
+    ) -> Any:
+        """The request for this attempt: as the SDK built it, or rewritten by the
+        core for the upstream it chose (and with ``body`` in place of the SDK's).
+        A request that cannot be rewritten (``WireError``: the key's variable is
+        unset, ...) is a configuration error: the call is cancelled, the error raised."""
+        try:
+            return self._build(request, attempt, base, body)
+        except WireError:
+            call.cancel()
+            raise
+
+    def _build(self, request: Any, attempt: Attempt, base: dict[str, Any], body: bytes | None) -> Any:
+        reach = attempt.reach
+        if body is None and (reach is None or not reach.rewrites):
+            self.prepare(request, attempt, base)
+            return request
+        method, url = request.method, str(request.url)
+        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+        content = request.content if body is None else body
+        if reach is not None and reach.rewrites:
+            w = rewrite(reach, method, url, headers, content)
+            method, url, headers, content = w.method, w.url, w.headers, w.body
+        out = self.hx.Request(method, url, headers=headers, content=content, extensions=dict(request.extensions))
+        self.prepare(out, attempt, base)
+        return out
 
     @staticmethod
     def prepare(request: Any, attempt: Attempt, base: dict[str, Any]) -> None:
@@ -62,11 +141,15 @@ class _Driver:
         }
 
     @staticmethod
-    def idle_timeout(request: Any, attempt: Attempt, base: dict[str, Any]) -> None:
+    def idle_timeout(request: Any, attempt: Attempt, base: dict[str, Any], limit: float | None = None) -> None:
         """Between stream chunks the idle timeout applies, not the first-byte one
-        (httpcore reads ``extensions["timeout"]`` again when the body is read)."""
+        (httpcore reads ``extensions["timeout"]`` once, when the body is read):
+        ``limit`` shortens it to what is left of the first-token limit, so a
+        silent stream is left in time; read once, that shorter limit also holds
+        between chunks after the first output when ``first_token`` < ``idle``."""
         timeout = dict(request.extensions.get("timeout") or {})
-        timeout["read"] = _min(base.get("read"), attempt.timeouts.idle)
+        read = attempt.timeouts.idle if limit is None else min(attempt.timeouts.idle, limit)
+        timeout["read"] = _min(base.get("read"), read)
         request.extensions["timeout"] = timeout
 
     @staticmethod
@@ -103,12 +186,35 @@ class _Driver:
         self.engine._wait(decision)
 
     async def wait_async(self, decision: Decision) -> None:
+        await self._sleep_async(decision.delay_s)
+
+    async def _sleep_async(self, seconds: float) -> None:
         if self.engine.manual_clock:
-            self.engine.advance_clock(decision.delay_ms)
-        elif decision.delay_s > 0:
+            self.engine.advance_clock(round(seconds * 1000))
+        elif seconds > 0:
             import anyio  # httpx's own async backend: works under asyncio and trio
 
-            await anyio.sleep(decision.delay_s)
+            await anyio.sleep(seconds)
+
+    def next_attempt(self, call: Call) -> Attempt:
+        """The next attempt; a "not yet" (``NotYet``: an open breaker that lets a
+        probe through soon) is waited out here, a stop raises ``Stopped``."""
+        while True:
+            try:
+                return call.next_attempt()
+            except NotYet as w:
+                self.engine._sleep(w.wait_s)
+
+    async def next_attempt_async(self, call: Call) -> Attempt:
+        while True:
+            try:
+                return call.next_attempt()
+            except NotYet as w:
+                try:
+                    await self._sleep_async(w.wait_s)
+                except BaseException:
+                    call.cancel()
+                    raise
 
     @staticmethod
     def give_up(stopped: Stopped, response: Any, exc: BaseException | None) -> Any:
@@ -117,7 +223,7 @@ class _Driver:
         if response is not None:
             return response
         if exc is not None:
-            _note(exc, stopped.reason)
+            note_stop(exc, stopped.reason)
             raise exc
         raise stopped
 
@@ -132,185 +238,80 @@ class _Driver:
         if response is not None:
             return response
         assert exc is not None
-        _note(exc, decision.reason)
+        note_stop(exc, decision.reason)
         raise exc
 
 
-def _note(exc: BaseException, reason: str) -> None:
-    add_note = getattr(exc, "add_note", None)  # Python >= 3.11
-    if add_note is not None:
-        add_note(f"retrywise: stopped ({reason})")
-
-
-class _StreamState:
-    """Reports a streamed response's outcome once: at its end, its failure, or its close."""
-
-    def __init__(self, call: Call, response: Any) -> None:
-        self.call = call
-        self.status = response.status_code
-        self.headers = response.headers
-        self.delivered = False
-        self.done = False
-
-    def success(self) -> None:
-        if not self.done:
-            self.done = True
-            self.call.report(status=self.status, headers=self.headers)
-
-    def failure(self, exc: BaseException) -> BaseException:
-        """Reports a mid-body failure; returns the exception to raise."""
-        if self.done:
-            return exc
-        self.done = True
-        if is_cancellation(exc):
-            self.call.cancel()
-            return exc
-        kind, _ = error_kind(exc, in_body=True)
-        phase: Phase = "stream_visible" if self.delivered else "stream_open"
-        decision = self.call.report(status=self.status, error=kind, headers=self.headers, phase=phase)
-        if decision.action == "reconcile":
-            stopped = Stopped.from_decision(decision, exception=exc)
-            stopped.__cause__ = exc
-            return stopped
-        _note(exc, decision.reason)
-        return exc
-
-    def closed(self) -> None:
-        """The consumer closed the stream before its end (an SDK stops at ``[DONE]``;
-        an app breaks out of the loop): the upstream answered and nothing failed, so
-        the attempt is a success as far as anyone saw."""
-        self.success()
-
-
-class _Prefixed:
-    """A sync byte stream whose first chunk was already read (to know the stream started)."""
-
-    def __init__(self, first: bytes | None, rest: Iterator[bytes], inner: Any) -> None:
-        self._first, self._rest, self._inner = first, rest, inner
-
-    def __iter__(self) -> Iterator[bytes]:
-        if self._first:
-            yield self._first
-        yield from self._rest
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class _AsyncPrefixed:
-    """The async counterpart of ``_Prefixed``."""
-
-    def __init__(self, first: bytes | None, rest: AsyncIterator[bytes], inner: Any) -> None:
-        self._first, self._rest, self._inner = first, rest, inner
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._first:
-            yield self._first
-        async for chunk in self._rest:
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def _first_release(it: Iterator[bytes], gate: StreamGate) -> bytes | None:
+def _first_release(it: Iterator[bytes], gate: StreamGate, raw: list[bytes], first_token_at: float) -> bytes | None:
     """The first bytes the caller may see: the gate holds a stream's preamble (a
-    role-only delta, ``message_start``, pings) until its first meaningful event,
-    so a cut before it is ``stream_open``. None when the body ended empty."""
+    role-only delta, ``message_start``, pings) and an error event before output
+    until its first meaningful event, so a cut before it is ``stream_open``.
+    None when the body ended with nothing to show (``raw``: what came). Pings
+    past ``first_token_at`` (monotonic) raise ``_NoFirstToken``."""
     for chunk in it:
         if chunk:
+            raw.append(chunk)
             out = gate.feed(chunk)
             if out:
                 return out
+            if time.monotonic() >= first_token_at:
+                raise _NoFirstToken
     return gate.finish() or None
 
 
-async def _afirst_release(it: AsyncIterator[bytes], gate: StreamGate) -> bytes | None:
+async def _afirst_release(
+    it: AsyncIterator[bytes], gate: StreamGate, raw: list[bytes], first_token_at: float
+) -> bytes | None:
     async for chunk in it:
         if chunk:
+            raw.append(chunk)
             out = gate.feed(chunk)
             if out:
                 return out
+            if time.monotonic() >= first_token_at:
+                raise _NoFirstToken
     return gate.finish() or None
 
 
-@functools.cache
-def _stream_types(hx: Any) -> tuple[type, type]:
-    """Stream wrappers for one httpx flavour (created once per flavour)."""
+def _silent_kind(exc: BaseException, attempt: Attempt, first_token_at: float) -> ErrorKind:
+    """What a stream that failed before output reports: past the first-token
+    limit it was silent (the core's mapping of that timer), else as raised."""
+    if isinstance(exc, _NoFirstToken) or (
+        error_kind(exc, in_body=True)[0] == "stream_idle_timeout" and time.monotonic() >= first_token_at - 0.005
+    ):
+        return attempt.timer_error("first_token", True)
+    return error_kind(exc, in_body=True)[0]
 
-    class SyncStream(hx.SyncByteStream):  # type: ignore[misc]
-        def __init__(self, inner: Any, state: _StreamState) -> None:
-            self._inner = inner
-            self._state = state
 
-        def __iter__(self) -> Iterator[bytes]:
-            state = self._state
-            try:
-                for chunk in self._inner:
-                    if chunk:
-                        state.delivered = True
-                    yield chunk
-            except GeneratorExit:
-                state.closed()
-                raise
-            except BaseException as exc:
-                err = state.failure(exc)
-                if err is exc:
-                    raise
-                raise err from exc
-            state.success()
+def _first_token_at(attempt: Attempt, sent: float) -> float:
+    return sent + attempt.timeouts.first_token
 
-        def close(self) -> None:
-            self._state.closed()
-            self._inner.close()
 
-    class AsyncStream(hx.AsyncByteStream):  # type: ignore[misc]
-        def __init__(self, inner: Any, state: _StreamState) -> None:
-            self._inner = inner
-            self._state = state
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            state = self._state
-            try:
-                async for chunk in self._inner:
-                    if chunk:
-                        state.delivered = True
-                    yield chunk
-            except GeneratorExit:
-                state.closed()
-                raise
-            except BaseException as exc:
-                err = state.failure(exc)
-                if err is exc:
-                    raise
-                raise err from exc
-            state.success()
-
-        async def aclose(self) -> None:
-            self._state.closed()
-            await self._inner.aclose()
-
-    return SyncStream, AsyncStream
+def _leg(request: Any, response: Any, rest: Any, gate: StreamGate, first: bytes) -> tuple[Transcript, Leg]:
+    """The first leg of a relayed stream, and the transcript of what the caller receives."""
+    transcript = Transcript(api_family(str(request.url), request.headers))
+    return transcript, Leg(response, rest, gate, first=first)
 
 
 def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
     from ._engine import current_attempt
 
-    call = d.begin()
     request.read()  # buffered once so every attempt can resend it
+    call = d.begin(request)
     base = dict(request.extensions.get("timeout") or {})
     last: Any = None
     last_exc: BaseException | None = None
     while True:
         try:
-            attempt = call.next_attempt()
+            attempt = d.next_attempt(call)
         except Stopped as stopped:
             return d.give_up(stopped, last, last_exc)
-        d.prepare(request, attempt, base)
+        req = d.build(call, request, attempt, base)
         token = current_attempt.set(attempt)
         try:
+            sent = time.monotonic()
             try:
-                response = inner.handle_request(request)
+                response = inner.handle_request(req)
             except BaseException as exc:
                 if is_cancellation(exc):
                     call.cancel()
@@ -320,46 +321,53 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                 last, last_exc = None, exc
             else:
                 if d.is_streamed(response):
-                    d.idle_timeout(request, attempt, base)
+                    first_token_at = _first_token_at(attempt, sent)
+                    d.idle_timeout(req, attempt, base, first_token_at - time.monotonic())
                     body = response.stream
                     rest = iter(body)
+                    gate = d.engine.stream_gate(response.headers.get("content-type"), end_at_error=True)
+                    held: list[bytes] = []
                     try:
-                        first = _first_release(rest, StreamGate(response.headers.get("content-type")))
+                        first = _first_release(rest, gate, held, first_token_at)
                     except BaseException as exc:
-                        # Broken before anything meaningful reached the caller: phase stream_open, retryable.
+                        # Broken or silent before anything meaningful reached the caller: stream_open.
                         body.close()
                         if is_cancellation(exc):
                             call.cancel()
                             raise
-                        kind, _ = error_kind(exc, in_body=True)
+                        kind = _silent_kind(exc, attempt, first_token_at)
                         decision = call.report(
                             status=response.status_code, error=kind, headers=response.headers, phase="stream_open"
                         )
                         last, last_exc = None, exc
                     else:
-                        wrapped = _Prefixed(first, rest, body)
-                        response.stream = _stream_types(d.hx)[0](wrapped, _StreamState(call, response))
-                        return response
-                    if decision.action in _RETRY:
-                        d.wait(decision)
-                        continue
-                    return d.final(decision, last, last_exc)
-                try:
-                    raw = b"".join(response.stream)
-                except BaseException as exc:
-                    response.stream.close()
-                    if is_cancellation(exc):
-                        call.cancel()
-                        raise
-                    kind, _ = error_kind(exc, in_body=True)
-                    decision = call.report(status=response.status_code, error=kind, headers=response.headers)
-                    last, last_exc = None, exc
+                        if first is None and gate.stream_error is not None:
+                            # An error event before any output: the attempt failed as the event says.
+                            body.close()
+                            decision = call.report(**gate.outcome(response.status_code), headers=response.headers)
+                            last, last_exc = d.rebuild(response, b"".join(held), req), None
+                        else:
+                            transcript, leg = _leg(request, response, rest, gate, first or b"")
+                            relay = Relay(d, inner, call, request, base, transcript, leg)
+                            response.stream = _stream_types(d.hx)[0](relay)
+                            return response
                 else:
-                    response.stream.close()
-                    last, last_exc = d.rebuild(response, raw, request), None
-                    decision = call.report(
-                        status=response.status_code, headers=response.headers, body=d.body_of(response, raw)
-                    )
+                    try:
+                        raw = b"".join(response.stream)
+                    except BaseException as exc:
+                        response.stream.close()
+                        if is_cancellation(exc):
+                            call.cancel()
+                            raise
+                        kind, _ = error_kind(exc, in_body=True)
+                        decision = call.report(status=response.status_code, error=kind, headers=response.headers)
+                        last, last_exc = None, exc
+                    else:
+                        response.stream.close()
+                        last, last_exc = d.rebuild(response, raw, req), None
+                        decision = call.report(
+                            status=response.status_code, headers=response.headers, body=d.body_of(response, raw)
+                        )
         finally:
             current_attempt.reset(token)
         if decision.action in _RETRY:
@@ -371,21 +379,22 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
 async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
     from ._engine import current_attempt
 
-    call = d.begin()
     await request.aread()
+    call = d.begin(request)
     base = dict(request.extensions.get("timeout") or {})
     last: Any = None
     last_exc: BaseException | None = None
     while True:
         try:
-            attempt = call.next_attempt()
+            attempt = await d.next_attempt_async(call)
         except Stopped as stopped:
             return d.give_up(stopped, last, last_exc)
-        d.prepare(request, attempt, base)
+        req = d.build(call, request, attempt, base)
         token = current_attempt.set(attempt)
         try:
+            sent = time.monotonic()
             try:
-                response = await inner.handle_async_request(request)
+                response = await inner.handle_async_request(req)
             except BaseException as exc:
                 if is_cancellation(exc):
                     call.cancel()
@@ -395,50 +404,51 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                 last, last_exc = None, exc
             else:
                 if d.is_streamed(response):
-                    d.idle_timeout(request, attempt, base)
+                    first_token_at = _first_token_at(attempt, sent)
+                    d.idle_timeout(req, attempt, base, first_token_at - time.monotonic())
                     abody = response.stream
                     arest = abody.__aiter__()
+                    agate = d.engine.stream_gate(response.headers.get("content-type"), end_at_error=True)
+                    aheld: list[bytes] = []
                     try:
-                        afirst = await _afirst_release(arest, StreamGate(response.headers.get("content-type")))
+                        afirst = await _afirst_release(arest, agate, aheld, first_token_at)
                     except BaseException as exc:
-                        # Broken before anything meaningful reached the caller: phase stream_open, retryable.
                         await abody.aclose()
                         if is_cancellation(exc):
                             call.cancel()
                             raise
-                        kind, _ = error_kind(exc, in_body=True)
+                        kind = _silent_kind(exc, attempt, first_token_at)
                         decision = call.report(
                             status=response.status_code, error=kind, headers=response.headers, phase="stream_open"
                         )
                         last, last_exc = None, exc
                     else:
-                        awrapped = _AsyncPrefixed(afirst, arest, abody)
-                        response.stream = _stream_types(d.hx)[1](awrapped, _StreamState(call, response))
-                        return response
-                    if decision.action in _RETRY:
-                        try:
-                            await d.wait_async(decision)
-                        except BaseException:
+                        if afirst is None and agate.stream_error is not None:
+                            await abody.aclose()
+                            decision = call.report(**agate.outcome(response.status_code), headers=response.headers)
+                            last, last_exc = d.rebuild(response, b"".join(aheld), req), None
+                        else:
+                            atranscript, aleg = _leg(request, response, arest, agate, afirst or b"")
+                            arelay = AsyncRelay(d, inner, call, request, base, atranscript, aleg)
+                            response.stream = _stream_types(d.hx)[1](arelay)
+                            return response
+                else:
+                    try:
+                        raw = b"".join([chunk async for chunk in response.stream])
+                    except BaseException as exc:
+                        await response.stream.aclose()
+                        if is_cancellation(exc):
                             call.cancel()
                             raise
-                        continue
-                    return d.final(decision, last, last_exc)
-                try:
-                    raw = b"".join([chunk async for chunk in response.stream])
-                except BaseException as exc:
-                    await response.stream.aclose()
-                    if is_cancellation(exc):
-                        call.cancel()
-                        raise
-                    kind, _ = error_kind(exc, in_body=True)
-                    decision = call.report(status=response.status_code, error=kind, headers=response.headers)
-                    last, last_exc = None, exc
-                else:
-                    await response.stream.aclose()
-                    last, last_exc = d.rebuild(response, raw, request), None
-                    decision = call.report(
-                        status=response.status_code, headers=response.headers, body=d.body_of(response, raw)
-                    )
+                        kind, _ = error_kind(exc, in_body=True)
+                        decision = call.report(status=response.status_code, error=kind, headers=response.headers)
+                        last, last_exc = None, exc
+                    else:
+                        await response.stream.aclose()
+                        last, last_exc = d.rebuild(response, raw, req), None
+                        decision = call.report(
+                            status=response.status_code, headers=response.headers, body=d.body_of(response, raw)
+                        )
         finally:
             current_attempt.reset(token)
         if decision.action in _RETRY:
@@ -449,3 +459,30 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                 raise
             continue
         return d.final(decision, last, last_exc)
+
+
+@functools.cache
+def _stream_types(hx: Any) -> tuple[type, type]:
+    """The caller's stream for one httpx flavour (created once per flavour): a relay's chunks."""
+
+    class SyncStream(hx.SyncByteStream):  # type: ignore[misc]
+        def __init__(self, relay: Relay) -> None:
+            self._relay = relay
+
+        def __iter__(self) -> Iterator[bytes]:
+            return self._relay.chunks()
+
+        def close(self) -> None:
+            self._relay.close()
+
+    class AsyncStream(hx.AsyncByteStream):  # type: ignore[misc]
+        def __init__(self, relay: AsyncRelay) -> None:
+            self._relay = relay
+
+        def __aiter__(self) -> AsyncIterator[bytes]:
+            return self._relay.chunks()
+
+        async def aclose(self) -> None:
+            await self._relay.aclose()
+
+    return SyncStream, AsyncStream

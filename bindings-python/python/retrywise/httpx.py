@@ -4,15 +4,24 @@
     client = httpx.Client(transport=RetryTransport(engine, route="openai/gpt-4o", deadline_ms=20_000))
     openai.OpenAI(max_retries=0, http_client=client)   # the SDK's own loop off: one retry owner
 
-Each request is one logical call (``engine.begin(route, **call_kwargs)``); each attempt gets
-its timeouts from the deadline, the propagation headers, and the core's decision on the
-outcome (Retry-After, vendor codes from error bodies, stream phases). On a final stop the
-last response is returned (or the last exception re-raised), so the SDK raises its usual
-error; a result that may have been executed raises ``retrywise.ReconcileRequired``.
+Each request is one logical call (``engine.begin(route, **call_kwargs)``). ``route``: a
+route name, or a function of the request naming one; without it the route is the ``routes``
+map's for the request's ``model``, else ``engine.route_for_model(model)`` (the policy's
+``models`` map, a route or upstream named like it; an unknown model raises
+``retrywise.PolicyError`` before any I/O). Each attempt goes to the upstream the core chose
+(URL, ``model`` and key rewritten from the policy catalog), with its timeouts from the
+deadline, the propagation headers, and the core's decision on the outcome (Retry-After,
+vendor codes from error bodies, stream phases; a silent upstream left for the fallback; a
+stream broken after output continued on the fallback inside the same stream when the route
+says ``stream_recovery: continue``, else ended with an error, never a truncated success).
+On a final stop the last response is returned (or the last exception re-raised), so the SDK
+raises its usual error; a result that may have been executed raises
+``retrywise.ReconcileRequired``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -26,13 +35,19 @@ __all__ = ["AsyncRetryTransport", "RetryTransport"]
 
 
 class RetryTransport(httpx.BaseTransport):
-    """Sync transport: ``RetryTransport(engine, route, transport=None, **call_kwargs)``.
+    """Sync transport: ``RetryTransport(engine, route=None, transport=None, *, routes=None, **call_kwargs)``.
     ``transport`` sends each attempt (default ``httpx.HTTPTransport()``)."""
 
     def __init__(
-        self, engine: Engine, route: str, transport: httpx.BaseTransport | None = None, **call_kwargs: Any
+        self,
+        engine: Engine,
+        route: str | Callable[[httpx.Request], str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        *,
+        routes: Mapping[str, str] | None = None,
+        **call_kwargs: Any,
     ) -> None:
-        self._driver = _Driver(httpx, engine, route, call_kwargs)
+        self._driver = _Driver(httpx, engine, route, routes, call_kwargs)
         self._inner = transport if transport is not None else httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -44,13 +59,19 @@ class RetryTransport(httpx.BaseTransport):
 
 
 class AsyncRetryTransport(httpx.AsyncBaseTransport):
-    """Async transport: ``AsyncRetryTransport(engine, route, transport=None, **call_kwargs)``.
+    """Async transport: ``AsyncRetryTransport(engine, route=None, transport=None, *, routes=None, **call_kwargs)``.
     ``transport`` sends each attempt (default ``httpx.AsyncHTTPTransport()``)."""
 
     def __init__(
-        self, engine: Engine, route: str, transport: httpx.AsyncBaseTransport | None = None, **call_kwargs: Any
+        self,
+        engine: Engine,
+        route: str | Callable[[httpx.Request], str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        routes: Mapping[str, str] | None = None,
+        **call_kwargs: Any,
     ) -> None:
-        self._driver = _Driver(httpx, engine, route, call_kwargs)
+        self._driver = _Driver(httpx, engine, route, routes, call_kwargs)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

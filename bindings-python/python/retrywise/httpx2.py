@@ -4,15 +4,13 @@
     client = httpx2.Client(transport=RetryTransport(engine, route="openai/gpt-4o", deadline_ms=20_000))
     openai.OpenAI(max_retries=0, http_client=client)   # the SDK's own loop off: one retry owner
 
-Each request is one logical call (``engine.begin(route, **call_kwargs)``); each attempt gets
-its timeouts from the deadline, the propagation headers, and the core's decision on the
-outcome (Retry-After, vendor codes from error bodies, stream phases). On a final stop the
-last response is returned (or the last exception re-raised), so the SDK raises its usual
-error; a result that may have been executed raises ``retrywise.ReconcileRequired``.
+The same transports as ``retrywise.httpx`` (routes per request, attempts sent to
+the upstream the core chose, streams relayed and continued), for httpx2's types.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx2
@@ -26,13 +24,19 @@ __all__ = ["AsyncRetryTransport", "RetryTransport"]
 
 
 class RetryTransport(httpx2.BaseTransport):
-    """Sync transport: ``RetryTransport(engine, route, transport=None, **call_kwargs)``.
+    """Sync transport: ``RetryTransport(engine, route=None, transport=None, *, routes=None, **call_kwargs)``.
     ``transport`` sends each attempt (default ``httpx2.HTTPTransport()``)."""
 
     def __init__(
-        self, engine: Engine, route: str, transport: httpx2.BaseTransport | None = None, **call_kwargs: Any
+        self,
+        engine: Engine,
+        route: str | Callable[[httpx2.Request], str] | None = None,
+        transport: httpx2.BaseTransport | None = None,
+        *,
+        routes: Mapping[str, str] | None = None,
+        **call_kwargs: Any,
     ) -> None:
-        self._driver = _Driver(httpx2, engine, route, call_kwargs)
+        self._driver = _Driver(httpx2, engine, route, routes, call_kwargs)
         self._inner = transport if transport is not None else httpx2.HTTPTransport()
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -44,13 +48,19 @@ class RetryTransport(httpx2.BaseTransport):
 
 
 class AsyncRetryTransport(httpx2.AsyncBaseTransport):
-    """Async transport: ``AsyncRetryTransport(engine, route, transport=None, **call_kwargs)``.
+    """Async transport: ``AsyncRetryTransport(engine, route=None, transport=None, *, routes=None, **call_kwargs)``.
     ``transport`` sends each attempt (default ``httpx2.AsyncHTTPTransport()``)."""
 
     def __init__(
-        self, engine: Engine, route: str, transport: httpx2.AsyncBaseTransport | None = None, **call_kwargs: Any
+        self,
+        engine: Engine,
+        route: str | Callable[[httpx2.Request], str] | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        *,
+        routes: Mapping[str, str] | None = None,
+        **call_kwargs: Any,
     ) -> None:
-        self._driver = _Driver(httpx2, engine, route, call_kwargs)
+        self._driver = _Driver(httpx2, engine, route, routes, call_kwargs)
         self._inner = transport if transport is not None else httpx2.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:

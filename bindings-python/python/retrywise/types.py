@@ -23,7 +23,15 @@ ErrorKind: TypeAlias = Literal[
     "other",
 ]
 Effect: TypeAlias = Literal["none", "pending", "confirmed", "unknown"]
-ActionName: TypeAlias = Literal["succeeded", "retry", "fallback", "stop", "reconcile"]
+#: ``wait``: a hedge sibling is still in flight; its report decides (``sibling_in_flight``).
+ActionName: TypeAlias = Literal["succeeded", "retry", "fallback", "stop", "reconcile", "wait"]
+#: How a broken stream is continued on another upstream: its text as an assistant
+#: prefill, or a user message asking to continue after it.
+ContinuationName: TypeAlias = Literal["prefill", "instruction"]
+#: An upstream's API family (how a request for it is shaped and authenticated).
+ApiName: TypeAlias = Literal["openai", "anthropic", "azure_openai"]
+#: A timer of one attempt (``attempt.timer_error``).
+TimerName: TypeAlias = Literal["connect", "first_byte", "first_token", "idle", "total"]
 ErrorClassName: TypeAlias = Literal[
     "rate_limit",
     "transient",
@@ -66,7 +74,9 @@ class Mode(TypedDict):
 
 __all__ = [
     "ActionName",
+    "ApiName",
     "BreakerStateName",
+    "ContinuationName",
     "Effect",
     "ErrorClassName",
     "ErrorKind",
@@ -77,5 +87,6 @@ __all__ = [
     "OnFailureName",
     "Phase",
     "PolicyLike",
+    "TimerName",
     "WaitSourceName",
 ]

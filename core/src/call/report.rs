@@ -241,6 +241,9 @@ impl Call {
                 let d = base(self);
                 let failure = Failure {
                     prefer_switch: silent,
+                    // A continuation that failed before its own output is
+                    // still one: the caller holds the text it continues.
+                    continuation: outcome.continuation,
                     ..Failure::plain(d.reason, &hint)
                 };
                 self.continue_call(d, &f, now, &failure)

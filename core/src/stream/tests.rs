@@ -132,6 +132,45 @@ fn error_events_after_output_are_watched_for() {
 }
 
 #[test]
+fn end_at_error_keeps_the_error_event_from_the_consumer() {
+    let err = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
+    // In the chunk that releases the preamble, and after release split mid-line: the
+    // output before the event is delivered, the event and what follows are not.
+    let mut g = sse().end_at_error();
+    let all = format!("{ROLE}{TEXT}{err}{TEXT}");
+    assert_eq!(
+        g.feed(all.as_bytes()).into_owned(),
+        format!("{ROLE}{TEXT}").into_bytes()
+    );
+    assert_eq!(g.stream_error().map(|e| e.after_output), Some(true));
+    assert_eq!((g.feed(TEXT.as_bytes()).len(), g.finish().len()), (0, 0));
+    assert!(!g.watching());
+    let o = g.outcome(200);
+    assert_eq!(
+        (o.status, o.phase, o.vendor_code.as_deref()),
+        (Some(529), Some(Phase::StreamVisible), Some("overloaded_error"))
+    );
+
+    let mut g = sse().end_at_error();
+    assert_eq!(
+        g.feed(format!("{ROLE}{TEXT}").as_bytes()).len(),
+        ROLE.len() + TEXT.len()
+    );
+    let (a, b) = err.split_at(30);
+    let split = format!("{TEXT}{a}");
+    assert_eq!(g.feed(split.as_bytes()).into_owned(), TEXT.as_bytes());
+    assert_eq!(g.feed(b.as_bytes()).into_owned(), b"");
+    assert_eq!(
+        g.stream_error().and_then(|e| e.code.as_deref()),
+        Some("overloaded_error")
+    );
+    // Before output it is held as without the option.
+    let mut g = sse().end_at_error();
+    assert_eq!(g.feed(format!("{ROLE}{err}").as_bytes()).len(), 0);
+    assert_eq!(g.stream_error().map(|e| e.after_output), Some(false));
+}
+
+#[test]
 fn preamble_shapes_are_held() {
     let anthropic = concat!(
         "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"content\":[]}}\n\n",
