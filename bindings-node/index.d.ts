@@ -148,6 +148,8 @@ export declare class Attempt {
   readonly requestId: string
   /** In `engine.run` and `wrapFetch`: aborts when the attempt times out or the caller aborts. */
   signal: AbortSignal | undefined
+  /** How to reach this attempt's upstream (base URL, model, API family), with its key read from the variable the policy names. */
+  readonly reach: AttemptReach
   toJSON(): object
 }
 
@@ -494,6 +496,11 @@ export interface StreamError {
   code: string | null
   message: string | null
   afterOutput: boolean
+}
+
+/** `Reach` with the key read from `apiKeyEnv` (null when unset or none is named). */
+export interface AttemptReach extends Reach {
+  apiKey: string | null
 }
 
 /** How to reach one upstream (the policy catalog's `base_url`, `api`, `model`, `api_key_env`, ...); null: the request's own. */

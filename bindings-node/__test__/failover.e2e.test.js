@@ -236,3 +236,26 @@ for (const [primary, backup, caps, via] of [
     assert.ok(r.elapsedMs < 2000, `${r.elapsedMs} ms`)
   })
 }
+
+test('engine.run: each attempt says where to send it (attempt.reach): the primary, then the backup after its 503s', async () => {
+  await fs.reset()
+  const engine = new Engine(policy('fb-503'), { seed: 25 })
+  const seen = []
+  const text = await engine.run(
+    async (attempt) => {
+      const { baseUrl, model, apiKey } = attempt.reach
+      seen.push([attempt.upstream, model, apiKey])
+      const client = new OpenAI({ apiKey, baseURL: baseUrl, maxRetries: 0 })
+      const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] })
+      return r.choices[0].message.content
+    },
+    { route: engine.routeForModel('gpt-4o'), deadlineMs: 3000 },
+  )
+  assert.equal(text, ANSWER('fb-ok'))
+  assert.deepEqual(seen, [
+    ['primary', 'fb-503', 'sk-primary'],
+    ['primary', 'fb-503', 'sk-primary'],
+    ['backup', 'fb-ok', 'sk-backup'],
+  ])
+  assert.deepEqual((await fs.counts()).by_model, { 'fb-503': 2, 'fb-ok': 1 })
+})

@@ -143,6 +143,19 @@ class Attempt {
   }
 
   /**
+   * How to reach this attempt's upstream (the policy catalog), with the key
+   * read from the environment variable it names: point the request of an
+   * `engine.run` attempt here so it goes to the upstream the core chose.
+   * @type {import('../index').AttemptReach}
+   */
+  get reach() {
+    /** @type {import('../index').Reach} */
+    const r = JSON.parse(this._call._e._n.reach(this.upstream))
+    const key = r.apiKeyEnv === null ? undefined : process.env[r.apiKeyEnv]
+    return { ...r, apiKey: key === undefined || key === '' ? null : key }
+  }
+
+  /**
    * Logical request id (shared by every attempt of the call).
    * @type {string}
    */
