@@ -31,7 +31,10 @@ export type ErrorKind =
 
 export type Idempotency = 'safe' | 'keyed' | 'unsafe'
 export type EffectState = 'none' | 'pending' | 'confirmed' | 'unknown'
-export type Action = 'succeeded' | 'retry' | 'fallback' | 'stop' | 'reconcile'
+/** `wait`: a hedge sibling is still in flight; await it instead of asking for another attempt. */
+export type Action = 'succeeded' | 'retry' | 'fallback' | 'stop' | 'reconcile' | 'wait'
+/** How an attempt continues a stream that broke after visible output. */
+export type Continuation = 'prefill' | 'instruction'
 export type WaitSource = 'none' | 'retry_after' | 'jitter'
 export type OnFailure = 'fail' | 'manual_review'
 export type BreakerState = 'closed' | 'open' | 'half_open' | 'forced_open' | 'forced_closed' | 'disabled' | 'metrics_only'
@@ -74,6 +77,8 @@ export type Reason =
   | 'invalid_state'
   | 'effect_pending'
   | 'hedge_not_allowed'
+  | 'sibling_in_flight'
+  | 'prefill_rejected'
 
 /** A policy document (see the core's policy reference); validated by the core. */
 export type Policy = { [field: string]: unknown }
@@ -122,6 +127,8 @@ export interface CallSpec {
 export interface AttemptTimeouts {
   connectMs: number
   firstByteMs: number
+  /** Request sent -> first visible output of a stream (pings and the preamble do not count). */
+  firstTokenMs: number
   idleMs: number
   totalMs: number
 }
@@ -141,6 +148,8 @@ export declare class Attempt {
   readonly requestId: string
   /** In `engine.run` and `wrapFetch`: aborts when the attempt times out or the caller aborts. */
   signal: AbortSignal | undefined
+  /** How to reach this attempt's upstream (base URL, model, API family), with its key read from the variable the policy names. */
+  readonly reach: AttemptReach
   toJSON(): object
 }
 
@@ -165,6 +174,10 @@ export interface Outcome {
   attempt?: number
   /** Success regardless of status. */
   ok?: boolean
+  /** A stream broken after visible output showed text only: another upstream may continue it. */
+  resumable?: boolean
+  /** The attempt continued a broken stream this way (what the decision's `continuation` asked for). */
+  continuation?: Continuation
 }
 
 export interface Decision {
@@ -181,6 +194,8 @@ export interface Decision {
   hedge: boolean
   /** Fallback candidates excluded, with why (`missing_capability:vision`, ...). */
   excluded: Array<[string, string]>
+  /** The next attempt continues a broken stream this way; null on every other decision. */
+  continuation: Continuation | null
 }
 
 export type HedgePlan = { action: 'start'; attempt: Attempt } | { action: 'after'; delayMs: number } | { action: 'no'; reason: Reason }
@@ -211,10 +226,14 @@ export declare class Call {
   readonly remainingMs: number
   info(): CallInfo
   /**
-   * Frees the native call (otherwise when garbage-collected). A call whose last
-   * report left nothing in flight is freed by the engine's next begin or by the
-   * end of the current job, whichever comes first; one that holds something
-   * gives it back at once.
+   * Frees the native call. Never needed for a call run to its end: the final
+   * decision (succeeded, stop, reconcile) that leaves no attempt in flight
+   * frees it, and the call still answers `id`, `attempts`, `remainingMs`,
+   * `info()`, `nextAttempt()` (the final stop), `report()` and `cancel()`
+   * (the final decision) from what it kept, until `release()`. A call dropped
+   * before its end is freed when garbage-collected. Released, a call that
+   * holds nothing is freed by the engine's next begin or by the end of the
+   * current job, whichever comes first; one that holds something gives it back at once.
    */
   release(): void
 }
@@ -332,6 +351,16 @@ export declare class Engine {
   breakerState(upstream: string): BreakerState
   policy(): Policy
   readonly policyVersion: string
+  /**
+   * The route a request for `model` takes: the policy's `models` map, then a
+   * route named like it, then an upstream named like it (or whose `model` /
+   * `request_model` it is). Throws a `PolicyError` naming the keys to add otherwise.
+   */
+  routeForModel(model: string): string
+  /** How to reach `upstream`, from the policy catalog (what a wrapped fetch rewrites a request with). */
+  reach(upstream: string): Reach
+  /** A `StreamGate` that reads malformed events as the policy says (`streams.malformed_event`). */
+  streamGate(contentType?: string | null): StreamGate
   /** Testing hook (engine built with `{ manualClock: true }`). */
   advanceClock(ms: number): void
   readonly liveCalls: number
@@ -359,6 +388,8 @@ export interface StoppedFields {
   detail: string | null
   onFailure: OnFailure | null
   attempts: number
+  /** Not a stop but "not yet": ask `nextAttempt()` again after this many ms. */
+  waitMs?: number | null
   decision?: Decision | null
   response?: Response | null
 }
@@ -372,6 +403,12 @@ export declare class StoppedError extends RetrywiseError {
   detail: string | null
   onFailure: OnFailure | null
   attempts: number
+  /**
+   * Set when this is not a stop but "not yet" (an open breaker lets probes
+   * through within the deadline): ask `nextAttempt()` again after this many
+   * ms. `engine.run` and `wrapFetch` wait by themselves.
+   */
+  waitMs: number | null
   decision: Decision | null
   /** The last failed Response, when there was one (engine.run). */
   response: Response | null
@@ -392,7 +429,22 @@ export declare class AttemptTimeoutError extends RetrywiseError {
 
 export type FetchLike = (input: any, init?: any) => Promise<Response>
 
-export interface WrapFetchOptions extends Partial<CallSpec> {}
+/** What `WrapFetchOptions.routes` as a function is given: the request, and the `model` of its JSON body. */
+export interface RouteRequest {
+  url: string
+  method: string | undefined
+  headers: Headers
+  model: string | null
+}
+
+export interface WrapFetchOptions extends Partial<CallSpec> {
+  /**
+   * Without `route`: the route of each request, from its model (an object:
+   * request model -> route) or computed (a function). Default: the core's
+   * `engine.routeForModel(model)` (an unknown model rejects before any I/O).
+   */
+  routes?: Record<string, string> | ((request: RouteRequest) => string)
+}
 
 /** A fetch-compatible function whose retries retrywise owns; `init.retrywise` overrides the spec per request. */
 export declare function wrapFetch(engine: Engine, fetch?: FetchLike | null, opts?: WrapFetchOptions): (input: string | URL | Request, init?: RequestInit & { retrywise?: Partial<CallSpec> }) => Promise<Response>
@@ -429,6 +481,39 @@ export declare class StreamGate {
   readonly phase: 'stream_open' | 'stream_visible'
   /** Bytes held back so far. */
   readonly held: number
+  /** Malformed events dropped so far (`streams.malformed_event: skip`). */
+  readonly skipped: number
+  /** Whether the gate still reads what it is fed (an event stream is watched for an error event to its end). */
+  readonly watching: boolean
+  /** The error event the stream carried, or null. */
+  readonly streamError: StreamError | null
+  /** What the attempt whose body ended (or broke) now with HTTP `status` reports: the status, or the failure an error event named. */
+  outcome(status: number): Outcome
+}
+
+/** An error event a stream carried (`code` is the provider's type, or `malformed_event`). */
+export interface StreamError {
+  code: string | null
+  message: string | null
+  afterOutput: boolean
+}
+
+/** `Reach` with the key read from `apiKeyEnv` (null when unset or none is named). */
+export interface AttemptReach extends Reach {
+  apiKey: string | null
+}
+
+/** How to reach one upstream (the policy catalog's `base_url`, `api`, `model`, `api_key_env`, ...); null: the request's own. */
+export interface Reach {
+  upstream: string
+  baseUrl: string | null
+  api: 'openai' | 'anthropic' | 'azure_openai' | null
+  model: string | null
+  /** The NAME of the environment variable holding the key (never the key). */
+  apiKeyEnv: string | null
+  apiVersion: string | null
+  /** The upstream accepts an assistant message last (continuations may prefill). */
+  prefill: boolean
 }
 export declare const version: string
 export declare const vocabulary: {
@@ -440,4 +525,5 @@ export declare const vocabulary: {
   action: Action[]
   waitSource: WaitSource[]
   reason: Reason[]
+  continuation: Continuation[]
 }

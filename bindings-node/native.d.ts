@@ -30,7 +30,7 @@ export declare class NativeEngine {
    * The fast entry points of this engine (see the `fast` module): an object
    * of functions taking no argument, whose inputs and results are in scratch.
    */
-  fast(): { begin(): void; beginAttempt(): void; next(): void; reportStatus(): void; reportOk(): void; release(): void }
+  fast(): { begin(): void; beginAttempt(): void; next(): void; reportStatus(): string | undefined; reportOk(): string | undefined; release(): void; finish(): string | undefined }
   /**
    * Interns a route or tenant name for the fast entry points; returns its
    * id, or -1 when the table is full (then pass the string to `begin`).
@@ -78,11 +78,13 @@ export declare class NativeEngine {
   reportOk(h: number): number
   /**
    * Reports a full outcome. Numbers < 0 mean absent; enum fields are codes.
+   * `resumable`: a stream broken after output showed text only;
+   * `continuation`: the code of how the attempt continued a broken stream.
    * `headers` is a flat `[name, value, ...]` list. `body` is read by
    * `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
    * a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
    */
-  report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: Uint8Array | undefined | null, attempt: number, ok: boolean): number
+  report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: Uint8Array | undefined | null, attempt: number, ok: boolean, resumable?: boolean | undefined | null, continuation?: number | undefined | null): number
   /** Cancels call `h`; the decision goes to scratch; returns the action code. */
   cancel(h: number): number
   /**
@@ -109,6 +111,13 @@ export declare class NativeEngine {
   callAttempts(h: number): number
   /** Time left before call `h`'s deadline, ms. */
   callRemainingMs(h: number): number
+  /**
+   * The engine's clock now, ms with their fraction: a finished call's
+   * remaining time is its `finished.DEADLINE_MS` minus this.
+   */
+  clockMs(): number
+  /** A policy version by the index a finished call gave (`finished.POLICY`). */
+  policyName(i: number): string | null
   /** Name of an interned upstream index. */
   upstreamName(i: number): string | null
   /** Engine stats as JSON. */
@@ -139,8 +148,43 @@ export declare class NativeEngine {
   policy(): string
   /** Version string of the policy in force. */
   policyVersion(): string
+  /**
+   * The route a request for `model` takes (`Engine::route_for_model`: the
+   * policy's `models` map, a route or an upstream of that name); throws a
+   * policy error naming the keys to add for an unknown model.
+   */
+  routeForModel(model: string): string
+  /**
+   * How to reach `upstream` (`Engine::reach`) as JSON: `{upstream, baseUrl,
+   * api, model, apiKeyEnv, apiVersion, prefill}`, unset fields null.
+   */
+  reach(upstream: string): string
+  /**
+   * The request for an attempt on `upstream` (`wire::rewrite` with the
+   * upstream's reach and this process's environment), or `null` when the
+   * catalog says nothing that would change it.
+   */
+  rewrite(upstream: string, req: WireRequest): WireRequest | null
+  /**
+   * A stream gate for one attempt's body, reading malformed events as the
+   * policy says (`streams.malformed_event`).
+   */
+  streamGate(contentType?: string | undefined | null): StreamGate
   /** Moves the manual clock forward; throws unless built with `manualClock`. */
   advanceClock(ms: number): void
+}
+
+/**
+ * Turns a fallback's stream into the rest of the caller's (`retrywise::wire::Splicer`):
+ * its opening dropped, restated text dropped once, block indexes continued.
+ */
+export declare class Splicer {
+  /** A splicer continuing what `transcript` delivered, in `api`. */
+  constructor(api: string, transcript: Transcript)
+  /** The fallback's bytes in; the bytes for the caller's stream out. */
+  feed(chunk: Uint8Array): Uint8Array
+  /** The fallback's stream ended: what is still held. */
+  finish(): Uint8Array
 }
 
 /**
@@ -151,6 +195,21 @@ export declare class NativeEngine {
 export declare class StreamGate {
   /** A gate for a body of `contentType` (the response's `content-type`). */
   constructor(contentType?: string | undefined | null)
+  /** Malformed events dropped so far (`streams.malformed_event: skip`). */
+  get skipped(): number
+  /**
+   * Whether the gate still reads what it is fed (an event stream is
+   * watched for an error event to its end); once false, feeding it is not needed.
+   */
+  get watching(): boolean
+  /** The error event the stream carried, as JSON `{code, message, afterOutput}`, or null. */
+  get streamError(): string | null
+  /**
+   * The outcome of the attempt whose body ended (or broke) now with HTTP
+   * `status`, as JSON `{status, error, phase, vendorCode}` (null fields
+   * absent): the status, or the failure an error event named.
+   */
+  outcome(status: number): string
   /**
    * Bytes received from upstream in; what the consumer may see now out
    * (empty while only preamble arrived; `chunk` itself once visible).
@@ -171,8 +230,35 @@ export declare class StreamGate {
   get held(): number
 }
 
+/**
+ * What a streamed answer delivered so far (`retrywise::wire::Transcript`),
+ * fed with exactly the bytes the caller received.
+ */
+export declare class Transcript {
+  /** A transcript of a stream in `api` (`openai`, `anthropic`, `azure_openai`). */
+  constructor(api: string)
+  /** Bytes the caller received. */
+  observe(delivered: Uint8Array): void
+  /** The visible text so far. */
+  get text(): string
+  /** Text only (no tool-call delta) and not finished: another upstream may continue it. */
+  get resumable(): boolean
+  /** Its finish (finish_reason, message_stop, response.completed) was seen. */
+  get finished(): boolean
+}
+
+/** The API family a request speaks, from its URL and headers (`ApiFamily::of_request`). */
+export declare function apiFamilyOf(url: string, headers: Array<string>): string
+
 /** Validates a policy without building an engine; throws like the constructor. */
 export declare function checkPolicy(kind: number, policy?: string | undefined | null): string
+
+/**
+ * The body of the continuation request (`retrywise::wire::continuation_body`):
+ * the original conversation plus the delivered text as a prefill or an
+ * instruction (`how`). Throws `ERR_RETRYWISE_WIRE` when it cannot be built.
+ */
+export declare function continuationBody(api: string, original: Uint8Array, transcript: Transcript, how: string): Uint8Array
 
 /** `rw1_` + 32 hex digits of SHA-256(tenant ␀ operation ␀ digest). */
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string
@@ -196,6 +282,14 @@ export declare function paramsDigest(paramsJson: string): string
 /** The JSON Schema of the policy document. */
 export declare function policySchema(): string
 
+/**
+ * The error kind an expired attempt timer means (`Attempt::timer_error`,
+ * one mapping for every binding): `timer` is `connect`, `first_byte`, `idle`
+ * or `total`; `totalMs` / `remainingMs` are the attempt's; `bodyStarted`:
+ * the response's headers had arrived.
+ */
+export declare function timerError(timer: string, totalMs: number, remainingMs: number, bodyStarted: boolean): string
+
 /** Vendor error code of an OpenAI- or Anthropic-style error body. */
 export declare function vendorCodeFromBody(body: Uint8Array): string | null
 
@@ -205,3 +299,11 @@ export declare function vendorCodeFromBody(body: Uint8Array): string | null
  * bits; see the `scratch` module), as JSON (read once when the module loads).
  */
 export declare function vocab(): string
+
+/** A request as `fetch` would send it: headers as a flat `[name, value, ...]` list. */
+export interface WireRequest {
+  method: string
+  url: string
+  headers: Array<string>
+  body: Uint8Array
+}

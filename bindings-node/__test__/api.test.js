@@ -36,7 +36,7 @@ test('decision loop: retry on 503, then success; attempt fields', () => {
   assert.equal(a.hedge, false)
   assert.equal(a.fallback, false)
   assert.ok(a.remainingMs > 9_000 && a.remainingMs <= 10_000)
-  assert.deepEqual(Object.keys(a.timeouts).sort(), ['connectMs', 'firstByteMs', 'idleMs', 'totalMs'])
+  assert.deepEqual(Object.keys(a.timeouts).sort(), ['connectMs', 'firstByteMs', 'firstTokenMs', 'idleMs', 'totalMs'])
   assert.equal(a.headers['retrywise-attempt'], '1')
   assert.equal(a.headers['retrywise-request-id'], a.requestId)
   let d = c.report({ status: 503 })
@@ -337,39 +337,46 @@ test('release() gives back at once what a call holds; a call that holds nothing 
   c.release()
   assert.equal(e.liveCalls, 0)
 
-  // A finished call holds nothing: it waits for the batch, nothing else does.
+  // A finished call holds nothing: its final report freed it, with no release();
+  // it still answers from what it kept until release().
   const native = e._n
   const done = e.begin({ route: 'u' })
   done.nextAttempt()
   assert.equal(done.report({ status: 200 }).action, 'succeeded')
+  assert.equal(native.liveCalls(), 0, 'freed by its final report')
+  assert.equal(done.attempts, 1)
   done.release()
-  assert.equal(native.liveCalls(), 1, 'queued, not yet freed')
   assert.throws(() => done.id, /released/, 'released for JS at once')
+
+  // A call that holds nothing but is not finished (its last decision a
+  // retry) waits for the batch when released, nothing else does.
+  const e2 = new Engine({ budget: { enabled: false }, breaker: { enabled: false } })
+  const n2 = e2._n
+  const idle = () => {
+    const x = e2.begin({ route: 'u' })
+    x.nextAttempt()
+    assert.equal(x.report({ status: 503 }).action, 'retry')
+    return x
+  }
+  const w = idle()
+  w.release()
+  assert.equal(n2.liveCalls(), 1, 'queued, not yet freed')
+  assert.throws(() => w.id, /released/, 'released for JS at once')
   await null
-  assert.equal(native.liveCalls(), 0, 'freed by the end of the job')
+  assert.equal(n2.liveCalls(), 0, 'freed by the end of the job')
 
   // The next begin frees the call released before it, in its own step.
-  for (let i = 0; i < 100; i++) {
-    const x = e.begin({ route: 'u' })
-    x.nextAttempt()
-    x.report({ status: 200 })
-    x.release()
-  }
-  assert.equal(native.liveCalls(), 1, 'only the last one waits')
-  assert.equal(e.liveCalls, 0, 'liveCalls frees what waits first')
+  for (let i = 0; i < 100; i++) idle().release()
+  assert.equal(n2.liveCalls(), 1, 'only the last one waits')
+  assert.equal(e2.liveCalls, 0, 'liveCalls frees what waits first')
 
   // Released with no begin between them: a full batch is freed without waiting for the job to end.
   const calls = []
-  for (let i = 0; i < 100; i++) {
-    const x = e.begin({ route: 'u' })
-    x.nextAttempt()
-    x.report({ status: 200 })
-    calls.push(x)
-  }
+  for (let i = 0; i < 100; i++) calls.push(idle())
   for (const x of calls) x.release()
-  assert.equal(native.liveCalls(), 100 - 65)
+  assert.equal(n2.liveCalls(), 100 - 65)
   await null
-  assert.equal(native.liveCalls(), 0)
+  assert.equal(n2.liveCalls(), 0)
 })
 
 test('an onEvent listener that calls into the engine does not disturb the step being reported', () => {

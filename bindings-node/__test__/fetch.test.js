@@ -276,7 +276,9 @@ test('a body nobody reads does not keep the call open past its deadline', async 
 })
 
 test('a retry whose next attempt is refused returns the last response with the stop as its decision', async () => {
-  const e = new Engine({ ...fast, breaker: { min_calls: 3, failure_rate: 0.5, open_jitter: 0 } })
+  // hold: false — a refused call stops at once instead of waiting for the
+  // probe window (that is rescue.test.js's 'wrapFetch waits out a hold').
+  const e = new Engine({ ...fast, breaker: { min_calls: 3, failure_rate: 0.5, open_jitter: 0, hold: false } })
   // Two other calls fail on the same upstream while the wrapper waits out the
   // Retry-After below: the breaker opens and the granted retry cannot start.
   const others = () => {

@@ -126,3 +126,49 @@ test('a task that outlives its attempt begins as an owner', async () => {
     c.release()
   }
 })
+
+test('nesting holds while a call is in flight however long, and again after retrywise was idle', async () => {
+  const { IDLE_MS } = require('../lib/context.js')
+  // One attempt: a failed assertion inside an attempt must not be retried away.
+  const e = new Engine({ ...fast, max_attempts: 1 })
+  const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
+  const innerOwner = (waitMs) => async (outer) => {
+    // Turns of the event loop inside the attempt: the context must still be there.
+    await sleep(waitMs)
+    const c = e.begin({ route: 'inner' })
+    const a = c.nextAttempt()
+    assert.equal(a.requestId, outer.requestId)
+    const owner = c.info().owner
+    c.report({ status: 200 })
+    return owner
+  }
+  // Another call ends while this one is in flight for longer than the idle period (twice: a check
+  // armed before that call started waits a period more): the context stays.
+  const long = e.run(innerOwner(2 * IDLE_MS + 200), { route: 'outer', deadlineMs: 10_000 })
+  await e.run(async () => 'short', { route: 'short' })
+  assert.equal(await long, false)
+  // Idle for longer than the idle period: retrywise's async context is let go, then taken up by the next call.
+  await sleep(IDLE_MS + 100)
+  assert.equal(rw.currentAttempt(), undefined)
+  const c = e.begin({ route: 'alone' })
+  c.nextAttempt()
+  assert.equal(c.info().owner, true)
+  assert.equal(await e.run(innerOwner(5), { route: 'outer', deadlineMs: 5000 }), false)
+
+  // A wrapped fetch's attempt carries its context too.
+  const f = wrapFetch(
+    e,
+    async (url, init) => {
+      await sleep(5)
+      const inner = e.begin({ route: 'inside-fetch' })
+      const a = inner.nextAttempt()
+      const body = JSON.stringify({ owner: inner.info().owner, id: a.requestId, sent: init.headers.get('retrywise-request-id') })
+      inner.report({ status: 200 })
+      return new Response(body, { status: 200, headers: { 'content-type': 'application/json' } })
+    },
+    { route: 'fetch' },
+  )
+  const r = await (await f('http://127.0.0.1:9/x')).json()
+  assert.equal(r.owner, false)
+  assert.equal(r.id, r.sent)
+})

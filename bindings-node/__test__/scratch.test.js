@@ -17,7 +17,7 @@ if (typeof ArrayBuffer.prototype.transfer === 'function') detachers.push(['Array
 test('vocab().scratch: every slot inside the buffer, distinct within its group, inputs above outputs', () => {
   assert.equal(layout.len, 32)
   const inputs = ['begin', 'next', 'report', 'release']
-  const outputs = ['attempt', 'stopped', 'decision', 'hedge_after', 'hedge_no', 'step']
+  const outputs = ['attempt', 'stopped', 'decision', 'hedge_after', 'hedge_no', 'step', 'finished']
   assert.deepEqual(Object.keys(layout.slots).sort(), [...inputs, ...outputs].sort())
   let maxOut = -1
   let minIn = Infinity
@@ -31,6 +31,9 @@ test('vocab().scratch: every slot inside the buffer, distinct within its group, 
     }
   }
   assert.ok(maxOut < minIn, `outputs end at ${maxOut}, inputs start at ${minIn}`)
+  // A finishing report writes the decision, the step's results and the finished call's fields at once.
+  const written = [...Object.values(layout.slots.decision), ...Object.values(layout.slots.step)]
+  for (const i of Object.values(layout.slots.finished)) assert.ok(!written.includes(i), `finished slot ${i} is also a decision or step slot`)
   assert.deepEqual(layout.results, { ATTEMPT: 0, STOPPED: 1, HEDGE_START: 0, HEDGE_AFTER: 2, HEDGE_NO: 3 })
 })
 

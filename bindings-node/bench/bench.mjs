@@ -1,148 +1,188 @@
-// Successful governed cycle, ns/op, retrywise vs cockatiel (retry + breaker
-// wrap), opossum and p-retry, in one run. `npm run bench` (after the release build).
+// The loops users write, against cockatiel and opossum, in one process.
+// `node bindings-node/bench/bench.mjs` (after the release build; BENCH_ROUNDS, BENCH_ITER).
 //
-// Every library runs an async operation that succeeds at once, so the number
-// is each library's own per-call overhead. retrywise is measured through its
-// idiomatic APIs (engine.run, the explicit begin/nextAttempt/report loop) and
-// through the lean native API they wrap.
+// Every case is a successful call of an async function that answers at once,
+// so the number is each library's own cost per logical request:
+// - retrywise README loop: a default `new Engine()`, the README's explicit
+//   loop with an awaited function per attempt, no release();
+// - retrywise engine.run(async (attempt) => ...);
+// - cockatiel: wrap(retry, circuitBreaker).execute, configured as its README
+//   shows (retry handleAll, 3 attempts, exponential backoff; consecutive
+//   breaker of 5, half-open after 10 s): retries and a breaker, as retrywise;
+// - opossum: breaker.fire, configured as its README shows (3 s timeout, 50 %
+//   errors, 30 s reset): a breaker with a per-call timeout, no retries.
+//
+// Each case runs with AsyncLocalStorage off and on. On: an AsyncLocalStorage
+// of the benchmark's own is in use around the loop (`als.run(...)`, as
+// frameworks and tracers do), so Node runs its async_hooks callbacks for
+// every promise. Off: none of the benchmark's; retrywise's own (nesting) is
+// then enabled only while its engine.run is in flight, and let go when idle
+// (lib/context.js): before each case with it off the benchmark waits until
+// that happened, so no case pays for the one before.
+//
+// Rounds are interleaved (each round runs every case once, in both modes),
+// so noise that lasts longer than a case hits every library alike. Reported
+// per case and mode: the best of the rounds (the number compared), the
+// median and the worst; and retrywise / cockatiel per round, whose spread
+// says how far the comparison can be trusted on this machine.
 import { createRequire } from 'node:module'
-import { retry, circuitBreaker, wrap, handleAll, ConsecutiveBreaker, ExponentialBackoff } from 'cockatiel'
-import pRetry from 'p-retry'
 import { AsyncLocalStorage } from 'node:async_hooks'
+import { retry, circuitBreaker, wrap, handleAll, ConsecutiveBreaker, ExponentialBackoff } from 'cockatiel'
 
 const require = createRequire(import.meta.url)
 const CircuitBreaker = require('opossum')
-const rw = require('../index.js')
-const native = require('../native.js')
+const { Engine } = require('../index.js')
+const { IDLE_MS } = require('../lib/context.js')
 
-const ROUNDS = Number(process.env.BENCH_ROUNDS || 7)
-const ITER = Number(process.env.BENCH_ITER || 100_000)
+const ROUNDS = Number(process.env.BENCH_ROUNDS || 3)
+const ITER = Number(process.env.BENCH_ITER || 200_000)
+const WARMUP = Math.min(ITER, 20_000)
 
+const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
 const value = { ok: true }
 const op = async () => value
 
-async function measure(name, fn, iters = ITER) {
-  // warm up (JIT, caches)
-  for (let i = 0; i < Math.min(iters, 20_000); i++) await fn()
-  const samples = []
-  for (let r = 0; r < ROUNDS; r++) {
-    const t0 = process.hrtime.bigint()
-    for (let i = 0; i < iters; i++) await fn()
-    samples.push(Number(process.hrtime.bigint() - t0) / iters)
-  }
-  samples.sort((a, b) => a - b)
-  return { name, median: samples[Math.floor(samples.length / 2)], min: samples[0] }
-}
-
-function measureSync(name, fn, iters = ITER) {
-  for (let i = 0; i < Math.min(iters, 20_000); i++) fn()
-  const samples = []
-  for (let r = 0; r < ROUNDS; r++) {
-    const t0 = process.hrtime.bigint()
-    for (let i = 0; i < iters; i++) fn()
-    samples.push(Number(process.hrtime.bigint() - t0) / iters)
-  }
-  samples.sort((a, b) => a - b)
-  return { name, median: samples[Math.floor(samples.length / 2)], min: samples[0] }
-}
-
-// --- retrywise -------------------------------------------------------------
-const quiet = { telemetry: { ring_size: 0 } }
-const eng = new rw.Engine(undefined, { seed: 1 })
-const engQuiet = new rw.Engine(quiet, { seed: 1 })
+// retrywise, as a new user writes it.
+const engine = new Engine()
 const spec = { route: 'openai/gpt-4o-mini', deadlineMs: 10_000 }
-const ok = { status: 200 }
-
-function explicitCycle(e) {
-  const c = e.begin(spec)
-  c.nextAttempt()
-  const d = c.report(ok)
-  c.release()
-  return d
+async function doIo(attempt) {
+  return { status: 200 }
 }
 
-// Slot indices by name from the addon, and a scratch buffer on a
-// SharedArrayBuffer (no detach check per step), as the JS layer (lib/engine.js) has them.
-const { len: SCRATCH_LEN, slots: SLOT } = JSON.parse(native.vocab()).scratch
-const scratch = new Float64Array(new SharedArrayBuffer(SCRATCH_LEN * 8))
-const lean = new native.NativeEngine(scratch, 1, JSON.stringify(quiet), '1', false)
-function leanCycle() {
-  const h = lean.begin('openai/gpt-4o-mini', 10_000, 0, null)
-  lean.nextAttempt(h)
-  const a = lean.reportStatus(h, 200)
-  lean.release(h)
-  return a
-}
-
-// The fast entry points the JS layer uses (src/fast.rs): arguments and results in
-// the scratch buffer, the route interned once. Begin + first attempt in one
-// crossing, report + release (on success) in the other.
-const fast = lean.fast()
-const routeId = lean.intern('openai/gpt-4o-mini')
-const { ROUTE, DEADLINE_MS, IDEMPOTENCY, TENANT } = SLOT.begin
-const { HANDLE, STATUS, RELEASE } = SLOT.report
-const { RESULT, HANDLE: BEGUN } = SLOT.step
-function fastCycle() {
-  scratch[ROUTE] = routeId
-  scratch[DEADLINE_MS] = 10_000
-  scratch[IDEMPOTENCY] = 0
-  scratch[TENANT] = -1
-  fast.beginAttempt()
-  scratch[HANDLE] = scratch[BEGUN]
-  scratch[STATUS] = 200
-  scratch[RELEASE] = 1
-  fast.reportStatus()
-  return scratch[RESULT]
-}
-
-// engine.run and wrapFetch need AsyncLocalStorage (nesting), and once it is
-// enabled every promise in the process runs async_hooks callbacks: the peers
-// are also measured in a process where it is enabled, as it is in any process
-// that uses engine.run (or OpenTelemetry, Next.js, ...).
-function enableAls() {
-  new AsyncLocalStorage().run({}, () => {})
-}
-
-// --- peers -----------------------------------------------------------------
+// The peers, as their READMEs configure them.
 const cockatiel = wrap(
-  retry(handleAll, { maxAttempts: 2, backoff: new ExponentialBackoff() }),
-  circuitBreaker(handleAll, { halfOpenAfter: 10_000, breaker: new ConsecutiveBreaker(5) }),
+  retry(handleAll, { maxAttempts: 3, backoff: new ExponentialBackoff() }),
+  circuitBreaker(handleAll, { halfOpenAfter: 10 * 1000, breaker: new ConsecutiveBreaker(5) }),
 )
-const opossum = new CircuitBreaker(op, { timeout: false, errorThresholdPercentage: 50, resetTimeout: 30_000 })
+const opossum = new CircuitBreaker(op, { timeout: 3000, errorThresholdPercentage: 50, resetTimeout: 30000 })
 
+/** A timer for one case: wall ns and process CPU ns (user + system) per call. */
+function start() {
+  const cpu = process.cpuUsage()
+  const t0 = process.hrtime.bigint()
+  return (n) => {
+    const wall = Number(process.hrtime.bigint() - t0) / n
+    const c = process.cpuUsage(cpu)
+    return { wall, cpu: ((c.user + c.system) * 1000) / n }
+  }
+}
+
+// Each case's loop is a function of its own, so every call site in it sees one callee.
 const CASES = [
-  ['retrywise engine.run (default policy: 1024-event ring)', () => measure(null, () => eng.run(op, spec))],
-  ['retrywise engine.run (telemetry.ring_size: 0)', () => measure(null, () => engQuiet.run(op, spec))],
-  ['retrywise begin/nextAttempt/report/release (sync)', () => measureSync(null, () => explicitCycle(eng))],
-  ['retrywise begin/nextAttempt/report/release (sync, ring_size: 0)', () => measureSync(null, () => explicitCycle(engQuiet))],
-  ['retrywise lean native cycle (4 crossings, ring_size: 0)', () => measureSync(null, leanCycle, ITER * 2)],
-  ['retrywise fast entry points (2 crossings, ring_size: 0)', () => measureSync(null, fastCycle, ITER * 2)],
-  ['cockatiel wrap(retry, circuitBreaker).execute', () => measure(null, () => cockatiel.execute(op))],
-  ['opossum breaker.fire', () => measure(null, () => opossum.fire())],
-  ['p-retry pRetry(fn, {retries: 2})', () => measure(null, () => pRetry(op, { retries: 2 }), Math.max(1, ITER / 10))],
-  ['cockatiel execute (AsyncLocalStorage enabled)', () => (enableAls(), measure(null, () => cockatiel.execute(op)))],
-  ['opossum breaker.fire (AsyncLocalStorage enabled)', () => (enableAls(), measure(null, () => opossum.fire()))],
+  [
+    'retrywise README loop',
+    async (n) => {
+      const done = start()
+      for (let i = 0; i < n; i++) {
+        const call = engine.begin(spec)
+        for (;;) {
+          const a = call.nextAttempt()
+          const d = call.report(await doIo(a))
+          if (d.action === 'retry' || d.action === 'fallback') {
+            await sleep(d.delayMs)
+            continue
+          }
+          break
+        }
+      }
+      return done(n)
+    },
+  ],
+  [
+    'retrywise engine.run',
+    async (n) => {
+      const done = start()
+      for (let i = 0; i < n; i++) await engine.run(async (attempt) => value, spec)
+      return done(n)
+    },
+  ],
+  [
+    'cockatiel wrap(retry, circuitBreaker)',
+    async (n) => {
+      const done = start()
+      for (let i = 0; i < n; i++) await cockatiel.execute(op)
+      return done(n)
+    },
+  ],
+  [
+    'opossum fire',
+    async (n) => {
+      const done = start()
+      for (let i = 0; i < n; i++) await opossum.fire()
+      return done(n)
+    },
+  ],
+]
+const COCKATIEL = 2
+
+const als = new AsyncLocalStorage()
+/**
+ * One case in one mode. With ALS on, the loop runs inside the benchmark's own
+ * storage, let go afterwards so the next case with it off starts clean.
+ */
+async function runCase(loop, on, n) {
+  if (!on) {
+    // retrywise's own storage is let go after IDLE_MS with nothing in flight
+    // (a check armed before its last call waits a period more).
+    await sleep(2 * IDLE_MS + 100)
+    return loop(n)
+  }
+  try {
+    return await als.run({ request: 'bench' }, () => loop(n))
+  } finally {
+    als.disable()
+  }
+}
+
+const MODES = [
+  ['off', false],
+  ['on', true],
 ]
 
-const which = process.argv.indexOf('--case')
-if (which >= 0) {
-  // Child: one case in a fresh process, so no library pays for another's
-  // process-wide state (e.g. AsyncLocalStorage's promise hooks).
-  const i = Number(process.argv[which + 1])
-  const r = await CASES[i][1]()
+// `--one CASE N off|on`: that case once, N calls, and nothing else (for
+// bench/instructions.sh, which counts instructions under valgrind).
+const one = process.argv.indexOf('--one')
+if (one >= 0) {
+  const [name, n, mode] = process.argv.slice(one + 1)
+  const c = CASES.find(([label]) => label === name)
+  if (c === undefined) throw new Error(`no case ${name}: ${CASES.map(([label]) => label).join(', ')}`)
+  if (mode === 'on') await als.run({ request: 'bench' }, () => c[1](Number(n)))
+  else await c[1](Number(n))
   opossum.shutdown()
-  process.stdout.write(JSON.stringify({ name: CASES[i][0], median: r.median, min: r.min }) + '\n')
-} else {
-  const { execFileSync } = await import('node:child_process')
-  const { fileURLToPath } = await import('node:url')
-  const self = fileURLToPath(import.meta.url)
-  const results = CASES.map((_, i) => JSON.parse(execFileSync(process.execPath, [self, '--case', String(i)], { encoding: 'utf8', env: process.env }).trim()))
-  opossum.shutdown()
-  const base = results[0].median
-  const pad = Math.max(...results.map((r) => r.name.length))
-  console.log(`node ${process.version}, one process per case, ${ROUNDS} rounds of ${ITER} iterations (p-retry: ${ITER / 10})`)
-  console.log('median ns/op (min of rounds), ratio to retrywise engine.run (default policy)')
-  for (const r of results) {
-    console.log(`${r.name.padEnd(pad)}  ${r.median.toFixed(0).padStart(7)} ns/op  (min ${r.min.toFixed(0).padStart(6)})  x${(r.median / base).toFixed(2)}`)
+  process.exit(0)
+}
+
+for (const [, on] of MODES) for (const [, loop] of CASES) await runCase(loop, on, WARMUP)
+
+/** samples[mode][case] = ns/op per round */
+const samples = MODES.map(() => CASES.map(() => []))
+for (let r = 0; r < ROUNDS; r++) {
+  for (let m = 0; m < MODES.length; m++) {
+    for (let c = 0; c < CASES.length; c++) samples[m][c].push(await runCase(CASES[c][1], MODES[m][1], ITER))
+  }
+}
+opossum.shutdown()
+
+const sorted = (v) => [...v].sort((a, b) => a - b)
+const median = (v) => sorted(v)[Math.floor(v.length / 2)]
+const f0 = (x) => x.toFixed(0).padStart(6)
+const f2 = (x) => x.toFixed(2)
+
+console.log(`node ${process.version}, one process; ${ROUNDS} interleaved rounds of ${ITER} calls per case and mode`)
+console.log('ns per successful call, wall clock: best of the rounds (median, worst); x = best / cockatiel best;')
+console.log('rounds = retrywise / cockatiel in each round; cpu = process CPU time (user + system, all threads) in the best round')
+const pad = Math.max(...CASES.map(([name]) => name.length))
+for (let m = 0; m < MODES.length; m++) {
+  console.log(`\nAsyncLocalStorage ${MODES[m][0]}`)
+  const ck = samples[m][COCKATIEL].map((x) => x.wall)
+  const ckBest = Math.min(...ck)
+  for (let c = 0; c < CASES.length; c++) {
+    const rows = samples[m][c]
+    const s = rows.map((x) => x.wall)
+    const best = Math.min(...s)
+    const cpu = rows[s.indexOf(best)].cpu
+    let line = `  ${CASES[c][0].padEnd(pad)} ${f0(best)} (${f0(median(s))}, ${f0(Math.max(...s))})  x${f2(best / ckBest)}  cpu ${f0(cpu)}`
+    if (c !== COCKATIEL) line += `  rounds ${s.map((v, i) => f2(v / ck[i])).join(' ')}`
+    console.log(line)
   }
 }

@@ -6,10 +6,11 @@
 const native = require('../native.js')
 const { SLOT, toCode } = require('./vocab.js')
 const { describe, translateNativeError } = require('./errors.js')
-const { als } = require('./context.js')
+const { storage } = require('./context.js')
 const { headerPairs } = require('./outcomes.js')
 const { Call } = require('./call.js')
 const { startRun } = require('./run.js')
+const { StreamGate } = require('./stream.js')
 
 const {
   LEN: SCRATCH_LEN,
@@ -88,7 +89,7 @@ function policySchema() {
 const NO_OPTS = Object.freeze({})
 /** `fromFile`'s policy argument, passed through the options. */
 const ENGINE = Symbol('retrywise.engine')
-/** Calls begun in one job checked for the GC safety net at once (see Engine#_track). */
+/** Calls begun that wait, at most, to be checked for the GC safety net (see Engine#_track). */
 const PEND_BATCH = 256
 // Released calls that hold nothing wait in the `step.PENDING_RELEASE` slot,
 // where the next native begin frees them (no crossing of their own); one that
@@ -133,14 +134,26 @@ class Engine {
     this._listenerErrors = 0
     /** @type {FinalizationRegistry<number> | null} */
     this._reg = null
-    // Calls begun since the last microtask, registered for garbage collection
-    // only if still unreleased then (a FinalizationRegistry register +
-    // unregister costs more than the whole decision cycle).
+    // Calls begun since the event loop last turned (or in the last
+    // PEND_BATCH begins), registered for garbage collection only if still
+    // live then: a call run to its end was freed when it finished, and a
+    // FinalizationRegistry register + unregister costs more than the whole
+    // decision cycle. A call whose attempt waits on I/O is registered, a
+    // cost small beside the I/O.
     /** @type {Array<Call | undefined>} */
     this._pend = new Array(PEND_BATCH).fill(undefined)
     this._pendN = 0
-    this._pendQueued = false
-    this._pendFlush = () => this._trackPending(true)
+    this._sweepQueued = false
+    this._sweep = () => {
+      this._sweepQueued = false
+      this._trackPending(true)
+    }
+    // Released calls that hold nothing are freed by the end of the job at the latest.
+    this._relQueued = false
+    this._relFlush = () => {
+      this._relQueued = false
+      this._releaseBatch()
+    }
     // Handles of released calls that hold nothing, freed by the next batch
     // (one more place for the one in the `step.PENDING_RELEASE` slot).
     this._rel = new Float64Array(RELEASE_BATCH + 1)
@@ -228,7 +241,7 @@ class Engine {
     const idem = spec.idempotency === undefined ? 0 : toCode('idempotency', spec.idempotency, `${argName}.idempotency`)
     const tenant = spec.tenant
     if (tenant !== undefined && tenant !== null && typeof tenant !== 'string') throw new TypeError(`${argName}.tenant must be a string`)
-    const parent = spec.inherit === false ? undefined : als.getStore()
+    const parent = spec.inherit === false ? undefined : storage.getStore()
     const simple =
       parent === undefined &&
       spec.task === undefined &&
@@ -334,9 +347,9 @@ class Engine {
       this._rel[this._relN++] = waiting
       if (this._relN === RELEASE_BATCH) return this._releaseBatch()
     }
-    if (!this._pendQueued) {
-      this._pendQueued = true
-      queueMicrotask(this._pendFlush)
+    if (!this._relQueued) {
+      this._relQueued = true
+      queueMicrotask(this._relFlush)
     }
   }
 
@@ -358,26 +371,39 @@ class Engine {
   }
 
   /**
-   * Registers `call` with the GC safety net unless it is released before the next microtask.
+   * Registers `call` with the GC safety net unless it is freed (finished or
+   * released) before the event loop turns or PEND_BATCH more calls begin.
    * @param {Call} call
    */
   _track(call) {
-    if (!this._pendQueued) {
-      this._pendQueued = true
-      queueMicrotask(this._pendFlush)
+    if (!this._sweepQueued) {
+      this._sweepQueued = true
+      setImmediate(this._sweep)
     }
     this._pend[this._pendN++] = call
     if (this._pendN === PEND_BATCH) this._trackPending(false)
   }
 
-  /** @param {boolean} last */
-  _trackPending(last) {
-    if (last) {
-      this._pendQueued = false
-      this._releaseBatch()
-    }
+  /**
+   * Registers the pending calls still live with the GC safety net, and
+   * forgets the others. Before the event loop turned (`turned` false: the
+   * list is full), live calls stay pending while they fill at most half of
+   * it: a loop that begins its calls one after the other has one live.
+   * @param {boolean} turned
+   */
+  _trackPending(turned) {
     const p = this._pend
-    const n = this._pendN
+    let n = this._pendN
+    if (!turned) {
+      let live = 0
+      for (let i = 0; i < n; i++) if (/** @type {Call} */ (p[i])._h >= 0) p[live++] = p[i]
+      p.fill(undefined, live, n)
+      n = live
+      if (live <= PEND_BATCH / 2) {
+        this._pendN = live
+        return
+      }
+    }
     this._pendN = 0
     for (let i = 0; i < n; i++) {
       const c = /** @type {Call} */ (p[i])
@@ -584,6 +610,41 @@ class Engine {
   /** @type {string} */
   get policyVersion() {
     return this._n.policyVersion()
+  }
+
+  /**
+   * The route a request for `model` takes (the policy's `models` map, a route
+   * or an upstream of that name); a `PolicyError` naming the keys to add otherwise.
+   * @param {string} model
+   * @returns {string}
+   */
+  routeForModel(model) {
+    if (typeof model !== 'string') throw new TypeError(`model must be a string; got ${describe(model)}`)
+    try {
+      return this._n.routeForModel(model)
+    } catch (e) {
+      throw translateNativeError(e)
+    }
+  }
+
+  /**
+   * How to reach `upstream`, from the policy catalog.
+   * @param {string} upstream
+   * @returns {import('../index').Reach}
+   */
+  reach(upstream) {
+    if (typeof upstream !== 'string') throw new TypeError(`upstream must be a string; got ${describe(upstream)}`)
+    return JSON.parse(this._n.reach(upstream))
+  }
+
+  /**
+   * A StreamGate reading malformed events as the policy says (`streams.malformed_event`).
+   * @param {string | null} [contentType]
+   * @returns {StreamGate}
+   */
+  streamGate(contentType) {
+    if (contentType !== undefined && contentType !== null && typeof contentType !== 'string') throw new TypeError(`contentType must be a string; got ${describe(contentType)}`)
+    return StreamGate._of(this._n.streamGate(contentType))
   }
 
   /**

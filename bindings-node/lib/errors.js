@@ -72,6 +72,8 @@ class StoppedError extends RetrywiseError {
     /** @type {OnFailure | null} */
     this.onFailure = fields.onFailure
     this.attempts = fields.attempts
+    /** @type {number | null} */
+    this.waitMs = fields.waitMs === undefined ? null : fields.waitMs
     /** @type {Decision | null} */
     this.decision = fields.decision || null
     /** @type {Response | null} */

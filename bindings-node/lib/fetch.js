@@ -9,13 +9,13 @@ const native = require('../native.js')
 const { SLOT } = require('./vocab.js')
 const { describe, AttemptTimeoutError } = require('./errors.js')
 const { Call, Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, DECISION, decisionOf } = require('./call.js')
-const { headerPairs, errorOutcome } = require('./outcomes.js')
+const { headerPairs, errorOutcome, timerKind, bodyBytes } = require('./outcomes.js')
 const { abortReason, sleep, attemptController, raceAbort, restartIdle } = require('./timers.js')
 const { als } = require('./context.js')
 const { Engine } = require('./engine.js')
 const { wrapBody } = require('./stream.js')
 
-const { STEP_RESULT, RESULT_ATTEMPT } = SLOT
+const { STEP_RESULT, RESULT_ATTEMPT, STOPPED_WAIT_MS } = SLOT
 
 /**
  * @typedef {import('../index').Decision} Decision
@@ -44,7 +44,9 @@ const { STEP_RESULT, RESULT_ATTEMPT } = SLOT
  * @property {Attempt} attempt
  * @property {AttemptController} ctl
  * @property {ReadableStreamDefaultReader<Uint8Array>} reader
- * @property {import('./stream.js').NativeGate | null} gate the event stream's preamble gate, while it may hold bytes
+ * @property {number} sentAt when its request was sent (`performance.now()`): its first-token timer counts from there
+ * @property {import('../native').Splicer | null} splicer a continuation's: turns its stream into the rest of the caller's
+ * @property {import('./stream.js').NativeGate | null} gate the body's gate (the policy's, `engine.streamGate`) while it watches: an event stream's preamble and error events
  */
 
 /**
@@ -98,9 +100,77 @@ function rebuildResponse(res, body, decision) {
 }
 
 /**
+ * The `model` of a JSON request body, or null.
+ * @param {unknown} body
+ * @returns {string | null}
+ */
+function modelOf(body) {
+  let text
+  if (typeof body === 'string') text = body
+  else if (body instanceof Uint8Array) text = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')
+  else return null
+  try {
+    const v = JSON.parse(text)
+    return v !== null && typeof v === 'object' && typeof v.model === 'string' ? v.model : null
+  } catch {
+    return null
+  }
+}
+
+/**
+ * The route of one request: `spec.route` when given; else `routes` (a map from
+ * the request's model, or a function of the request); else, with a `task`, the
+ * core's lookup by task (empty route name); else the core's route for the
+ * request's model (`engine.routeForModel`: an unknown model is a PolicyError
+ * before any I/O); else the empty route name.
+ * @param {Engine} engine
+ * @param {WrapFetchOptions['routes']} routes
+ * @param {Req} req
+ * @param {Partial<CallSpec>} spec
+ * @returns {string}
+ */
+function routeOf(engine, routes, req, spec) {
+  if (spec.route !== undefined) return spec.route
+  const model = modelOf(req.body)
+  if (typeof routes === 'function') {
+    const r = routes({ url: req.url, method: req.method, headers: req.headers, model })
+    if (typeof r !== 'string') throw new TypeError(`opts.routes(request) must return a route name; got ${describe(r)}`)
+    return r
+  }
+  if (routes && model !== null && Object.prototype.hasOwnProperty.call(routes, model)) return routes[model]
+  if (spec.task !== undefined || model === null) return ''
+  return engine.routeForModel(model)
+}
+
+/**
+ * The request for an attempt on `upstream`: as the SDK built it, or rewritten
+ * by the core for the upstream's catalog entry (its base URL, model and key;
+ * `wire::rewrite`). `headers` already carry the attempt's propagation headers.
+ * @param {Engine} engine
+ * @param {string} upstream
+ * @param {Req} req
+ * @param {Headers} headers
+ * @returns {{ url: string, headers: Headers, body: any }}
+ */
+function requestFor(engine, upstream, req, headers) {
+  const bytesLike = req.body === undefined || req.body === null || typeof req.body === 'string' || req.body instanceof Uint8Array
+  const flat = []
+  for (const [k, v] of headers) flat.push(k, v)
+  const body = bytesLike ? bodyBytes(req.body, 'body') || new Uint8Array(0) : new Uint8Array(0)
+  const out = engine._n.rewrite(upstream, { method: req.method || 'GET', url: req.url, headers: flat, body })
+  if (out === null) return { url: req.url, headers, body: req.body }
+  const h = new Headers()
+  for (let i = 0; i < out.headers.length; i += 2) h.append(out.headers[i], out.headers[i + 1])
+  return { url: out.url, headers: h, body: bytesLike && req.body !== undefined && req.body !== null ? out.body : req.body }
+}
+
+/**
  * Wraps `fetch` so that retrywise owns its retries. `opts` is the call spec
  * (`route`, `deadlineMs`, `idempotency`, `tenant`, ...) for every request;
- * `init.retrywise` overrides it per request.
+ * `init.retrywise` overrides it per request. Without a route, each request's
+ * route comes from its model (`opts.routes`, or `engine.routeForModel`), and
+ * each attempt goes to the upstream the core chose, rewritten for it when the
+ * policy's catalog says how to reach it (`base_url`, `model`, `api_key_env`).
  * @param {import('../index').Engine} engine
  * @param {FetchLike | null} [fetchImpl]
  * @param {WrapFetchOptions} [opts]
@@ -113,12 +183,15 @@ function wrapFetch(engine, fetchImpl, opts) {
   const defaults = opts === undefined ? {} : opts
   if (defaults === null || typeof defaults !== 'object') throw new TypeError('opts must be an object')
   if (defaults.route !== undefined && typeof defaults.route !== 'string') throw new TypeError('opts.route must be a string')
+  const routes = defaults.routes
+  if (routes !== undefined && (routes === null || (typeof routes !== 'object' && typeof routes !== 'function'))) throw new TypeError('opts.routes must be an object (request model -> route) or a function (request -> route)')
+  const base = { ...defaults }
+  delete base.routes
 
   return async function retrywiseFetch(input, init) {
     const req = await normalizeRequest(input, init)
-    const spec = { ...defaults, ...(init && init.retrywise ? init.retrywise : {}) }
-    // No route: the core looks the route up by task (empty route name).
-    if (spec.route === undefined) spec.route = ''
+    const spec = { ...base, ...(init && init.retrywise ? init.retrywise : {}) }
+    spec.route = routeOf(engine, routes, req, spec)
     // The call's first attempt is asked for in the same native step.
     const call = new Call(engine, engine._open(spec, 'opts', true))
     const fc = new FetchCall(engine, call, f, req)
@@ -208,6 +281,28 @@ class FetchCall {
     this.lastErr = undefined
     // The result of the call's first attempt request is already in scratch.
     this.primed = false
+    // A streamed body handed on: the API family the caller reads and what it was delivered (stream.js).
+    /** @type {string | null} */
+    this.api = null
+    /** @type {import('../native').Transcript | null} */
+    this.transcript = null
+    // Continuing a stream broken after output: how, and the request body that asks for it.
+    /** @type {import('../index').Continuation | null} */
+    this.continuation = null
+    /** @type {Uint8Array | null} */
+    this.contBody = null
+  }
+
+  /**
+   * The next attempts continue the caller's broken stream this way: the
+   * core's continuation body (the conversation plus what was delivered, as a
+   * prefill or an instruction) replaces the request's.
+   * @param {import('../index').Continuation} how
+   */
+  continueWith(how) {
+    const body = bodyBytes(this.req.body, 'body') || new Uint8Array(0)
+    this.contBody = native.continuationBody(/** @type {string} */ (this.api), body, /** @type {import('../native').Transcript} */ (this.transcript), how)
+    this.continuation = how
   }
 
   _abortIfUser() {
@@ -224,9 +319,13 @@ class FetchCall {
    * @returns {Decision}
    */
   _report(outcome) {
-    reportNative(this.call, outcome, 'outcome')
+    // An attempt that continued a broken stream says how (a refused prefill is the core's to handle).
+    const o = this.continuation !== null && outcome.continuation === undefined ? { ...outcome, continuation: this.continuation } : outcome
+    reportNative(this.call, o, 'outcome')
     this.engine._flush()
-    return decisionFromScratch(this.call)
+    const d = decisionFromScratch(this.call)
+    if (d.continuation !== null && this.transcript !== null) this.continueWith(d.continuation)
+    return d
   }
 
   /**
@@ -246,6 +345,11 @@ class FetchCall {
         r = engine._s[STEP_RESULT]
       } else r = engine._next(call._h, 0)
       engine._flush()
+      if (r !== RESULT_ATTEMPT && engine._s[STOPPED_WAIT_MS] >= 0) {
+        // Not a stop but "not yet" (an open breaker's probe window comes within the deadline).
+        await this._sleep(engine._s[STOPPED_WAIT_MS])
+        continue
+      }
       if (r !== RESULT_ATTEMPT) {
         // No attempt may start (deadline, breaker, ...): surface the last failure as it was,
         // its decision now the stop (not the retry that the refused attempt was for).
@@ -272,16 +376,18 @@ class FetchCall {
       const headers = new Headers(req.headers)
       const ph = attempt.headers
       for (const k in ph) headers.set(k, ph[k])
+      const wire = requestFor(engine, attempt.upstream, this.contBody !== null ? { ...req, body: this.contBody } : req, headers)
       const ctl = attemptController(attempt, req.signal)
       attempt.signal = ctl.ac.signal
       // No response headers within connect + first-byte: the request may have been received.
       const hdrMs = Math.min(attempt.timeouts.connectMs + attempt.timeouts.firstByteMs, attempt.timeouts.totalMs)
-      const hdrTimer = hdrMs < attempt.timeouts.totalMs ? setTimeout(() => ctl.ac.abort(new AttemptTimeoutError('first_byte_timeout', hdrMs)), hdrMs) : null
-      const init = { ...req.rest, method: req.method, headers, body: req.body, signal: ctl.ac.signal }
+      const hdrTimer = hdrMs < attempt.timeouts.totalMs ? setTimeout(() => ctl.ac.abort(new AttemptTimeoutError(timerKind(attempt, 'first_byte', false), hdrMs)), hdrMs) : null
+      const init = { ...req.rest, method: req.method, headers: wire.headers, body: wire.body, signal: ctl.ac.signal }
+      const sentAt = performance.now()
       let res
       try {
         res = await raceAbort(
-          als.run(attempt, () => this.fetch(req.url, init)),
+          als.run(attempt, () => this.fetch(wire.url, init)),
           ctl.ac.signal,
         )
       } catch (err) {
@@ -292,12 +398,13 @@ class FetchCall {
         this.lastResponse = null
         const d = this._report(errorOutcome(err, ctl.ac.signal))
         if (d.action === 'retry' || d.action === 'fallback') {
-          await this._sleep(d)
+          await this._sleep(d.delayMs)
           continue
         }
         throw stoppedFromDecision(call, d, err)
       }
       if (hdrTimer) clearTimeout(hdrTimer)
+      ctl.bodyStarted = true
       const failed = res.status >= 400 || res.status < 200
       // Error bodies (vendor codes) and JSON successes (a body that does not
       // parse is malformed_response) are read inside the loop, so either may be
@@ -320,7 +427,7 @@ class FetchCall {
           this.lastResponse = null
           const d = this._report({ status: res.status, headers: res.headers, ...errorOutcome(err, ctl.ac.signal), phase: 'headers' })
           if (d.action === 'retry' || d.action === 'fallback') {
-            await this._sleep(d)
+            await this._sleep(d.delayMs)
             continue
           }
           throw stoppedFromDecision(call, d, err)
@@ -332,7 +439,7 @@ class FetchCall {
         this.lastErr = undefined
         this.lastResponse = rebuildResponse(res, body, d)
         if (d.action === 'retry' || d.action === 'fallback') {
-          await this._sleep(d)
+          await this._sleep(d.delayMs)
           continue
         }
         // The upstream may have executed an unsafe call: never let it pass for a
@@ -346,21 +453,21 @@ class FetchCall {
         const out = rebuildResponse(res, null, d)
         return { response: out, handedOver: false }
       }
-      const gate = new native.StreamGate(res.headers.get('content-type'))
+      const gate = engine._n.streamGate(res.headers.get('content-type'))
       /** @type {BodyParts} */
-      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate: gate.mayHold ? gate : null }
+      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate, splicer: null, sentAt }
       if (splice) return { parts, handedOver: true }
       return { response: wrapBody(this, parts), handedOver: true }
     }
   }
 
   /**
-   * Sleeps the decision's delay; the caller's signal cancels the call.
-   * @param {Decision} d
+   * Sleeps `ms` (a decision's delay, a held call's wait); the caller's signal cancels the call.
+   * @param {number} ms
    */
-  async _sleep(d) {
+  async _sleep(ms) {
     try {
-      await sleep(d.delayMs, this.req.signal)
+      await sleep(ms, this.req.signal)
     } catch (err) {
       this.engine._n.cancel(this.call._h)
       this.engine._flush()

@@ -170,12 +170,15 @@ function errorOutcome(err, attemptSignal, phase) {
 }
 
 /**
- * Which ErrorKind the attempt's overall timer means (see the report: a candidate for the core).
+ * The ErrorKind an expired timer of `attempt` means, as the core maps it
+ * (`Attempt::timer_error`); `bodyStarted`: the response's headers had arrived.
  * @param {Attempt} attempt
+ * @param {'connect' | 'first_byte' | 'idle' | 'total'} timer
+ * @param {boolean} bodyStarted
  * @returns {ErrorKind}
  */
-function totalTimeoutKind(attempt) {
-  return attempt.timeouts.totalMs >= attempt.remainingMs ? 'deadline_exceeded' : 'first_byte_timeout'
+function timerKind(attempt, timer, bodyStarted) {
+  return /** @type {ErrorKind} */ (native.timerError(timer, attempt.timeouts.totalMs, attempt.remainingMs, bodyStarted))
 }
 
 /**
@@ -197,4 +200,4 @@ function jsonMediaType(contentType) {
   return native.jsonMediaType(contentType)
 }
 
-module.exports = { headerPairs, flatHeaders, bodyBytes, errorOutcome, totalTimeoutKind, vendorCodeFromBody, jsonMediaType }
+module.exports = { headerPairs, flatHeaders, bodyBytes, errorOutcome, timerKind, vendorCodeFromBody, jsonMediaType }

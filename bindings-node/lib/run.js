@@ -7,11 +7,11 @@
 const { SLOT } = require('./vocab.js')
 const { AttemptTimeoutError } = require('./errors.js')
 const { Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, reportOk } = require('./call.js')
-const { errorOutcome, totalTimeoutKind } = require('./outcomes.js')
+const { errorOutcome, timerKind } = require('./outcomes.js')
 const { abortReason, sleep, timers } = require('./timers.js')
-const { als } = require('./context.js')
+const { storage, enter, leave } = require('./context.js')
 
-const { STEP_RESULT, RESULT_ATTEMPT, ATTEMPT_STAMP, ACTION_SUCCEEDED, ACTION_RETRY, ACTION_FALLBACK } = SLOT
+const { STEP_RESULT, RESULT_ATTEMPT, ATTEMPT_STAMP, STOPPED_WAIT_MS, ACTION_SUCCEEDED, ACTION_RETRY, ACTION_FALLBACK } = SLOT
 
 /**
  * @typedef {import('./engine.js').Engine} Engine
@@ -79,7 +79,7 @@ class RunAttempt {
   }
   fire() {
     const a = this.attempt
-    this.abort(new AttemptTimeoutError(totalTimeoutKind(a), a.timeouts.totalMs))
+    this.abort(new AttemptTimeoutError(timerKind(a, 'total', false), a.timeouts.totalMs))
   }
 }
 
@@ -128,6 +128,9 @@ class Run {
     this.lastErr = undefined
     /** @type {(() => void) | null} */
     this.onAbort = null
+    // In flight until finish(): nesting's async context stays enabled (context.js).
+    this.live = true
+    enter()
     if (signal !== null) {
       this.onAbort = () => {
         if (this.current !== null) this.current.abort(abortReason(signal))
@@ -136,12 +139,19 @@ class Run {
     }
   }
 
-  /** The native call just asked for an attempt (result code in the `step.RESULT` slot): start it, or stop. */
+  /**
+   * The native call just asked for an attempt (result code in the `step.RESULT`
+   * slot): start it, ask again after the wait a held call was given, or stop.
+   */
   admitted() {
     const engine = this.engine
     const s = engine._s
     engine._flush()
-    if (s[STEP_RESULT] !== RESULT_ATTEMPT) return this.finish(false, stoppedFromScratch(this.call, this.lastErr))
+    if (s[STEP_RESULT] !== RESULT_ATTEMPT) {
+      const wait = s[STOPPED_WAIT_MS]
+      if (wait >= 0) return this.after(wait)
+      return this.finish(false, stoppedFromScratch(this.call, this.lastErr))
+    }
     const attempt = new Attempt(this.call, s)
     const ra = new RunAttempt(this, attempt, s[ATTEMPT_STAMP])
     attempt._run = ra
@@ -150,7 +160,7 @@ class Run {
     /** @type {any} */
     let value
     try {
-      value = als.run(attempt, this.fn, attempt)
+      value = storage.run(attempt, this.fn, attempt)
     } catch (err) {
       return this.failed(ra, err)
     }
@@ -243,28 +253,38 @@ class Run {
     const d = decisionFromScratch(call)
     if (action === ACTION_RETRY || action === ACTION_FALLBACK) {
       if (response && response.body) response.body.cancel().catch(() => {})
-      sleep(d.delayMs, this.signal === null ? undefined : this.signal).then(
-        () => {
-          try {
-            engine._next(call._h, 1)
-          } catch (e) {
-            return this.finish(false, e)
-          }
-          this.admitted()
-        },
-        (err) => {
-          try {
-            engine._n.cancel(call._h)
-            engine._flush()
-          } catch (e) {
-            return this.finish(false, e)
-          }
-          this.finish(false, err)
-        },
-      )
-      return
+      return this.after(d.delayMs)
     }
     this.finish(false, stoppedFromDecision(call, d, failed ? this.lastErr : undefined, response))
+  }
+
+  /**
+   * Sleeps `ms` (a retry's delay, or a held call's wait), then asks for the
+   * next attempt; the caller's signal cancels the call instead.
+   * @param {number} ms
+   */
+  after(ms) {
+    const engine = this.engine
+    const call = this.call
+    sleep(ms, this.signal === null ? undefined : this.signal).then(
+      () => {
+        try {
+          engine._next(call._h, 1)
+        } catch (e) {
+          return this.finish(false, e)
+        }
+        this.admitted()
+      },
+      (err) => {
+        try {
+          engine._n.cancel(call._h)
+          engine._flush()
+        } catch (e) {
+          return this.finish(false, e)
+        }
+        this.finish(false, err)
+      },
+    )
   }
 
   /**
@@ -272,6 +292,10 @@ class Run {
    * @param {unknown} v
    */
   finish(ok, v) {
+    if (this.live) {
+      this.live = false
+      leave()
+    }
     if (this.onAbort !== null) /** @type {AbortSignal} */ (this.signal).removeEventListener('abort', this.onAbort)
     this.call._release()
     if (ok) this.resolve(v)

@@ -5,9 +5,9 @@
 // splices a retry in while nothing was delivered yet.
 
 const native = require('../native.js')
-const { describe } = require('./errors.js')
+const { describe, AttemptTimeoutError } = require('./errors.js')
 const { decisionOf, stoppedFromDecision } = require('./call.js')
-const { errorOutcome } = require('./outcomes.js')
+const { errorOutcome, timerKind } = require('./outcomes.js')
 const { abortReason, raceAbort, restartIdle } = require('./timers.js')
 
 /**
@@ -70,6 +70,58 @@ class StreamGate {
   get held() {
     return this._g.held
   }
+
+  /** @type {number} */
+  get skipped() {
+    return this._g.skipped
+  }
+
+  /** @type {boolean} */
+  get watching() {
+    return this._g.watching
+  }
+
+  /** @type {import('../index').StreamError | null} */
+  get streamError() {
+    const e = this._g.streamError
+    return e === null ? null : JSON.parse(e)
+  }
+
+  /**
+   * What the attempt whose body ended (or broke) now with HTTP `status` reports.
+   * @param {number} status
+   * @returns {import('../index').Outcome}
+   */
+  outcome(status) {
+    return outcomeOf(this._g, status)
+  }
+
+  /**
+   * A gate around a native one (`engine.streamGate`).
+   * @param {NativeGate} g
+   * @returns {StreamGate}
+   */
+  static _of(g) {
+    const out = /** @type {StreamGate} */ (Object.create(StreamGate.prototype))
+    out._g = g
+    return out
+  }
+}
+
+/**
+ * The outcome native gate `g` says an attempt ending now with `status` has (null fields left out).
+ * @param {NativeGate} g
+ * @param {number} status
+ * @returns {import('../index').Outcome}
+ */
+function outcomeOf(g, status) {
+  const o = JSON.parse(g.outcome(status))
+  /** @type {import('../index').Outcome} */
+  const out = { status: o.status }
+  if (o.error !== null) out.error = o.error
+  if (o.phase !== null) out.phase = o.phase
+  if (o.vendorCode !== null) out.vendorCode = o.vendorCode
+  return out
 }
 
 /**
@@ -90,15 +142,40 @@ function wrapBody(self, first) {
   const res = first.res
   let cur = first
   let delivered = 0
+  // What the caller was delivered, so a stream broken after output can be continued elsewhere.
+  const flat = []
+  for (const [k, v] of self.req.headers) flat.push(k, v)
+  self.api = native.apiFamilyOf(self.req.url, flat)
+  const transcript = new native.Transcript(self.api)
+  self.transcript = transcript
+  /**
+   * @param {ReadableStreamDefaultController<Uint8Array>} controller
+   * @param {Uint8Array} v
+   */
+  const deliver = (controller, v) => {
+    if (firstToken !== null) {
+      clearTimeout(firstToken)
+      firstToken = null
+    }
+    delivered += v.byteLength
+    transcript.observe(v)
+    controller.enqueue(v)
+  }
   let finished = false
   /** @type {NodeJS.Timeout | null} */
   let idle = null
+  // Request sent -> first visible output (pings and the preamble do not count): a
+  // stream that opens and then says nothing is left like a silent upstream.
+  /** @type {NodeJS.Timeout | null} */
+  let firstToken = null
   const armIdle = () => {
     idle = restartIdle(idle, cur.attempt, cur.ctl)
   }
   const stopTimers = () => {
     if (idle) clearTimeout(idle)
     idle = null
+    if (firstToken) clearTimeout(firstToken)
+    firstToken = null
     cur.ctl.done()
   }
   const finish = () => {
@@ -115,6 +192,19 @@ function wrapBody(self, first) {
   /** @param {BodyParts} parts */
   const watch = (parts) => {
     parts.ctl.unref()
+    if (delivered === 0) {
+      const ms = parts.attempt.timeouts.firstTokenMs
+      // It ends the attempt only while the caller waits for output: a body
+      // nobody reads is bounded by the attempt's total timer.
+      firstToken = setTimeout(
+        () => {
+          firstToken = null
+          if (pulling && cur === parts) parts.ctl.ac.abort(new AttemptTimeoutError(timerKind(parts.attempt, 'first_byte', true), ms))
+        },
+        Math.max(0, ms - (performance.now() - parts.sentAt)),
+      )
+      firstToken.unref()
+    }
     parts.ctl.ac.signal.addEventListener(
       'abort',
       () => {
@@ -164,77 +254,136 @@ function wrapBody(self, first) {
     },
     { highWaterMark: 0 },
   )
+  /**
+   * The attempt in `cur` failed (`err` thrown by its read, or an error event
+   * its gate read: `outcome` given): report it; with nothing delivered and a
+   * retry or fallback decided, the next attempt's body takes its place (true);
+   * otherwise the caller's stream ends with the stop (false). `pass`: bytes
+   * the consumer still gets first (an error event after output, which the
+   * SDK reads as the provider's error).
+   * @param {ReadableStreamDefaultController<Uint8Array>} controller
+   * @param {unknown} err
+   * @param {import('../index').Outcome | null} outcome
+   * @param {Uint8Array | null} pass
+   * @returns {Promise<boolean>}
+   */
+  async function failed(controller, err, outcome, pass) {
+    stopTimers()
+    cur.reader.cancel(err).catch(() => {})
+    const sig = self.req.signal
+    if (sig && sig.aborted) {
+      engine._n.cancel(self.call._h)
+      engine._flush()
+      finish()
+      controller.error(abortReason(sig))
+      return false
+    }
+    const phase = delivered > 0 ? 'stream_visible' : 'stream_open'
+    // After output, whether what was delivered can be continued by another upstream.
+    const d = self._report(outcome !== null ? outcome : { status: cur.res.status, ...errorOutcome(err, cur.ctl.ac.signal, phase), phase, resumable: delivered > 0 && transcript.resumable })
+    const again = delivered === 0 ? d.action === 'retry' || d.action === 'fallback' : d.action === 'fallback' && d.continuation !== null
+    if (again) {
+      try {
+        await self._sleep(d.delayMs)
+        self.lastErr = err
+        const next = await self.next(true)
+        if (!next.parts) {
+          // The retry ended in an error response or a stop: surface it on the stream.
+          const e3 = stoppedFromDecision(self.call, decisionOf(next.response) || d, err, next.response)
+          finish()
+          controller.error(e3)
+          return false
+        }
+        cur = next.parts
+        // A continuation's stream is turned into the rest of the caller's.
+        if (delivered > 0) cur.splicer = new native.Splicer(/** @type {string} */ (self.api), transcript)
+        watch(cur)
+        return true
+      } catch (e2) {
+        finish()
+        controller.error(e2)
+        return false
+      }
+    }
+    const stopped = stoppedFromDecision(self.call, d, err)
+    finish()
+    if (pass !== null && pass.byteLength > 0) {
+      deliver(controller, pass)
+      controller.close()
+    } else controller.error(stopped)
+    return false
+  }
+
+  /**
+   * A malformed event ended the stream after output: what came before it was
+   * delivered by the last pull, and this one ends the caller's stream.
+   * @type {{ err: Error, outcome: import('../index').Outcome } | null}
+   */
+  let pendingFail = null
+
   /** @param {ReadableStreamDefaultController<Uint8Array>} controller */
   async function pullOnce(controller) {
     if (finished) return
+    if (pendingFail !== null) {
+      const p = pendingFail
+      pendingFail = null
+      await failed(controller, p.err, p.outcome, null)
+      return
+    }
     for (;;) {
       armIdle()
       let chunk
       try {
         chunk = await readOnce()
       } catch (err) {
-        stopTimers()
-        cur.reader.cancel(err).catch(() => {})
-        const sig = self.req.signal
-        if (sig && sig.aborted) {
-          engine._n.cancel(self.call._h)
-          engine._flush()
-          finish()
-          controller.error(abortReason(sig))
-          return
-        }
-        const phase = delivered > 0 ? 'stream_visible' : 'stream_open'
-        const d = self._report({ status: cur.res.status, ...errorOutcome(err, cur.ctl.ac.signal, phase), phase })
-        if (delivered === 0 && (d.action === 'retry' || d.action === 'fallback')) {
-          try {
-            await self._sleep(d)
-            self.lastErr = err
-            const next = await self.next(true)
-            if (!next.parts) {
-              // The retry ended in an error response or a stop: surface it on the stream.
-              const e3 = stoppedFromDecision(self.call, decisionOf(next.response) || d, err, next.response)
-              finish()
-              controller.error(e3)
-              return
-            }
-            cur = next.parts
-            watch(cur)
-            continue
-          } catch (e2) {
-            finish()
-            controller.error(e2)
-            return
-          }
-        }
-        const stopped = stoppedFromDecision(self.call, d, err)
-        finish()
-        controller.error(stopped)
+        if (await failed(controller, err, null, null)) continue
         return
       }
       if (chunk.done) {
         stopTimers()
+        /** @type {import('../index').Outcome} */
+        let outcome = { status: cur.res.status }
         if (cur.gate !== null) {
           // A stream of preamble only, or a last event without its blank line.
-          const rest = cur.gate.finish()
+          let rest = cur.gate.finish()
+          outcome = outcomeOf(cur.gate, cur.res.status)
           cur.gate = null
-          if (rest.byteLength > 0) {
-            delivered += rest.byteLength
-            controller.enqueue(rest)
-          }
+          if (cur.splicer !== null && rest.byteLength > 0) rest = cur.splicer.feed(rest)
+          if (rest.byteLength > 0) deliver(controller, rest)
         }
-        self._report({ status: cur.res.status })
+        if (cur.splicer !== null) {
+          const tail = cur.splicer.finish()
+          if (tail.byteLength > 0) deliver(controller, tail)
+        }
+        self._report(outcome)
         finish()
         controller.close()
         return
       }
       let v = chunk.value
-      if (v && v.byteLength > 0 && cur.gate !== null) {
-        v = cur.gate.feed(v)
-        if (!cur.gate.mayHold) cur.gate = null
+      const g = cur.gate
+      if (v && v.byteLength > 0 && g !== null) {
+        v = g.feed(v)
+        if (!g.watching) {
+          cur.gate = null
+          // An error event (the provider's, or a malformed event the policy ends the stream on).
+          if (g.streamError !== null) {
+            const outcome = outcomeOf(g, cur.res.status)
+            const err = new Error(`stream error event: ${outcome.vendorCode ?? 'error'}`)
+            if (outcome.error !== undefined && v.byteLength > 0) {
+              deliver(controller, v)
+              pendingFail = { err, outcome }
+              return
+            }
+            // After output a provider's error event goes on to the SDK, which raises it as its own error.
+            if (await failed(controller, err, outcome, outcome.error === undefined ? v : null)) continue
+            return
+          }
+        }
       }
+      if (v && v.byteLength > 0 && cur.splicer !== null) v = cur.splicer.feed(v)
       if (v && v.byteLength > 0) {
-        delivered += v.byteLength
-        controller.enqueue(v)
+        deliver(controller, v)
         return
       }
     }

@@ -4,7 +4,7 @@
 
 const native = require('../native.js')
 const { AttemptTimeoutError } = require('./errors.js')
-const { totalTimeoutKind } = require('./outcomes.js')
+const { timerKind } = require('./outcomes.js')
 
 /** @typedef {import('../index').Attempt} Attempt */
 
@@ -40,15 +40,28 @@ function sleep(ms, signal) {
 }
 
 /**
- * Per-attempt AbortController whose timer aborts with an AttemptTimeoutError; linked to the caller's signal.
+ * Per-attempt AbortController whose timer aborts with an AttemptTimeoutError
+ * (its kind as the core maps the attempt's total timer, once `bodyStarted`
+ * says whether the response's headers had come); linked to the caller's signal.
  * @param {Attempt} attempt
  * @param {AbortSignal | null | undefined} userSignal
  */
 function attemptController(attempt, userSignal) {
   const ac = new AbortController()
   const total = attempt.timeouts.totalMs
-  const kind = totalTimeoutKind(attempt)
-  const timer = setTimeout(() => ac.abort(new AttemptTimeoutError(kind, total)), Math.max(0, total))
+  const ctl = {
+    ac,
+    bodyStarted: false,
+    done() {
+      clearTimeout(timer)
+      if (unlink) unlink()
+    },
+    /** Keeps the timer without holding the process open (a body nobody reads). */
+    unref() {
+      timer.unref()
+    },
+  }
+  const timer = setTimeout(() => ac.abort(new AttemptTimeoutError(timerKind(attempt, 'total', ctl.bodyStarted), total)), Math.max(0, total))
   /** @type {(() => void) | null} */
   let unlink = null
   if (userSignal) {
@@ -59,17 +72,7 @@ function attemptController(attempt, userSignal) {
       unlink = () => userSignal.removeEventListener('abort', onAbort)
     }
   }
-  return {
-    ac,
-    done() {
-      clearTimeout(timer)
-      if (unlink) unlink()
-    },
-    /** Keeps the timer without holding the process open (a body nobody reads). */
-    unref() {
-      timer.unref()
-    },
-  }
+  return ctl
 }
 
 /** @typedef {ReturnType<typeof attemptController>} AttemptController */
@@ -109,7 +112,7 @@ function raceAbort(p, signal) {
 function restartIdle(prev, attempt, ctl) {
   if (prev) clearTimeout(prev)
   const ms = attempt.timeouts.idleMs
-  return setTimeout(() => ctl.ac.abort(new AttemptTimeoutError('stream_idle_timeout', ms)), ms)
+  return setTimeout(() => ctl.ac.abort(new AttemptTimeoutError(timerKind(attempt, 'idle', true), ms)), ms)
 }
 
 /**

@@ -16,6 +16,7 @@ const { describe } = require('./errors.js')
  * @typedef {import('../index').WaitSource} WaitSource
  * @typedef {import('../index').Reason} Reason
  * @typedef {import('../index').OnFailure} OnFailure
+ * @typedef {import('../index').Continuation} Continuation
  */
 
 /**
@@ -31,6 +32,7 @@ const { describe } = require('./errors.js')
  * @property {WaitSource[]} waitSource
  * @property {Reason[]} reason
  * @property {OnFailure[]} onFailure
+ * @property {Continuation[]} continuation
  * @property {{ len: number, slots: Record<string, Record<string, number>>, results: Record<string, number>, flags: Record<string, number> }} scratch
  */
 
@@ -56,6 +58,7 @@ const CODES = {
   phase: codeTable(VOCAB.phase),
   error: codeTable(VOCAB.errorKind),
   effect: codeTable(VOCAB.effect),
+  continuation: codeTable(VOCAB.continuation),
 }
 
 /**
@@ -122,11 +125,13 @@ const SLOT = Object.freeze({
   ATTEMPT_REMAINING_MS: slot('attempt', 'REMAINING_MS'),
   ATTEMPT_FLAGS: slot('attempt', 'FLAGS'),
   ATTEMPT_STAMP: slot('attempt', 'STAMP'),
+  ATTEMPT_FIRST_TOKEN_MS: slot('attempt', 'FIRST_TOKEN_MS'),
   // No attempt may start.
   STOPPED_REASON: slot('stopped', 'REASON'),
   STOPPED_CLASS: slot('stopped', 'CLASS'),
   STOPPED_ON_FAILURE: slot('stopped', 'ON_FAILURE'),
   STOPPED_HAS_DETAIL: slot('stopped', 'HAS_DETAIL'),
+  STOPPED_WAIT_MS: slot('stopped', 'WAIT_MS'),
   // A decision.
   DECISION_ACTION: slot('decision', 'ACTION'),
   DECISION_DELAY_MS: slot('decision', 'DELAY_MS'),
@@ -146,6 +151,17 @@ const SLOT = Object.freeze({
   STEP_HANDLE: slot('step', 'HANDLE'),
   STEP_IDLE: slot('step', 'IDLE'),
   STEP_PENDING_RELEASE: slot('step', 'PENDING_RELEASE'),
+  // What a finished call still tells once freed.
+  FINISHED_ATTEMPTS: slot('finished', 'ATTEMPTS'),
+  FINISHED_OWNER: slot('finished', 'OWNER'),
+  FINISHED_STOP_REASON: slot('finished', 'STOP_REASON'),
+  FINISHED_STOP_CLASS: slot('finished', 'STOP_CLASS'),
+  FINISHED_STOP_ON_FAILURE: slot('finished', 'STOP_ON_FAILURE'),
+  FINISHED_STOP_HAS_DETAIL: slot('finished', 'STOP_HAS_DETAIL'),
+  FINISHED_HEDGE_REASON: slot('finished', 'HEDGE_REASON'),
+  FINISHED_TARGET: slot('finished', 'TARGET'),
+  FINISHED_POLICY: slot('finished', 'POLICY'),
+  FINISHED_DEADLINE_MS: slot('finished', 'DEADLINE_MS'),
   // Arguments of the fast entry points.
   BEGIN_ROUTE: slot('begin', 'ROUTE'),
   BEGIN_DEADLINE_MS: slot('begin', 'DEADLINE_MS'),
@@ -166,10 +182,14 @@ const SLOT = Object.freeze({
   FLAG_DECISION_HEDGE: code('flags', 'DECISION_HEDGE'),
   FLAG_DECISION_DETAIL: code('flags', 'DECISION_DETAIL'),
   FLAG_DECISION_EXCLUDED: code('flags', 'DECISION_EXCLUDED'),
+  DECISION_CONTINUATION_SHIFT: code('flags', 'DECISION_CONTINUATION_SHIFT'),
   // Action codes a report returns.
   ACTION_SUCCEEDED: VOCAB.action.indexOf('succeeded'),
   ACTION_RETRY: VOCAB.action.indexOf('retry'),
   ACTION_FALLBACK: VOCAB.action.indexOf('fallback'),
+  ACTION_STOP: VOCAB.action.indexOf('stop'),
+  ACTION_RECONCILE: VOCAB.action.indexOf('reconcile'),
+  ACTION_WAIT: VOCAB.action.indexOf('wait'),
 })
 
 /** The public copy (`require('retrywise').vocabulary`). */
@@ -182,6 +202,7 @@ const vocabulary = {
   action: VOCAB.action.slice(),
   waitSource: VOCAB.waitSource.slice(),
   reason: VOCAB.reason.slice(),
+  continuation: VOCAB.continuation.slice(),
 }
 
 module.exports = {
@@ -193,6 +214,7 @@ module.exports = {
   ERROR_CLASS: VOCAB.errorClass,
   WAIT_SOURCE: VOCAB.waitSource,
   ON_FAILURE: VOCAB.onFailure,
+  CONTINUATION: VOCAB.continuation,
   version: VOCAB.version,
   vocabulary,
 }

@@ -15,15 +15,20 @@
 //! | `begin()` | `begin::{ROUTE, DEADLINE_MS, IDEMPOTENCY, TENANT}` | `step::HANDLE` |
 //! | `beginAttempt()` | as `begin` | `step::HANDLE`, `step::RESULT` (`ATTEMPT` / `STOPPED`), fields as `nextAttempt`, `attempt::STAMP` |
 //! | `next()` | `next::{HANDLE, STAMP}` | `step::RESULT`, fields, `attempt::STAMP` when asked |
-//! | `reportStatus()` | `report::{HANDLE, STATUS, RELEASE}` | `step::RESULT` (action code), `step::HANDLE` (`1` when released), decision fields |
+//! | `reportStatus()` | `report::{HANDLE, STATUS, RELEASE}` | `step::RESULT` (action code), `step::HANDLE` (`1` when released), `step::IDLE`, decision fields |
 //! | `reportOk()` | `report::{HANDLE, RELEASE}` | as `reportStatus` |
 //! | `release()` | `release::HANDLE` | — |
+//! | `finish()` | `release::HANDLE` | final decision and `finished` fields of a finished call that holds nothing |
 //!
 //! Ids come from `NativeEngine.intern`. The stamp is `nowMs()` when the
-//! attempt was admitted. Errors are thrown as by the napi-rs methods
+//! attempt was admitted. With `report::RELEASE` 2, a report whose decision
+//! finished the call (final, nothing held) also writes the `finished` fields
+//! and returns the call's id; `finish()` does the same for a call finished
+//! otherwise (by a stop), without freeing it. Every other step returns `undefined`. Errors are thrown as by the napi-rs methods
 //! (`ERR_RETRYWISE_RELEASED`, `ERR_RETRYWISE_SCRATCH_DETACHED`, `TypeError`s,
 //! `ERR_RETRYWISE_PANIC` for a panic, after which the engine stays usable).
 
+use crate::finished::Done;
 use crate::scratch::{self, step, Slots};
 use crate::{http_status, panic_message, Fail, Inner};
 use napi::bindgen_prelude::*;
@@ -35,50 +40,56 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::rc::Rc;
 
-type Step = fn(&mut Inner, &Slots) -> std::result::Result<(), Fail>;
+/// A step's result besides scratch: a call it finished, whose id it returns.
+type Ret = std::result::Result<Option<Done>, Fail>;
+type Step = fn(&mut Inner, &Slots) -> Ret;
 
-fn begin(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn begin(st: &mut Inner, s: &Slots) -> Ret {
     let (h, _) = st.start_fast(s, false)?;
     s.set(step::HANDLE, h);
-    Ok(())
+    Ok(None)
 }
 
-fn begin_attempt(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn begin_attempt(st: &mut Inner, s: &Slots) -> Ret {
     let (h, r) = st.start_fast(s, true)?;
     s.set(step::HANDLE, h);
     s.set(step::RESULT, r as f64);
-    Ok(())
+    Ok(None)
 }
 
-fn next(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn next(st: &mut Inner, s: &Slots) -> Ret {
     use scratch::next::*;
     let r = st.next_attempt(s, s.get(HANDLE), s.get(STAMP) == 1.0)?;
     s.set(step::RESULT, r as f64);
-    Ok(())
+    Ok(None)
 }
 
-fn report_status(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn report_status(st: &mut Inner, s: &Slots) -> Ret {
     let status = http_status(s.get(scratch::report::STATUS))?;
     report_outcome(st, s, &Outcome::status(status))
 }
 
-fn report_ok(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn report_ok(st: &mut Inner, s: &Slots) -> Ret {
     report_outcome(st, s, &Outcome::success())
 }
 
-/// Reports `o` for the call in `report::HANDLE` (released on success when `report::RELEASE` is 1).
+/// Reports `o` for the call in `report::HANDLE` (`report::RELEASE`: see [`Inner::report`]).
 #[inline(always)]
-fn report_outcome(st: &mut Inner, s: &Slots, o: &Outcome) -> std::result::Result<(), Fail> {
+fn report_outcome(st: &mut Inner, s: &Slots, o: &Outcome) -> Ret {
     use scratch::report::*;
-    let (a, released) = st.report(s, s.get(HANDLE), o, 0, s.get(RELEASE) == 1.0)?;
+    let (a, released, id) = st.report(s, s.get(HANDLE), o, 0, s.get(RELEASE) as u8)?;
     s.set(step::RESULT, a as f64);
     s.set(step::HANDLE, released as u8 as f64);
-    Ok(())
+    Ok(id)
 }
 
-fn release(st: &mut Inner, s: &Slots) -> std::result::Result<(), Fail> {
+fn release(st: &mut Inner, s: &Slots) -> Ret {
     st.release(s.get(scratch::release::HANDLE));
-    Ok(())
+    Ok(None)
+}
+
+fn finish(st: &mut Inner, s: &Slots) -> Ret {
+    st.finish(s, s.get(scratch::release::HANDLE))
 }
 
 unsafe fn throw_raw(env: sys::napi_env, f: Fail) {
@@ -114,13 +125,17 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
         2 => next,
         3 => report_status,
         4 => report_ok,
-        _ => release,
+        5 => release,
+        _ => finish,
     };
     let env = Env::from_raw(env);
     let r = match cell.try_borrow_mut() {
         Ok(mut st) => match catch_unwind(AssertUnwindSafe(|| {
             let s = st.scratch.slots(&env)?;
-            run(&mut st, &s)
+            Ok(match run(&mut st, &s)? {
+                None => ptr::null_mut(),
+                Some(done) => hand_over(&env, &mut st, done),
+            })
         })) {
             Ok(r) => r,
             Err(p) => Err(Fail::Coded(
@@ -133,10 +148,36 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
             "the engine is in use (re-entered from a callback)".to_string(),
         )),
     };
-    if let Err(f) = r {
-        throw_raw(env.raw(), f);
+    match r {
+        Ok(v) => v,
+        Err(f) => {
+            throw_raw(env.raw(), f);
+            ptr::null_mut()
+        }
     }
-    ptr::null_mut()
+}
+
+/// The id of a call a step finished, as a JS string read off the call itself
+/// (no copy), then the call freed when the step said so.
+fn hand_over(env: &Env, st: &mut Inner, done: Done) -> sys::napi_value {
+    let mut v = ptr::null_mut();
+    if let Some(call) = st.entry(done.h).ok().and_then(|e| e.call.as_ref()) {
+        let b = call.id().as_bytes();
+        // Fails only on a broken env, leaving `v` null (undefined): JS then sees no finished call.
+        // An id made here is hex: Latin-1 needs no UTF-8 decoding.
+        // SAFETY: `env` is this step's env and `b` outlives the call that copies it.
+        unsafe {
+            if b.is_ascii() {
+                sys::napi_create_string_latin1(env.raw(), b.as_ptr().cast(), b.len() as isize, &mut v);
+            } else {
+                sys::napi_create_string_utf8(env.raw(), b.as_ptr().cast(), b.len() as isize, &mut v);
+            }
+        }
+    }
+    if done.free {
+        st.release(done.h);
+    }
+    v
 }
 
 unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
@@ -158,13 +199,14 @@ fn check(status: sys::napi_status, what: &str) -> Result<()> {
 /// Creates the fast functions of one engine, as an object.
 pub(crate) fn create(env: &Env, inner: &Rc<RefCell<Inner>>) -> Result<Object<'static>> {
     type Cb = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-    let fns: [(&str, Cb); 6] = [
+    let fns: [(&str, Cb); 7] = [
         ("begin", trampoline::<0>),
         ("beginAttempt", trampoline::<1>),
         ("next", trampoline::<2>),
         ("reportStatus", trampoline::<3>),
         ("reportOk", trampoline::<4>),
         ("release", trampoline::<5>),
+        ("finish", trampoline::<6>),
     ];
     let raw = env.raw();
     unsafe {

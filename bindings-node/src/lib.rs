@@ -21,22 +21,26 @@
 //! in [`scratch`], and exported by name through `vocab()`.
 //!
 //! Calls are kept in a slab inside the engine and named by numeric handles
-//! (see [`NativeEngine`]); JS releases them explicitly or when its wrapper is
+//! (see [`NativeEngine`]); a call is freed when it finishes (see
+//! [`finished`]), when JS releases it, or when its wrapper is
 //! garbage-collected. Every entry point runs inside a panic boundary.
 
 #![deny(clippy::all)]
 
 mod fast;
+mod finished;
 mod scratch;
 mod stream;
+pub mod wire;
 
+use finished::Versions;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use retrywise::idempotency::{derive_key, params_digest as core_params_digest};
 use retrywise::{
-    Action, Attempt, Call, CallSpec, Clock, Decision, EffectState, Engine, ErrorClass, ErrorKind, Event, Headers,
-    HedgePlan, Idempotency, Inbound, IntoName, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy,
-    PolicyErrors, Reason, Stopped, SystemClock, WaitSource,
+    Action, Attempt, Call, CallSpec, Clock, Continuation, Decision, EffectState, Engine, ErrorClass, ErrorKind, Event,
+    Headers, HedgePlan, Idempotency, Inbound, IntoName, ManualClock, Mode, Needs, OnFailure, Outcome, Phase, Policy,
+    PolicyErrors, Reason, Stopped, SystemClock, Timer, WaitSource,
 };
 use scratch::{attempt, codes, decision, flags, hedge_after, hedge_no, step, stopped, Scratch, Slots};
 use smol_str::SmolStr;
@@ -139,6 +143,17 @@ impl Names {
         -1.0
     }
 
+    /// [`Names::index`] of a name given as text (no `SmolStr` made when it is interned).
+    #[inline]
+    fn index_str(&mut self, u: &str) -> f64 {
+        if let Some(n) = self.list.get(self.last) {
+            if n.as_str() == u {
+                return self.last as f64;
+            }
+        }
+        self.index(&SmolStr::new(u))
+    }
+
     fn name(&self, i: u32) -> Option<String> {
         self.list.get(i as usize).map(|s| s.to_string())
     }
@@ -207,6 +222,8 @@ struct Entry {
     detail: Option<String>,
     excluded: Vec<(String, String)>,
     upstream: Option<SmolStr>,
+    /// The call's deadline on the engine's clock, once an attempt gave it.
+    deadline: Option<Duration>,
 }
 
 impl Entry {
@@ -216,14 +233,17 @@ impl Entry {
         self.detail = None;
         self.excluded = Vec::new();
         self.upstream = None;
+        self.deadline = None;
     }
 
     fn put_attempt(&mut self, s: &Slots, names: &mut Names, a: Attempt) {
+        self.deadline = Some(a.started_at() + a.remaining());
         s.set(attempt::NUMBER, a.number as f64);
         s.set(attempt::UPSTREAM, names.index(&a.upstream));
         let t = a.timeouts();
         s.set(attempt::CONNECT_MS, ms_f64(t.connect));
         s.set(attempt::FIRST_BYTE_MS, ms_f64(t.first_byte));
+        s.set(attempt::FIRST_TOKEN_MS, ms_f64(t.first_token));
         s.set(attempt::IDLE_MS, ms_f64(t.idle));
         s.set(attempt::TOTAL_MS, ms_f64(t.total));
         s.set(attempt::REMAINING_MS, ms_f64(a.remaining()));
@@ -266,6 +286,7 @@ impl Entry {
         s.set(stopped::CLASS, class_code(st.class));
         s.set(stopped::ON_FAILURE, on_failure_code(st.on_failure));
         s.set(stopped::HAS_DETAIL, st.detail.is_some() as u8 as f64);
+        s.set(stopped::WAIT_MS, st.wait.map_or(-1.0, ms_f64));
         self.detail = st.detail;
     }
 
@@ -294,7 +315,8 @@ impl Entry {
         s.set(decision::ATTEMPT, d.attempt as f64);
         let f = (d.hedge as u8 * flags::DECISION_HEDGE)
             | (d.detail.is_some() as u8 * flags::DECISION_DETAIL)
-            | (!d.excluded.is_empty() as u8 * flags::DECISION_EXCLUDED);
+            | (!d.excluded.is_empty() as u8 * flags::DECISION_EXCLUDED)
+            | (d.continuation.map_or(0, |c| c.code() + 1) << flags::DECISION_CONTINUATION_SHIFT);
         s.set(decision::FLAGS, f as f64);
         // Attempts that were reported are no longer in flight.
         if d.is_final() {
@@ -354,6 +376,7 @@ struct Inner {
     rt_offset_ms: Option<f64>,
     scratch: Scratch,
     names: Names,
+    versions: Versions,
     strings: Vec<SmolStr>,
     pending: Arc<Mutex<Vec<Event>>>,
     sink: Option<u64>,
@@ -414,6 +437,7 @@ impl Inner {
                     detail: None,
                     excluded: Vec::new(),
                     upstream: None,
+                    deadline: None,
                 });
                 self.slab.len() - 1
             }
@@ -489,20 +513,48 @@ impl Inner {
     fn next_attempt(&mut self, s: &Slots, h: f64, stamp: bool) -> std::result::Result<i32, Fail> {
         let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
         let r = e.call.as_mut().ok_or_else(Fail::released)?.next_attempt();
-        Ok(e.put_next(s, &mut self.names, r, stamp, self.rt_offset_ms))
+        let code = e.put_next(s, &mut self.names, r, stamp, self.rt_offset_ms);
+        if code == codes::STOPPED {
+            // Whether the stop finished the call and left nothing held (see `finish`).
+            let done = e.call.as_ref().is_some_and(|c| c.is_finished() && c.holds_nothing());
+            s.set(step::IDLE, done as u8 as f64);
+        }
+        Ok(code)
     }
 
-    /// Reports `o` for attempt `attempt` (0: the latest) of call `h`; with
-    /// `release_on_success`, a call that succeeded is released in the same step.
-    /// Returns the action code and whether the call was released.
+    /// Call `h`, finished and holding nothing, as a finished call: its final
+    /// decision into the decision slots, the `finished` slots (see
+    /// [`finished`]); the step returns its id. `None` (nothing written) for a
+    /// call that is not finished or still holds something.
+    fn finish(&mut self, s: &Slots, h: f64) -> std::result::Result<Option<finished::Done>, Fail> {
+        let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
+        let call = e.call.as_mut().ok_or_else(Fail::released)?;
+        if !(call.is_finished() && call.holds_nothing()) {
+            return Ok(None);
+        }
+        let d = call.final_decision();
+        finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call, e.deadline);
+        if let Some(d) = d {
+            e.put_decision(s, &mut self.names, d);
+        }
+        Ok(Some(finished::Done { h, free: false }))
+    }
+
+    /// Reports `o` for attempt `attempt` (0: the latest) of call `h`. `mode`
+    /// ([`scratch::report::RELEASE`]): 1 releases a call that succeeded in the
+    /// same step; 2 finishes a call that this decision finished and that holds
+    /// nothing ([`Inner::finish`]'s fields; the step returns its id), freed
+    /// by the step too unless the decision has text the JS layer still reads
+    /// by handle (detail, exclusions, an upstream, target or policy version not interned).
+    /// Returns the action code, whether the call was (or is about to be) released, and a finished call.
     fn report(
         &mut self,
         s: &Slots,
         h: f64,
         o: &Outcome,
         attempt: u32,
-        release_on_success: bool,
-    ) -> std::result::Result<(i32, bool), Fail> {
+        mode: u8,
+    ) -> std::result::Result<(i32, bool, Option<finished::Done>), Fail> {
         let e = live(&mut self.slab, h).ok_or_else(Fail::released)?;
         let call = e.call.as_mut().ok_or_else(Fail::released)?;
         let d = if attempt > 0 {
@@ -511,14 +563,28 @@ impl Inner {
             call.report(o)
         };
         let action = e.put_decision(s, &mut self.names, d);
-        if release_on_success && action == Action::Succeeded.code() as i32 {
+        if mode == 1 && action == Action::Succeeded.code() as i32 {
             self.release(h);
-            return Ok((action, true));
+            return Ok((action, true, None));
         }
         // Whether the JS layer may free the call later (`step::PENDING_RELEASE` or `releaseMany`).
         let idle = e.call.as_ref().is_some_and(|c| c.holds_nothing());
         s.set(step::IDLE, idle as u8 as f64);
-        Ok((action, false))
+        // A final decision does not always finish the call (a misplaced report
+        // stops with `invalid_state` and changes nothing): ask the call.
+        let finished = mode == 2 && idle && e.call.as_ref().is_some_and(|c| c.is_finished());
+        if finished {
+            let Some(call) = e.call.as_mut() else {
+                return Ok((action, false, None));
+            };
+            finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call, e.deadline);
+            let text_left = s.get(decision::FLAGS) as u8 & (flags::DECISION_DETAIL | flags::DECISION_EXCLUDED) != 0
+                || s.get(decision::UPSTREAM) < -1.0
+                || s.get(scratch::finished::TARGET) < 0.0
+                || s.get(scratch::finished::POLICY) < 0.0;
+            return Ok((action, !text_left, Some(finished::Done { h, free: !text_left })));
+        }
+        Ok((action, false, None))
     }
 }
 
@@ -630,6 +696,7 @@ impl NativeEngine {
                     rt_offset_ms,
                     scratch,
                     names: Names::default(),
+                    versions: Versions::default(),
                     strings: Vec::new(),
                     pending: Arc::new(Mutex::new(Vec::new())),
                     sink: None,
@@ -660,7 +727,7 @@ impl NativeEngine {
     /// The fast entry points of this engine (see the `fast` module): an object
     /// of functions taking no argument, whose inputs and results are in scratch.
     #[napi(
-        ts_return_type = "{ begin(): void; beginAttempt(): void; next(): void; reportStatus(): void; reportOk(): void; release(): void }"
+        ts_return_type = "{ begin(): void; beginAttempt(): void; next(): void; reportStatus(): string | undefined; reportOk(): string | undefined; release(): void; finish(): string | undefined }"
     )]
     pub fn fast(&self, env: Env) -> Result<Object<'static>> {
         guard(&env, || fast::create(&env, &self.inner))
@@ -824,7 +891,7 @@ impl NativeEngine {
         guard(&env, || {
             let st16 = http_status(status as f64).map_err(|f| f.into_error(&env))?;
             let (mut st, s) = self.st_slots(&env)?;
-            st.report(&s, h, &Outcome::status(st16), 0, false)
+            st.report(&s, h, &Outcome::status(st16), 0, 0)
                 .map(|r| r.0)
                 .map_err(|f| f.into_error(&env))
         })
@@ -835,13 +902,15 @@ impl NativeEngine {
     pub fn report_ok(&mut self, env: Env, h: f64) -> Result<i32> {
         guard(&env, || {
             let (mut st, s) = self.st_slots(&env)?;
-            st.report(&s, h, &Outcome::success(), 0, false)
+            st.report(&s, h, &Outcome::success(), 0, 0)
                 .map(|r| r.0)
                 .map_err(|f| f.into_error(&env))
         })
     }
 
     /// Reports a full outcome. Numbers < 0 mean absent; enum fields are codes.
+    /// `resumable`: a stream broken after output showed text only;
+    /// `continuation`: the code of how the attempt continued a broken stream.
     /// `headers` is a flat `[name, value, ...]` list. `body` is read by
     /// `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
     /// a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
@@ -861,9 +930,11 @@ impl NativeEngine {
         body: Option<Uint8Array>,
         attempt: u32,
         ok: bool,
+        resumable: Option<bool>,
+        continuation: Option<i32>,
     ) -> Result<i32> {
         guard(&env, || {
-            let o = outcome(
+            let mut o = outcome(
                 &env,
                 status,
                 error,
@@ -875,8 +946,13 @@ impl NativeEngine {
                 body,
                 ok,
             )?;
+            o.resumable = resumable.unwrap_or(false);
+            if let Some(c) = continuation.filter(|c| *c >= 0) {
+                o.continuation =
+                    Some(Continuation::from_code(c as u8).ok_or_else(|| throw_type(&env, "bad continuation code"))?);
+            }
             let (mut st, s) = self.st_slots(&env)?;
-            st.report(&s, h, &o, attempt, false)
+            st.report(&s, h, &o, attempt, 0)
                 .map(|r| r.0)
                 .map_err(|f| f.into_error(&env))
         })
@@ -1011,6 +1087,19 @@ impl NativeEngine {
     #[napi]
     pub fn call_remaining_ms(&mut self, env: Env, h: f64) -> Result<f64> {
         self.with_call(&env, h, |call| call.remaining().as_secs_f64() * 1000.0)
+    }
+
+    /// The engine's clock now, ms with their fraction: a finished call's
+    /// remaining time is its `finished.DEADLINE_MS` minus this.
+    #[napi]
+    pub fn clock_ms(&self, env: Env) -> Result<f64> {
+        Ok(ms_exact(self.st(&env)?.engine.now()))
+    }
+
+    /// A policy version by the index a finished call gave (`finished.POLICY`).
+    #[napi]
+    pub fn policy_name(&self, env: Env, i: u32) -> Result<Option<String>> {
+        Ok(self.st(&env)?.versions.name(i))
     }
 
     /// Name of an interned upstream index.
@@ -1156,6 +1245,50 @@ impl NativeEngine {
         Ok(self.st(&env)?.engine.policy_version())
     }
 
+    /// The route a request for `model` takes (`Engine::route_for_model`: the
+    /// policy's `models` map, a route or an upstream of that name); throws a
+    /// policy error naming the keys to add for an unknown model.
+    #[napi]
+    pub fn route_for_model(&self, env: Env, model: String) -> Result<String> {
+        guard(&env, || {
+            let st = self.st(&env)?;
+            st.engine
+                .route_for_model(&model)
+                .map_err(|e| policy_error(&env, &PolicyErrors(vec![e])))
+        })
+    }
+
+    /// How to reach `upstream` (`Engine::reach`) as JSON: `{upstream, baseUrl,
+    /// api, model, apiKeyEnv, apiVersion, prefill}`, unset fields null.
+    #[napi]
+    pub fn reach(&self, env: Env, upstream: String) -> Result<String> {
+        guard(&env, || {
+            Ok(wire::reach_json(&self.st(&env)?.engine.reach(&upstream)).to_string())
+        })
+    }
+
+    /// The request for an attempt on `upstream` (`wire::rewrite` with the
+    /// upstream's reach and this process's environment), or `null` when the
+    /// catalog says nothing that would change it.
+    #[napi]
+    pub fn rewrite(&self, env: Env, upstream: String, req: wire::Request) -> Result<Option<wire::Request>> {
+        guard(&env, || {
+            let reach = self.st(&env)?.engine.reach(&upstream);
+            wire::rewrite(&env, &reach, req)
+        })
+    }
+
+    /// A stream gate for one attempt's body, reading malformed events as the
+    /// policy says (`streams.malformed_event`).
+    #[napi]
+    pub fn stream_gate(&self, env: Env, content_type: Option<String>) -> Result<stream::StreamGate> {
+        guard(&env, || {
+            Ok(stream::StreamGate::from_core(
+                self.st(&env)?.engine.stream_gate(content_type.as_deref()),
+            ))
+        })
+    }
+
     /// Moves the manual clock forward; throws unless built with `manualClock`.
     #[napi]
     pub fn advance_clock(&self, env: Env, ms: f64) -> Result<()> {
@@ -1255,11 +1388,40 @@ pub fn vocab() -> String {
         "action": Action::NAMES,
         "waitSource": WaitSource::NAMES,
         "reason": Reason::NAMES,
+        "continuation": Continuation::NAMES,
         "onFailure": ["fail", "manual_review"],
         "scratchLen": scratch::LEN,
         "scratch": scratch::vocab_json(),
     })
     .to_string()
+}
+
+/// The error kind an expired attempt timer means (`Attempt::timer_error`,
+/// one mapping for every binding): `timer` is `connect`, `first_byte`, `idle`
+/// or `total`; `totalMs` / `remainingMs` are the attempt's; `bodyStarted`:
+/// the response's headers had arrived.
+#[napi]
+pub fn timer_error(
+    env: Env,
+    timer: String,
+    total_ms: f64,
+    remaining_ms: f64,
+    body_started: bool,
+) -> Result<&'static str> {
+    let t = match timer.as_str() {
+        "connect" => Timer::Connect,
+        "first_byte" => Timer::FirstByte,
+        "idle" => Timer::Idle,
+        "total" => Timer::Total,
+        _ => {
+            return Err(throw_type(
+                &env,
+                &format!("timer must be connect, first_byte, idle or total, got {timer}"),
+            ))
+        }
+    };
+    let ms = |v: f64| if v.is_finite() && v > 0.0 { v as u64 } else { 0 };
+    Ok(retrywise::rules::deadline::timer_error(t, ms(total_ms), ms(remaining_ms), body_started).as_str())
 }
 
 /// Milliseconds on the process-wide monotonic clock that stamps attempts

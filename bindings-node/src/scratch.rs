@@ -120,6 +120,7 @@ layout! {
         /// Process-wide monotonic ms (`nowMs`) when the attempt was admitted
         /// (fast entry points asked to stamp it only).
         STAMP = 9,
+        FIRST_TOKEN_MS = 10,
     }
     /// No attempt may start (`nextAttempt` gave `STOPPED`).
     output stopped {
@@ -130,6 +131,8 @@ layout! {
         ON_FAILURE = 3,
         /// 1 when the stop has a detail (`detail(h)`).
         HAS_DETAIL = 4,
+        /// Not a stop but "not yet": ask again after this many ms (`Stopped::wait`), or -1.
+        WAIT_MS = 5,
     }
     /// A decision (`report*`, `cancel`).
     output decision {
@@ -146,7 +149,8 @@ layout! {
         /// `onFailure` code, or -1.
         ON_FAILURE = 7,
         ATTEMPT = 8,
-        /// Bits: `flags::DECISION_HEDGE`, `DECISION_DETAIL`, `DECISION_EXCLUDED`.
+        /// Bits: `flags::DECISION_HEDGE`, `DECISION_DETAIL`, `DECISION_EXCLUDED`;
+        /// the continuation's code + 1 (0: none) shifted by `flags::DECISION_CONTINUATION_SHIFT`.
         FLAGS = 9,
     }
     /// `nextHedge` gave `HEDGE_AFTER`.
@@ -165,11 +169,36 @@ layout! {
         /// Handle of a begun call; after a report, 1 when the call was released.
         HANDLE = 13,
         /// After a report that did not release the call: 1 when it holds
-        /// nothing (it may be freed later), else 0.
+        /// nothing (it may be freed later), else 0. After a `next` that
+        /// stopped: 1 when the stop finished the call and it holds nothing.
         IDLE = 14,
         /// Handle of a released call that holds nothing, or -1: the next begin
         /// frees it before it starts the new call (JS writes it).
         PENDING_RELEASE = 15,
+    }
+    /// What a finished call (final decision, nothing held) still tells once
+    /// it is freed: written by a report with `report::RELEASE` 2 and by
+    /// `finish()`, beside the final decision's fields (in the output slots
+    /// no decision and no step uses).
+    output finished {
+        /// `Call::attempts`.
+        ATTEMPTS = 10,
+        /// 1 when the call owns its retries.
+        OWNER = 11,
+        /// What `next_attempt` answers now (the final stop): reason, class or -1, `onFailure` or -1.
+        STOP_REASON = 16,
+        STOP_CLASS = 17,
+        STOP_ON_FAILURE = 18,
+        /// 1 when that stop has a detail (the final decision's).
+        STOP_HAS_DETAIL = 19,
+        /// What `next_hedge` answers now.
+        HEDGE_REASON = 20,
+        /// Index into the engine's upstream names of `Call::target`; -1: not interned.
+        TARGET = 21,
+        /// Index of the call's policy version (`policyName`); -1: not interned.
+        POLICY = 22,
+        /// The deadline on the engine's clock (`clockMs`), ms.
+        DEADLINE_MS = 23,
     }
     /// `begin()` / `beginAttempt()` arguments.
     input begin {
@@ -192,10 +221,12 @@ layout! {
         HANDLE = 24,
         /// HTTP status (`reportStatus` only).
         STATUS = 25,
-        /// 1: release the call if it succeeded.
+        /// 1: release the call if it succeeded. 2: finish it if the decision
+        /// is final and it holds nothing (`finished` fields; freed in the step
+        /// unless the decision has text left to read, see `fast`).
         RELEASE = 26,
     }
-    /// `release()` arguments.
+    /// `release()` / `finish()` arguments.
     input release {
         HANDLE = 24,
     }
@@ -222,6 +253,8 @@ pub(crate) mod flags {
     pub(crate) const DECISION_HEDGE: u8 = 1;
     pub(crate) const DECISION_DETAIL: u8 = 2;
     pub(crate) const DECISION_EXCLUDED: u8 = 4;
+    /// `Decision::continuation` sits above the bits: its code + 1, 0 for none.
+    pub(crate) const DECISION_CONTINUATION_SHIFT: u8 = 3;
 }
 
 /// Everything `vocab().scratch` says: the length, the slots, result codes and flag bits.
@@ -242,6 +275,7 @@ pub(crate) fn vocab_json() -> serde_json::Value {
             "DECISION_HEDGE": flags::DECISION_HEDGE,
             "DECISION_DETAIL": flags::DECISION_DETAIL,
             "DECISION_EXCLUDED": flags::DECISION_EXCLUDED,
+            "DECISION_CONTINUATION_SHIFT": flags::DECISION_CONTINUATION_SHIFT,
         },
     })
 }

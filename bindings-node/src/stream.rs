@@ -14,6 +14,12 @@ pub struct StreamGate {
     gate: retrywise::StreamGate,
 }
 
+impl StreamGate {
+    pub(crate) fn from_core(gate: retrywise::StreamGate) -> StreamGate {
+        StreamGate { gate }
+    }
+}
+
 #[napi]
 impl StreamGate {
     /// A gate for a body of `contentType` (the response's `content-type`).
@@ -22,6 +28,42 @@ impl StreamGate {
         StreamGate {
             gate: retrywise::StreamGate::new(content_type.as_deref()),
         }
+    }
+
+    /// Malformed events dropped so far (`streams.malformed_event: skip`).
+    #[napi(getter)]
+    pub fn skipped(&self) -> f64 {
+        self.gate.skipped() as f64
+    }
+
+    /// Whether the gate still reads what it is fed (an event stream is
+    /// watched for an error event to its end); once false, feeding it is not needed.
+    #[napi(getter)]
+    pub fn watching(&self) -> bool {
+        self.gate.watching()
+    }
+
+    /// The error event the stream carried, as JSON `{code, message, afterOutput}`, or null.
+    #[napi(getter)]
+    pub fn stream_error(&self) -> Option<String> {
+        self.gate.stream_error().map(|e| {
+            serde_json::json!({ "code": e.code, "message": e.message, "afterOutput": e.after_output }).to_string()
+        })
+    }
+
+    /// The outcome of the attempt whose body ended (or broke) now with HTTP
+    /// `status`, as JSON `{status, error, phase, vendorCode}` (null fields
+    /// absent): the status, or the failure an error event named.
+    #[napi]
+    pub fn outcome(&self, status: u32) -> String {
+        let o = self.gate.outcome(status.min(u16::MAX as u32) as u16);
+        serde_json::json!({
+            "status": o.status,
+            "error": o.error.map(|e| e.as_str()),
+            "phase": o.phase.map(|p| p.as_str()),
+            "vendorCode": o.vendor_code,
+        })
+        .to_string()
     }
 
     /// Bytes received from upstream in; what the consumer may see now out

@@ -96,6 +96,7 @@ function canonAttempt(a) {
     timeouts_ms: {
       connect: num(pick(t, 'connectMs', 'connect_ms', 'connect')),
       first_byte: num(pick(t, 'firstByteMs', 'first_byte_ms', 'firstByte')),
+      first_token: num(pick(t, 'firstTokenMs', 'first_token_ms', 'firstToken')),
       idle: num(pick(t, 'idleMs', 'idle_ms', 'idle')),
       total: num(pick(t, 'totalMs', 'total_ms', 'total')),
     },
@@ -110,6 +111,7 @@ function canonStop(s) {
       class: pick(s, 'errorClass', 'error_class', 'class'),
       on_failure: pick(s, 'onFailure', 'on_failure'),
       detail: pick(s, 'detail'),
+      wait_ms: num(pick(s, 'waitMs', 'wait_ms')),
     },
   }
 }
@@ -134,6 +136,7 @@ function canonDecision(d) {
     attempt: num(pick(d, 'attempt')),
     hedge: pick(d, 'hedge'),
     excluded: canonExcluded(pick(d, 'excluded')),
+    continuation: pick(d, 'continuation'),
   }
 }
 

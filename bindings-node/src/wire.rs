@@ -1,0 +1,166 @@
+//! The core's wire helpers for the JS fetch wrapper: how to reach an
+//! upstream, and the request for it (`retrywise::wire`). Translation only.
+
+use crate::throw;
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use retrywise::wire::{Reach, WireRequest};
+use retrywise::{ApiFamily, Continuation};
+
+/// A request as `fetch` would send it: headers as a flat `[name, value, ...]` list.
+#[napi(object, js_name = "WireRequest")]
+pub struct Request {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<String>,
+    pub body: Uint8Array,
+}
+
+pub(crate) fn reach_json(r: &Reach) -> serde_json::Value {
+    serde_json::json!({
+        "upstream": r.upstream,
+        "baseUrl": r.base_url,
+        "api": r.api.map(|a| a.as_str()),
+        "model": r.model,
+        "apiKeyEnv": r.api_key_env,
+        "apiVersion": r.api_version,
+        "prefill": r.prefill,
+    })
+}
+
+/// `req` rewritten for `reach`; `None` when the reach changes nothing. A
+/// failure (an unset key variable, a URL that names no endpoint) throws
+/// `ERR_RETRYWISE_WIRE` with the core's code in the message.
+pub(crate) fn rewrite(env: &Env, reach: &Reach, req: Request) -> Result<Option<Request>> {
+    if !reach.rewrites() {
+        return Ok(None);
+    }
+    let mut headers = Vec::with_capacity(req.headers.len() / 2);
+    let mut it = req.headers.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        headers.push((k, v));
+    }
+    let wr = WireRequest {
+        method: req.method,
+        url: req.url,
+        headers,
+        body: req.body.to_vec(),
+    };
+    let env_var = |name: &str| std::env::var(name).ok();
+    match retrywise::wire::rewrite(&wr, reach, &env_var) {
+        Ok(out) => Ok(Some(Request {
+            method: out.method,
+            url: out.url,
+            headers: out.headers.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            body: Uint8Array::new(out.body),
+        })),
+        Err(e) => Err(throw(env, "ERR_RETRYWISE_WIRE", &format!("{}: {e}", e.code()))),
+    }
+}
+
+fn family(env: &Env, api: &str) -> Result<ApiFamily> {
+    api.parse::<ApiFamily>()
+        .map_err(|e| crate::throw_type(env, &e.to_string()))
+}
+
+/// The API family a request speaks, from its URL and headers (`ApiFamily::of_request`).
+#[napi]
+pub fn api_family_of(url: String, headers: Vec<String>) -> &'static str {
+    let mut pairs = Vec::with_capacity(headers.len() / 2);
+    let mut it = headers.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        pairs.push((k, v));
+    }
+    ApiFamily::of_request(&url, &pairs).as_str()
+}
+
+/// What a streamed answer delivered so far (`retrywise::wire::Transcript`),
+/// fed with exactly the bytes the caller received.
+#[napi]
+pub struct Transcript {
+    inner: retrywise::wire::Transcript,
+}
+
+#[napi]
+impl Transcript {
+    /// A transcript of a stream in `api` (`openai`, `anthropic`, `azure_openai`).
+    #[napi(constructor)]
+    pub fn new(env: Env, api: String) -> Result<Self> {
+        Ok(Transcript {
+            inner: retrywise::wire::Transcript::new(family(&env, &api)?),
+        })
+    }
+
+    /// Bytes the caller received.
+    #[napi]
+    pub fn observe(&mut self, delivered: Uint8Array) {
+        self.inner.observe(&delivered);
+    }
+
+    /// The visible text so far.
+    #[napi(getter)]
+    pub fn text(&self) -> String {
+        self.inner.text().to_string()
+    }
+
+    /// Text only (no tool-call delta) and not finished: another upstream may continue it.
+    #[napi(getter)]
+    pub fn resumable(&self) -> bool {
+        self.inner.resumable()
+    }
+
+    /// Its finish (finish_reason, message_stop, response.completed) was seen.
+    #[napi(getter)]
+    pub fn finished(&self) -> bool {
+        self.inner.finished()
+    }
+}
+
+/// The body of the continuation request (`retrywise::wire::continuation_body`):
+/// the original conversation plus the delivered text as a prefill or an
+/// instruction (`how`). Throws `ERR_RETRYWISE_WIRE` when it cannot be built.
+#[napi]
+pub fn continuation_body(
+    env: Env,
+    api: String,
+    original: Uint8Array,
+    transcript: &Transcript,
+    how: String,
+) -> Result<Uint8Array> {
+    let how = how
+        .parse::<Continuation>()
+        .map_err(|e| crate::throw_type(&env, &e.to_string()))?;
+    retrywise::wire::continuation_body(family(&env, &api)?, &original, &transcript.inner, how)
+        .map(Uint8Array::new)
+        .map_err(|e| throw(&env, "ERR_RETRYWISE_WIRE", &format!("{}: {e}", e.code())))
+}
+
+/// Turns a fallback's stream into the rest of the caller's (`retrywise::wire::Splicer`):
+/// its opening dropped, restated text dropped once, block indexes continued.
+#[napi]
+pub struct Splicer {
+    inner: retrywise::wire::Splicer,
+}
+
+#[napi]
+impl Splicer {
+    /// A splicer continuing what `transcript` delivered, in `api`.
+    #[napi(constructor)]
+    pub fn new(env: Env, api: String, transcript: &Transcript) -> Result<Self> {
+        Ok(Splicer {
+            inner: retrywise::wire::Splicer::new(family(&env, &api)?, &transcript.inner),
+        })
+    }
+
+    /// The fallback's bytes in; the bytes for the caller's stream out.
+    #[napi]
+    pub fn feed(&mut self, chunk: Uint8Array) -> Uint8Array {
+        Uint8Array::new(self.inner.feed(&chunk))
+    }
+
+    /// The fallback's stream ended: what is still held.
+    #[napi]
+    pub fn finish(&mut self) -> Uint8Array {
+        Uint8Array::new(self.inner.finish())
+    }
+}
