@@ -470,7 +470,11 @@ pub fn run(sc: &Scenario, jobs: usize, mut on_tick: impl FnMut(f64)) -> Result<S
 pub fn recovery_bound_s(sc: &Scenario) -> u64 {
     let p = &sc.retrywise_policy;
     let open = if p.breaker.enabled { p.breaker.open_max_ms } else { 0 };
-    let attempt = p.timeouts.attempt_ms.or(p.timeouts.first_byte_ms).unwrap_or(p.deadline_ms / 2);
+    let attempt = p
+        .timeouts
+        .attempt_ms
+        .or(p.timeouts.first_byte_ms)
+        .unwrap_or(p.deadline_ms / 2);
     (open + attempt).div_ceil(1000) + 1
 }
 

@@ -29,6 +29,7 @@ use crate::hot::ThreadUp;
 use crate::id::RequestId;
 use crate::outcome::Outcome;
 use crate::rules::deadline::TokenEstimate;
+use crate::state::ratelimit::headers::may_limit;
 use crate::state::upstream::BreakerRef;
 use crate::telemetry::ring::End;
 use crate::telemetry::{header_allowed, Then};
@@ -90,6 +91,10 @@ impl Call {
             BreakerRef::None => Held::None,
             _ => return None,
         };
+        // Known provider rate limits are admitted on the general path (`pace.rs`).
+        if tu.up.value.rate.value.is_live() {
+            return None;
+        }
         let number = self.attempts + 1;
         let retry = self.next == Next::Retry;
         self.start_attempt(number, retry, false, false, held, None, now, remaining);
@@ -118,8 +123,15 @@ impl Call {
             return None;
         }
         if !outcome.headers.is_empty() {
-            let allow = &self.pol().policy.telemetry.header_allowlist;
-            if !allow.is_empty() && outcome.headers.iter().any(|(k, _)| header_allowed(k, allow)) {
+            // A header to record, or rate-limit news to read (`pace.rs`): the general path.
+            let p = &self.pol().policy;
+            let (allow, limits) = (&p.telemetry.header_allowlist, p.rate_limits.enabled);
+            if (limits || !allow.is_empty())
+                && outcome
+                    .headers
+                    .iter()
+                    .any(|(k, _)| (limits && may_limit(k)) || header_allowed(k, allow))
+            {
                 return None;
             }
         }

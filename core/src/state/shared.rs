@@ -9,6 +9,7 @@ use crate::guards::gate::{GateCell, PoolCell};
 use crate::guards::throttle::ThrottleCell;
 use crate::idempotency::Ledger;
 use crate::policy::Mode;
+use crate::state::ratelimit::RateLimits;
 use crate::state::registry::Registry;
 use crate::stats::{CounterSet, Counters, VersionTable};
 use crate::telemetry::EventBus;
@@ -38,6 +39,8 @@ pub(crate) struct Shared {
     pub(crate) ledger: Ledger,
     pub(crate) reconcile: Mutex<VecDeque<ReconcileItem>>,
     pub(crate) reconcile_dropped: AtomicU64,
+    /// Provider rate limits by scope (`scope::rate_scope`), read from every response.
+    pub(crate) ratelimits: RateLimits,
     /// Calls may take the fast lane (off only in differential tests).
     pub(crate) lane: bool,
 }

@@ -47,6 +47,9 @@ pub enum EventKind {
     Reload,
     /// The kill switch changed.
     ModeChange,
+    /// An attempt was held back before sending: its provider rate-limit
+    /// window had no room (`delay_ms`: the wait; `detail`: the scope).
+    Paced,
 }
 
 impl EventKind {
@@ -61,6 +64,7 @@ impl EventKind {
         EventKind::Hedge,
         EventKind::Reload,
         EventKind::ModeChange,
+        EventKind::Paced,
     ];
 }
 
