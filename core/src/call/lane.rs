@@ -122,18 +122,8 @@ impl Call {
         {
             return None;
         }
-        if !outcome.headers.is_empty() {
-            // A header to record, or rate-limit news to read (`pace.rs`): the general path.
-            let p = &self.pol().policy;
-            let (allow, limits) = (&p.telemetry.header_allowlist, p.rate_limits.enabled);
-            if (limits || !allow.is_empty())
-                && outcome
-                    .headers
-                    .iter()
-                    .any(|(k, _)| (limits && may_limit(k)) || header_allowed(k, allow))
-            {
-                return None;
-            }
+        if !outcome.headers.is_empty() && self.headers_for_general(outcome) {
+            return None;
         }
         let f = self.in_flight.take_one()?;
         // Cloned before the breaker's locked update, which drains the stores:
@@ -173,6 +163,23 @@ impl Call {
         // Built here, in the caller's slot: a decision built earlier and
         // moved here is read back before its stores land (a stalled copy).
         Some(Decision::success(f.number, f.hedge, upstream))
+    }
+}
+
+impl Call {
+    /// True when a response header is to be recorded, or read as rate-limit
+    /// news (`pace.rs`): the general path's work. Out of line: the lane's
+    /// success without headers pays one branch for it.
+    #[cold]
+    #[inline(never)]
+    fn headers_for_general(&self, outcome: &Outcome) -> bool {
+        let p = &self.pol().policy;
+        let (allow, limits) = (&p.telemetry.header_allowlist, p.rate_limits.enabled);
+        (limits || !allow.is_empty())
+            && outcome
+                .headers
+                .iter()
+                .any(|(k, _)| (limits && may_limit(k)) || header_allowed(k, allow))
     }
 }
 
