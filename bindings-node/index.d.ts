@@ -254,7 +254,7 @@ export interface Mode {
 export interface RetrywiseEvent {
   seq: number
   at_ms: number
-  kind: 'attempt_start' | 'attempt_end' | 'decision' | 'breaker_transition' | 'budget_refusal' | 'fallback' | 'hedge' | 'reload' | 'mode_change'
+  kind: 'attempt_start' | 'attempt_end' | 'decision' | 'breaker_transition' | 'budget_refusal' | 'fallback' | 'hedge' | 'reload' | 'mode_change' | 'fleet' | 'paced'
   policy_version: string
   logical_request_id?: string
   attempt_id?: string
@@ -313,6 +313,8 @@ export interface Stats extends KeyStats {
   reconcile_pending: number
   reconcile_dropped: number
   breakers: Record<string, string>
+  /** Provider rate-limit counters (readings, malformed headers, paced waits, ...). */
+  rate_limits: Record<string, number>
 }
 
 export interface ReconcileItem {

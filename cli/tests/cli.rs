@@ -371,7 +371,10 @@ fn scenario_checks(name: &str) {
             let t = c["time_to_recover_s"].as_u64().expect("recovered");
             assert!(t <= r["recovery_bound_s"].as_u64().unwrap(), "{t}");
         }
-        None => assert_eq!(name, "steady-5pct", "only a fault that never ends has no recovery"),
+        None => assert!(
+            ["steady-5pct", "rate-limited"].contains(&name),
+            "only a fault that never ends has no recovery: {name}"
+        ),
     }
     if name == "hard-outage" {
         // Tripped at the outage's start, the breaker probes as each open period
@@ -399,6 +402,40 @@ fn simulate_steady_5pct_checks() {
 #[test]
 fn simulate_hard_outage_checks() {
     scenario_checks("hard-outage");
+}
+
+/// `rate-limited`: a provider limit of L requests per minute stated on every
+/// answer, offered 2 L: retrywise paces before the 429 — it sends at most 1 %
+/// of the 429s jitter alone sends and completes at least 95 % of L per minute.
+#[test]
+fn simulate_rate_limited_checks() {
+    scenario_checks("rate-limited");
+    let r = simulate_json(&["--scenario", "rate-limited", "--jobs", "1"]);
+    for name in [
+        "retrywise_429s_at_most_1pct_of_jitter_only",
+        "retrywise_completes_95pct_of_the_limit",
+    ] {
+        let c = r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap();
+        assert_eq!(
+            (c["acceptance"].as_bool(), c["ok"].as_bool()),
+            (Some(true), Some(true)),
+            "{c}"
+        );
+    }
+    let sent_429 = |i: usize| {
+        r["strategies"][i]["series"]["rate_limited"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert!(sent_429(2) * 100 <= sent_429(1), "{} vs {}", sent_429(2), sent_429(1));
 }
 
 #[test]

@@ -142,6 +142,7 @@ impl EngineBuilder {
             ledger: Ledger::default(),
             reconcile: Mutex::new(VecDeque::new()),
             reconcile_dropped: AtomicU64::new(0),
+            ratelimits: Arc::new(crate::ratelimit::RateLimits::default()),
             lane: self.lane,
             fleet: std::sync::OnceLock::new(),
         });
@@ -378,12 +379,25 @@ impl Engine {
             reconcile_pending: i.reconcile.lock().len() as u64,
             reconcile_dropped: i.reconcile_dropped.load(Ordering::Relaxed),
             breakers,
+            rate_limits: i.ratelimits.counters().named().into_iter().collect(),
         }
     }
 
-    /// Prometheus text exposition of [`Engine::stats`].
+    /// Every provider rate-limit scope's limit, remaining allowance and
+    /// reservations per kind now, with the counters (`rate_limits` policy).
+    pub fn rate_limits(&self) -> crate::ratelimit::RateLimitSnapshot {
+        self.inner.shared.ratelimits.snapshot(self.now().as_nanos() as u64)
+    }
+
+    /// Prometheus text exposition of [`Engine::stats`], and of
+    /// [`Engine::rate_limits`] once a response said anything about limits.
     pub fn prometheus(&self) -> String {
-        self.stats().prometheus()
+        let mut out = self.stats().prometheus();
+        let limits = self.rate_limits();
+        if limits.counters.observed > 0 || !limits.scopes.is_empty() {
+            out.push_str(&limits.prometheus());
+        }
+        out
     }
 
     /// Begins one logical request.

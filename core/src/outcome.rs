@@ -81,6 +81,9 @@ pub struct Outcome {
     pub effect: Option<EffectState>,
     /// Real input token count, when the upstream reported it (re-runs matching after `context_length_exceeded`).
     pub input_tokens: Option<u64>,
+    /// Output tokens the response reported (its usage): settles the
+    /// attempt's reservation against the provider's token limits.
+    pub output_tokens: Option<u64>,
     /// Explicit success regardless of status (e.g. a transport with no status).
     pub ok: bool,
     /// A wait the error body asked for (Gemini `RetryInfo`); a header's hint wins over it.
@@ -187,6 +190,14 @@ impl Outcome {
     /// Sets the real input token count.
     pub fn input_tokens(mut self, n: u64) -> Self {
         self.input_tokens = Some(n);
+        self
+    }
+
+    /// Sets the token usage the response reported (input and output): the
+    /// attempt's token reservation is settled against it.
+    pub fn usage(mut self, input: u64, output: u64) -> Self {
+        self.input_tokens = Some(input);
+        self.output_tokens = Some(output);
         self
     }
 

@@ -435,6 +435,10 @@ pub struct Stats {
     pub reconcile_dropped: u64,
     /// Breaker states by key (non-closed only).
     pub breakers: BTreeMap<String, String>,
+    /// Provider rate-limit counters by name (`observed`, `paced_waits`,
+    /// `stops_rate_limited`, `stops_quota`, `malformed_headers`, ...); every
+    /// scope's gauges are in [`crate::Engine::rate_limits`].
+    pub rate_limits: BTreeMap<String, u64>,
 }
 
 /// One Prometheus series: name, type, and how to read it from a scope's counters.

@@ -266,6 +266,7 @@ fn outcome_of(v: &Value) -> Result<Outcome, String> {
             .transpose()
             .map_err(|e| e.to_string())?,
         input_tokens: u(v, "input_tokens"),
+        output_tokens: None,
         ok: v.get("ok").and_then(Value::as_bool).unwrap_or(false),
         retry_delay: None,
         resumable: v.get("resumable").and_then(Value::as_bool).unwrap_or(false),

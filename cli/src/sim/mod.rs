@@ -19,7 +19,7 @@ pub mod shared;
 pub mod upstream;
 
 use self::core::Metrics;
-use scenario::Scenario;
+use scenario::{FaultKind, Scenario};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -537,6 +537,40 @@ pub fn checks(sc: &Scenario, r: &[StrategyResult]) -> Vec<Check> {
             ),
         },
     ];
+    if sc.name == "rate-limited" {
+        let sent_429 = |s: &StrategyResult| s.series.rate_limited.iter().map(|&n| u64::from(n)).sum::<u64>();
+        let (b429, c429) = (sent_429(b), sent_429(c));
+        let limit_per_min = sc
+            .faults
+            .iter()
+            .find_map(|f| match f.kind {
+                FaultKind::RateLimit { per_sec, .. } => Some(per_sec * 60.0),
+                _ => None,
+            })
+            .unwrap_or(f64::INFINITY);
+        let per_min = c.successes as f64 * 60.0 / sc.duration_s as f64;
+        v.push(Check {
+            name: "retrywise_429s_at_most_1pct_of_jitter_only",
+            ok: c429 as f64 <= 0.01 * b429 as f64,
+            acceptance: true,
+            detail: format!(
+                "retrywise sent {} 429s <= 1 % of jitter-only's {}",
+                report::thousands(c429 as f64),
+                report::thousands(b429 as f64)
+            ),
+        });
+        v.push(Check {
+            name: "retrywise_completes_95pct_of_the_limit",
+            ok: per_min >= 0.95 * limit_per_min,
+            acceptance: true,
+            detail: format!(
+                "retrywise completed {} requests per minute >= 95 % of the limit {} rpm ({:.1} %)",
+                report::thousands(per_min),
+                report::thousands(limit_per_min),
+                per_min / limit_per_min * 100.0
+            ),
+        });
+    }
     if let Some(t) = recovered {
         v.push(Check {
             name: "retrywise_recovers_within_bound",

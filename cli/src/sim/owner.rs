@@ -8,7 +8,7 @@ use super::core::{Arrivals, Metrics, Queue, EV_ARRIVAL};
 use super::rng::{mix, Rng};
 use super::scenario::Scenario;
 use super::shared::{Shared, EV_SYNC};
-use super::upstream::{Reply, Upstream};
+use super::upstream::{Limits, Reply, Upstream};
 use retrywise::{Action, BreakerState, Call, CallSpec, Engine, ErrorKind, ManualClock, Mode, Outcome, Policy, Stats};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,6 +34,8 @@ struct Slot {
     measured: bool,
     arrival_us: u64,
     seen: Seen,
+    /// The rate limit the last answer stated.
+    limits: Option<Limits>,
 }
 
 struct Run<'a> {
@@ -80,6 +82,7 @@ impl Run<'_> {
                     (r.at_us, Seen::Reply(r.reply))
                 };
                 slot.seen = seen;
+                slot.limits = r.limits;
                 self.q.push(t, EV_DONE, id, slot.token);
             }
             // Not yet (the breaker admits probes later, within the deadline): ask again then.
@@ -100,7 +103,7 @@ impl Run<'_> {
     fn on_done(&mut self, id: u32, now: u64) {
         let slot = &mut self.slots[id as usize];
         let Some(call) = slot.call.as_mut() else { return };
-        let outcome = match slot.seen {
+        let mut outcome = match slot.seen {
             Seen::Reply(Reply::Ok) => Outcome::status(200),
             Seen::Reply(Reply::Error(s)) => Outcome::status(s),
             Seen::Reply(Reply::Overloaded) => Outcome::status(529),
@@ -108,6 +111,11 @@ impl Run<'_> {
             Seen::Reply(Reply::RateLimited(secs)) => Outcome::status(429).header("retry-after", &secs.to_string()),
             Seen::Timeout => Outcome::error(ErrorKind::FirstByteTimeout),
         };
+        if let (Seen::Reply(_), Some(l)) = (slot.seen, slot.limits) {
+            for (name, value) in l.headers() {
+                outcome.headers.insert(name, &value);
+            }
+        }
         let d = call.report(&outcome);
         match d.action {
             Action::Succeeded => self.finish(id, true, now),
@@ -202,6 +210,7 @@ pub fn run(sc: &Scenario, policy: &Policy, progress: &AtomicU64) -> Result<(Metr
                 measured,
                 arrival_us: e.t,
                 seen: Seen::Timeout,
+                limits: None,
             };
             let id = match r.free.pop() {
                 Some(i) => {

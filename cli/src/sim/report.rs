@@ -52,12 +52,20 @@ pub fn describe_faults(r: &SimReport) -> Vec<String> {
                 FaultKind::Outage => {
                     format!("fault {when}: hard outage, every request gets a fast 503 (nothing admitted)")
                 }
-                FaultKind::RateLimit { per_sec, retry_after_s } => {
+                FaultKind::RateLimit {
+                    per_sec,
+                    retry_after_s,
+                    window_s: 0,
+                } => {
                     format!(
                         "fault {when}: provider rate limit {} req/s, 429 with retry-after: {retry_after_s}",
                         thousands(*per_sec)
                     )
                 }
+                FaultKind::RateLimit { per_sec, window_s, .. } => format!(
+                    "fault {when}: provider rate limit {} requests per {window_s} s window, stated on every answer (x-ratelimit-*, RateLimit-Policy); a 429's retry-after is the window's reset",
+                    thousands(per_sec * f64::from(*window_s))
+                ),
                 FaultKind::Surge { factor } => format!(
                     "fault {when}: offered traffic x{factor} ({} QPS)",
                     thousands(r.qps * factor)

@@ -5,7 +5,14 @@ use super::upstream::{Conditions, UpstreamParams};
 use retrywise::Policy;
 
 /// Names accepted by `--scenario`.
-pub const NAMES: [&str; 5] = ["seed002", "steady-5pct", "hard-outage", "429-storm", "overload"];
+pub const NAMES: [&str; 6] = [
+    "seed002",
+    "steady-5pct",
+    "hard-outage",
+    "429-storm",
+    "overload",
+    "rate-limited",
+];
 
 /// One change to the world during `[from_ms, to_ms)`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -37,8 +44,11 @@ pub enum FaultKind {
     RateLimit {
         /// Requests per second admitted.
         per_sec: f64,
-        /// `retry-after` on 429s, seconds.
+        /// `retry-after` on 429s, seconds (a token bucket's; a window's 429 says its reset).
         retry_after_s: u32,
+        /// Fixed windows of this many seconds, stated on every answer; 0 = a
+        /// token bucket that states nothing but `retry-after`.
+        window_s: u32,
     },
     /// Offered logical traffic multiplied.
     Surge {
@@ -137,6 +147,7 @@ impl Scenario {
             "steady-5pct" => ("steady-5pct", 60, "5 % transient 503s for the whole run, latency unchanged: what retries cost when nothing overloads"),
             "hard-outage" => ("hard-outage", 90, "the provider is down for 20 s (fast 503s, nothing admitted), then recovers"),
             "429-storm" => ("429-storm", 90, "the provider's rate limit drops to 60 % of offered load (429, retry-after: 2) for 30 s"),
+            "rate-limited" => ("rate-limited", 120, "the provider limits requests per minute to half the offered load (L rpm, offered 2 L) and states the limit, its remaining allowance and its reset on every answer"),
             "overload" => ("overload", 90, "offered traffic surges to 1.3x for 30 s, above the upstream's capacity"),
             other => return Err(format!("unknown scenario {other:?}; expected one of {}", NAMES.join(", "))),
         };
@@ -190,6 +201,16 @@ impl Scenario {
                 kind: FaultKind::RateLimit {
                     per_sec: 0.6 * qps,
                     retry_after_s: 2,
+                    window_s: 0,
+                },
+            }],
+            "rate-limited" => vec![Fault {
+                from_ms: 0,
+                to_ms: at(120),
+                kind: FaultKind::RateLimit {
+                    per_sec: 0.5 * qps,
+                    retry_after_s: 2,
+                    window_s: 60,
                 },
             }],
             _ => vec![Fault {
@@ -223,6 +244,7 @@ impl Scenario {
         rw.telemetry.ring_size = 0;
         rw.budget.window_ms = 1_000;
         rw.budget.ratio = 0.09;
+        rw.rate_limits.enabled = name == "rate-limited";
         let notes = vec![
             format!(
                 "(b) and (c) share: max_attempts {}, deadline {} ms, timeouts.attempt_ms {} (the same per-attempt timeout as the naive gateway), full jitter {}-{} ms; (b) sets budget.enabled and breaker.enabled to false",
@@ -260,6 +282,7 @@ impl Scenario {
         match name {
             "hard-outage" => policy_notes.push(format!("(c) with one upstream and no fallback: the breaker opens for {} ms, growing x{} up to {} s, so it probes again within seconds of the recovery; a call it refuses waits for its probe window when that is at most {} ms away (breaker.hold_max_ms) instead of failing, so the calls arriving in the outage's last second are answered after it, without the whole outage's calls arriving at once; the budget ({} % of requests) refuses most retries during the outage", br.open_ms, br.open_factor, br.open_max_ms / 1000, br.hold_max_ms, rw.budget.ratio * 100.0)),
             "429-storm" => policy_notes.push("(c) 429s cost the provider nothing here and the rate limit admits the same number of requests whoever sends them: retries that wait for retry-after only move the line, except at the storm's end, where jitter-only's retries land after it; the budget refuses most of them, which keeps the upstream's load flat and loses those (with budget.enabled false, (c) answers what jitter-only does)".into()),
+            "rate-limited" => policy_notes.push("(c) rate_limits.enabled (default false): every answer's x-ratelimit-* and RateLimit-Policy fields update the provider's limit as (c) knows it, and an attempt the window has no room for waits for its slot after the reset (or stops when that is after the deadline) instead of being sent for a 429".into()),
             "steady-5pct" => policy_notes.push("(c) 5 % errors need 5 % retries, under the budget's 9 %: every strategy retries every failure".into()),
             _ => {}
         }
@@ -339,9 +362,14 @@ impl Scenario {
                         c.latency_mean_ms = latency_mean_ms;
                     }
                     FaultKind::Outage => c.outage = true,
-                    FaultKind::RateLimit { per_sec, retry_after_s } => {
+                    FaultKind::RateLimit {
+                        per_sec,
+                        retry_after_s,
+                        window_s,
+                    } => {
                         c.rate_limit_per_sec = Some(per_sec);
                         c.retry_after_s = retry_after_s;
+                        c.rate_window_s = window_s;
                     }
                     FaultKind::Surge { factor } => c.qps_factor = factor,
                 }

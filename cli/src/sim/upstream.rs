@@ -12,8 +12,11 @@
 //!   (mean from the fault schedule, spread `latency_sigma`) to answer — success,
 //!   or an error status with the schedule's error rate.
 //! * **Faults** (from [`Conditions`]): a hard outage answers `503` fast without
-//!   using capacity; a rate limit (token bucket, one second of burst) answers
-//!   `429` with `retry-after` fast.
+//!   using capacity; a rate limit answers `429` with `retry-after` fast: a
+//!   token bucket (one second of burst) that states nothing else, or, with
+//!   `rate_window_s`, a fixed window whose every answer states the limit,
+//!   the allowance left and the reset ([`Limits::headers`]), as providers
+//!   state their RPM limits.
 //!
 //! Everything about an attempt is decided when it is sent (the stage is FIFO), so
 //! the model needs no events of its own: `send` is O(1).
@@ -35,6 +38,10 @@ pub struct Conditions {
     pub rate_limit_per_sec: Option<f64>,
     /// `retry-after` sent with a 429, seconds.
     pub retry_after_s: u32,
+    /// The rate limit's window, seconds: 0 = a token bucket whose 429s say
+    /// only `retry-after`; otherwise fixed windows of `rate × window`
+    /// requests, stated on every answer ([`Limits`]).
+    pub rate_window_s: u32,
     /// Multiplier on the offered logical QPS (traffic surge).
     pub qps_factor: f64,
 }
@@ -48,6 +55,7 @@ impl Default for Conditions {
             outage: false,
             rate_limit_per_sec: None,
             retry_after_s: 2,
+            rate_window_s: 0,
             qps_factor: 1.0,
         }
     }
@@ -81,6 +89,40 @@ pub enum Reply {
     Down,
 }
 
+/// A fixed-window rate limit as an answer states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests per window.
+    pub limit: u32,
+    /// Requests left in the current window after this one.
+    pub remaining: u32,
+    /// Time until the window resets, ms.
+    pub reset_ms: u32,
+    /// The window, seconds.
+    pub window_s: u32,
+}
+
+impl Limits {
+    /// OpenAI's fields (limit, remaining, reset to the millisecond) and the
+    /// IETF policy field for the window's length, which OpenAI's do not state.
+    pub fn headers(&self) -> [(&'static str, String); 4] {
+        [
+            ("x-ratelimit-limit-requests", self.limit.to_string()),
+            ("x-ratelimit-remaining-requests", self.remaining.to_string()),
+            ("x-ratelimit-reset-requests", format!("{}ms", self.reset_ms)),
+            (
+                "ratelimit-policy",
+                format!("\"rl\";q={};w={}", self.limit, self.window_s),
+            ),
+        ]
+    }
+
+    /// Seconds until the reset, rounded up (a 429's `retry-after`).
+    pub fn reset_s(&self) -> u32 {
+        self.reset_ms.div_ceil(1_000)
+    }
+}
+
 /// The answer and when it reaches the client (if the client still waits).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Response {
@@ -88,6 +130,8 @@ pub struct Response {
     pub reply: Reply,
     /// Absolute time of the answer, µs.
     pub at_us: u64,
+    /// The rate limit the answer states, if any.
+    pub limits: Option<Limits>,
 }
 
 /// Per-second counters of the upstream.
@@ -114,6 +158,8 @@ pub struct Upstream {
     tokens: f64,
     tokens_at_us: u64,
     limited: bool,
+    /// The fixed window in force (its index) and the requests it took.
+    window: (u64, u32),
     rng: Rng,
     /// Counters by second of arrival.
     pub per_sec: Vec<SecStats>,
@@ -129,6 +175,7 @@ impl Upstream {
             tokens: 0.0,
             tokens_at_us: 0,
             limited: false,
+            window: (u64::MAX, 0),
             rng,
             per_sec: Vec::new(),
         }
@@ -150,9 +197,36 @@ impl Upstream {
             return Response {
                 reply: Reply::Down,
                 at_us: reject_at,
+                limits: None,
             };
         }
+        let mut limits = None;
         match c.rate_limit_per_sec {
+            Some(rate) if c.rate_window_s > 0 => {
+                let w_us = u64::from(c.rate_window_s) * 1_000_000;
+                let idx = now_us / w_us;
+                if self.window.0 != idx {
+                    self.window = (idx, 0);
+                }
+                let limit = (rate * f64::from(c.rate_window_s)) as u32;
+                let mut l = Limits {
+                    limit,
+                    remaining: 0,
+                    reset_ms: ((idx + 1) * w_us - now_us).div_ceil(1_000) as u32,
+                    window_s: c.rate_window_s,
+                };
+                if self.window.1 >= limit {
+                    self.sec(now_us).rate_limited += 1;
+                    return Response {
+                        reply: Reply::RateLimited(l.reset_s()),
+                        at_us: reject_at,
+                        limits: Some(l),
+                    };
+                }
+                self.window.1 += 1;
+                l.remaining = limit - self.window.1;
+                limits = Some(l);
+            }
             Some(rate) => {
                 if !self.limited {
                     self.limited = true;
@@ -167,6 +241,7 @@ impl Upstream {
                     return Response {
                         reply: Reply::RateLimited(c.retry_after_s),
                         at_us: reject_at,
+                        limits: None,
                     };
                 }
                 self.tokens -= 1.0;
@@ -181,6 +256,7 @@ impl Upstream {
             return Response {
                 reply: Reply::Overloaded,
                 at_us: reject_at,
+                limits,
             };
         }
         self.next_free_us = start + self.service_us;
@@ -197,7 +273,7 @@ impl Upstream {
         } else {
             Reply::Ok
         };
-        Response { reply, at_us }
+        Response { reply, at_us, limits }
     }
 
     /// Queue wait a request sent at `now_us` would see, ms.

@@ -34,7 +34,8 @@ impl Call {
     /// The next attempt to make, or why none may start. Checks, in order: the
     /// call is not finished; an idempotency conflict; the deadline minus
     /// `min_attempt`; attempts left; adaptive throttling; the target's breaker
-    /// (moving to an eligible fallback when it is open); concurrency gates.
+    /// (moving to an eligible fallback when it is open); concurrency gates;
+    /// the provider's rate limits known for the target (`pace.rs`).
     #[inline]
     pub fn next_attempt(&mut self) -> Result<Attempt, Stopped> {
         self.next_attempt_in()
@@ -162,6 +163,29 @@ impl Call {
         } else {
             None
         };
+        // Provider rate limits: consulted once a response said anything about the scope's.
+        let cell = &hedge_tu.as_deref().unwrap_or(&self.tu).up.value.rate;
+        let rate = if cell.value.is_live() && self.pol().policy.rate_limits.enabled {
+            let cell = cell.clone();
+            match self.pace(&cell, is_hedge, now, remaining) {
+                Ok(r) => {
+                    // Its report settles the reservation: the general path's work.
+                    self.lane = false;
+                    Some(r)
+                }
+                Err(stopped) => {
+                    if let Some(sl) = &slots {
+                        sl.leave(retry);
+                    }
+                    if let Some((c, _)) = Self::held_cell(&held, hedge_tu.as_deref().unwrap_or(&self.tu)) {
+                        c.value.release(&self.pol().breaker, probe);
+                    }
+                    return Err(stopped);
+                }
+            }
+        } else {
+            None
+        };
         let number = self.attempts + 1;
         if let Some(e) = self.x.as_mut().filter(|e| e.route_key.is_some()) {
             if !e.tried.contains(&target) {
@@ -169,11 +193,12 @@ impl Call {
             }
         }
         let budget_hold = if is_hedge { Few::new() } else { self.take_pending_hold() };
-        let more = (hedge_tu.is_some() || slots.is_some() || !budget_hold.is_empty()).then(|| {
+        let more = (hedge_tu.is_some() || slots.is_some() || !budget_hold.is_empty() || rate.is_some()).then(|| {
             Box::new(FlightMore {
                 tu: hedge_tu,
                 slots,
                 budget_hold,
+                rate,
             })
         });
         self.start_attempt(number, retry, is_hedge, probe, held, more, now, remaining);

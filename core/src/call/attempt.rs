@@ -168,7 +168,9 @@ pub struct Stopped {
     pub detail: Option<String>,
     /// Not a stop but "not yet": no attempt may start now, and one may after
     /// this long, within the deadline (the upstream's breaker lets probes
-    /// through then). The call is not over: ask [`crate::Call::next_attempt`]
+    /// through then, reason `breaker_open`; or the provider's rate-limit
+    /// window has the call's slot then, reason `rate_limited`, detail
+    /// `paced: ...`). The call is not over: ask [`crate::Call::next_attempt`]
     /// again after the wait. A loop that treats it as a stop only fails fast.
     pub wait: Option<Duration>,
 }

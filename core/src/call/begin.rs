@@ -160,6 +160,7 @@ impl Call {
                 priority,
                 conflict,
                 inbound_attempt,
+                rate_ticket: None,
             })
         });
         Call::assemble(

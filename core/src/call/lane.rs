@@ -29,6 +29,7 @@ use crate::hot::ThreadUp;
 use crate::id::RequestId;
 use crate::outcome::Outcome;
 use crate::rules::deadline::TokenEstimate;
+use crate::state::ratelimit::headers::may_limit;
 use crate::state::upstream::BreakerRef;
 use crate::telemetry::ring::End;
 use crate::telemetry::{header_allowed, Then};
@@ -90,6 +91,10 @@ impl Call {
             BreakerRef::None => Held::None,
             _ => return None,
         };
+        // Known provider rate limits are admitted on the general path (`pace.rs`).
+        if tu.up.value.rate.value.is_live() {
+            return None;
+        }
         let number = self.attempts + 1;
         let retry = self.next == Next::Retry;
         self.start_attempt(number, retry, false, false, held, None, now, remaining);
@@ -117,11 +122,8 @@ impl Call {
         {
             return None;
         }
-        if !outcome.headers.is_empty() {
-            let allow = &self.pol().policy.telemetry.header_allowlist;
-            if !allow.is_empty() && outcome.headers.iter().any(|(k, _)| header_allowed(k, allow)) {
-                return None;
-            }
+        if !outcome.headers.is_empty() && self.headers_for_general(outcome) {
+            return None;
         }
         let f = self.in_flight.take_one()?;
         // Cloned before the breaker's locked update, which drains the stores:
@@ -161,6 +163,23 @@ impl Call {
         // Built here, in the caller's slot: a decision built earlier and
         // moved here is read back before its stores land (a stalled copy).
         Some(Decision::success(f.number, f.hedge, upstream))
+    }
+}
+
+impl Call {
+    /// True when a response header is to be recorded, or read as rate-limit
+    /// news (`pace.rs`): the general path's work. Out of line: the lane's
+    /// success without headers pays one branch for it.
+    #[cold]
+    #[inline(never)]
+    fn headers_for_general(&self, outcome: &Outcome) -> bool {
+        let p = &self.pol().policy;
+        let (allow, limits) = (&p.telemetry.header_allowlist, p.rate_limits.enabled);
+        (limits || !allow.is_empty())
+            && outcome
+                .headers
+                .iter()
+                .any(|(k, _)| (limits && may_limit(k)) || header_allowed(k, allow))
     }
 }
 

@@ -35,6 +35,7 @@ mod decision;
 mod effects;
 mod hedge;
 mod lane;
+mod pace;
 mod report;
 mod retry;
 mod spec;
@@ -56,6 +57,7 @@ use crate::hot::{thread_up, Lent, ThreadUp};
 use crate::id::RequestId;
 use crate::policy::{BreakerOverride, FallbackMode, Route, ScopeDim};
 use crate::rules::route::Needs;
+use crate::state::ratelimit::{Reservation, Ticket};
 use crate::state::registry::Slot;
 use crate::state::scope::{breaker_override, display_key, scope_key};
 use crate::state::shared::Shared;
@@ -125,6 +127,8 @@ struct FlightMore {
     tu: Option<Arc<ThreadUp>>,
     slots: Option<Slots>,
     budget_hold: BudgetHold,
+    /// Units reserved in the upstream's provider rate-limit scope, settled by the attempt's report.
+    rate: Option<Reservation>,
 }
 
 impl InFlight {
@@ -167,6 +171,8 @@ struct Ext {
     conflict: Option<String>,
     /// The owner's attempt number, for a call running under an inbound owner.
     inbound_attempt: Option<u32>,
+    /// The place a paced wait promised the call in its rate-limit scope's windows to come.
+    rate_ticket: Option<Ticket>,
 }
 
 static NO_NEEDS: Needs = Needs {

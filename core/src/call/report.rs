@@ -55,7 +55,7 @@ impl Call {
                 panic!("retrywise test hook: forced panic inside a decision");
             }
         }
-        let Some(f) = self.in_flight.take(|f| f.number == number) else {
+        let Some(mut f) = self.in_flight.take(|f| f.number == number) else {
             if let Some(f) = &self.final_decision {
                 return f.decision(&self.tu.up.key);
             }
@@ -71,6 +71,8 @@ impl Call {
         f.leave(&pol.budget);
         let f_up = self.tu_of(&f).up.key.clone();
         let cls = pol.classifier.classify(outcome, self.idem);
+        self.settle_rate(&mut f, outcome, &cls, now);
+        let pol = self.pol();
         // Breaker, throttle and per-upstream counters see every attempt.
         // Upstream health, not the caller's idempotency or what its consumer saw.
         let record = match (cls.disposition, cls.evidence) {

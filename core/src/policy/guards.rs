@@ -196,6 +196,19 @@ impl Default for Throttle {
     }
 }
 
+/// Provider rate limits as state ([`crate::ratelimit`]): every response's
+/// rate-limit headers (and error-body evidence) update its scope's limits,
+/// and an attempt is admitted against them before it is sent: paced when
+/// the window has no room, stopped when the room comes after the deadline or
+/// a per-day quota is out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitsPolicy {
+    /// Opt-in. Default false: with it on, calls on one engine share what each
+    /// learns of its upstream's limits (a 429 paces the calls after it).
+    pub enabled: bool,
+}
+
 /// In-flight limits, separately for first attempts and retries, plus priority pools.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]

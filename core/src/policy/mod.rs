@@ -15,7 +15,7 @@ mod validate;
 
 pub use catalog::{FallbackMode, OnFailure, OnSilence, Route, StreamRecovery, Upstream};
 pub(crate) use compiled::{Compiled, HALF};
-pub use guards::{Breaker, BreakerOverride, Budget, Concurrency, Throttle, WindowKind};
+pub use guards::{Breaker, BreakerOverride, Budget, Concurrency, RateLimitsPolicy, Throttle, WindowKind};
 pub use mode::Mode;
 pub use validate::to_milli;
 
@@ -118,6 +118,8 @@ pub struct Policy {
     pub breaker: Breaker,
     /// Adaptive client-side throttling (Google SRE), opt-in.
     pub throttle: Throttle,
+    /// Provider rate limits read from responses, paced before the 429.
+    pub rate_limits: RateLimitsPolicy,
     /// In-flight limits and priority pools.
     pub concurrency: Concurrency,
     /// Bounds on tracked keys.
@@ -156,6 +158,7 @@ impl Default for Policy {
             budget: Budget::default(),
             breaker: Breaker::default(),
             throttle: Throttle::default(),
+            rate_limits: RateLimitsPolicy::default(),
             concurrency: Concurrency::default(),
             limits: Limits::default(),
             telemetry: Telemetry::default(),

@@ -87,3 +87,17 @@ pub(crate) fn scope_key(
 pub(crate) fn display_key(key: &str) -> &str {
     key.split_once(TAG_END).map_or(key, |(_, d)| d)
 }
+
+/// The provider rate-limit scope of `upstream` (see [`crate::ratelimit`]):
+/// what the provider limits, the account (the catalog's `api_key_env`) ×
+/// provider × model, as `account/provider/model` (the upstream's name for
+/// the parts the catalog does not give). Region variants of one model on
+/// one key share it, as the provider's limit does; two models never do.
+pub(crate) fn rate_scope(p: &Policy, upstream: &str) -> String {
+    let cat = p.upstreams.get(upstream);
+    let account = cat.and_then(|u| u.api_key_env.as_deref()).unwrap_or("-");
+    match cat.filter(|u| !u.provider.is_empty() && !u.model.is_empty()) {
+        Some(u) => format!("{account}/{}/{}", u.provider, u.model),
+        None => format!("{account}/{upstream}"),
+    }
+}

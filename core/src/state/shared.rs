@@ -10,6 +10,7 @@ use crate::guards::throttle::ThrottleCell;
 use crate::idempotency::Ledger;
 use crate::policy::Mode;
 use crate::state::fleet::Outbox;
+use crate::state::ratelimit::RateLimits;
 use crate::state::registry::Registry;
 use crate::stats::{CounterSet, Counters, VersionTable};
 use crate::telemetry::EventBus;
@@ -40,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) ledger: Ledger,
     pub(crate) reconcile: Mutex<VecDeque<ReconcileItem>>,
     pub(crate) reconcile_dropped: AtomicU64,
+    /// Provider rate limits by scope (`scope::rate_scope`), read from every response.
+    pub(crate) ratelimits: Arc<RateLimits>,
     /// Calls may take the fast lane (off only in differential tests).
     pub(crate) lane: bool,
     /// Where breaker transitions go when a fleet is attached (`state/fleet/`).

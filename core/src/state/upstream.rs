@@ -12,8 +12,9 @@ use crate::guards::breaker::BreakerCell;
 use crate::guards::budget::BudgetCell;
 use crate::hash::{fnv, splitmix};
 use crate::policy::{BreakerOverride, ScopeDim};
+use crate::state::ratelimit::Cell;
 use crate::state::registry::Slot;
-use crate::state::scope::{breaker_override, display_key, scope_key};
+use crate::state::scope::{breaker_override, display_key, rate_scope, scope_key};
 use crate::state::version::Version;
 use crate::stats::CounterSet;
 use crate::telemetry::ring::{pack, plain_names, Packed};
@@ -45,6 +46,10 @@ pub(crate) struct UpstreamState {
     pub(crate) counters: Arc<Slot<CounterSet>>,
     pub(crate) breaker: BreakerRef,
     pub(crate) budgets: SmallVec<[BudgetScope; 1]>,
+    /// The provider rate-limit state of the upstream's scope
+    /// (`scope::rate_scope`): blank, and never consulted, until a response
+    /// says something about the limits.
+    pub(crate) rate: Cell,
     /// The upstream's name as event records store it, packed once.
     pub(crate) packed: Option<Packed>,
     /// Word 9 of a plain attempt start to this upstream ([`crate::telemetry::ring::plain_names`]).
@@ -95,7 +100,11 @@ impl UpstreamState {
             SmallVec::new()
         };
         let packed = pack(upstream);
+        let rate = sh
+            .ratelimits
+            .cell(&rate_scope(p, upstream), now_ms.saturating_mul(1_000_000));
         UpstreamState {
+            rate,
             plain_names: packed.as_ref().map_or(0, |p| plain_names(sh.id_prefix, p)),
             packed,
             counters,
@@ -108,6 +117,7 @@ impl UpstreamState {
     #[inline]
     pub(crate) fn touch(&self, now_ms: u64) {
         self.counters.touch(now_ms);
+        self.rate.touch(now_ms);
         if let BreakerRef::Fixed(c, _) = &self.breaker {
             c.touch(now_ms);
         }
@@ -121,6 +131,7 @@ impl UpstreamState {
     /// True when a cell this points to was evicted from its registry.
     pub(crate) fn is_stale(&self) -> bool {
         self.counters.is_evicted()
+            || self.rate.is_evicted()
             || matches!(&self.breaker, BreakerRef::Fixed(c, _) if c.is_evicted())
             || self
                 .budgets

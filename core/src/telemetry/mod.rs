@@ -49,6 +49,9 @@ pub enum EventKind {
     ModeChange,
     /// A fleet's store became unavailable (decisions stay local) or came back.
     Fleet,
+    /// An attempt was held back before sending: its provider rate-limit
+    /// window had no room (`delay_ms`: the wait; `detail`: the scope).
+    Paced,
 }
 
 impl EventKind {
@@ -64,6 +67,7 @@ impl EventKind {
         EventKind::Reload,
         EventKind::ModeChange,
         EventKind::Fleet,
+        EventKind::Paced,
     ];
 }
 

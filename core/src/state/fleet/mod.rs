@@ -319,12 +319,15 @@ impl Fleet {
             instance: cfg.instance.clone(),
             ..FleetStats::default()
         };
+        // The engine's own rate-limit table (what its calls pace on) is shared from the start.
+        let own = shared.ratelimits.clone();
+        own.fleet_attach();
         Ok(Fleet {
             cfg,
             shared,
             version,
             outbox,
-            tables: Mutex::new(Vec::new()),
+            tables: Mutex::new(vec![own]),
             state: Mutex::new(SyncState {
                 stats,
                 ..SyncState::default()
@@ -338,8 +341,9 @@ impl Fleet {
         &self.cfg
     }
 
-    /// Shares a rate-limit table's cooldowns and readings too. The table's
-    /// time must be the engine clock's (`Engine::now`, in ns).
+    /// Shares another rate-limit table's cooldowns and readings too (the
+    /// engine's own, which its calls pace on, is shared already). The
+    /// table's time must be the engine clock's (`Engine::now`, in ns).
     pub fn attach_rate_limits(&self, table: Arc<RateLimits>) {
         table.fleet_attach();
         let mut t = self.tables.lock();

@@ -11,6 +11,7 @@ use super::state::{Consumed, Promise, ScopeState};
 use crate::state::registry::Slot;
 use parking_lot::Mutex;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,23 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub(crate) struct ScopeCell {
     pub(crate) state: Mutex<ScopeState>,
+    /// Set once a reading said anything about the scope: until then
+    /// admission has nothing to consult, and a call's check is this one load.
+    live: AtomicBool,
+}
+
+impl ScopeCell {
+    /// True once a reading said anything about the scope.
+    #[inline(always)]
+    pub(crate) fn is_live(&self) -> bool {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_live(&self) {
+        if !self.is_live() {
+            self.live.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 pub(crate) type Cell = Arc<Slot<ScopeCell>>;

@@ -73,6 +73,14 @@ fn fold_value(w: &mut Window, f: Field, value: &str, wall: SystemTime) -> bool {
     ok
 }
 
+/// True when the header `name` (lower-case) may carry rate-limit evidence
+/// (every name [`Reading::parse`] reads contains one of these): a success
+/// without such a header leaves every scope's state as it was, which the
+/// engine's fast lane checks without parsing.
+pub(crate) fn may_limit(name: &str) -> bool {
+    name.contains("ratelimit") || name.contains("rate-limit") || name.starts_with("retry-after")
+}
+
 impl Reading {
     /// Reads the rate-limit headers among `headers` (name, value pairs).
     /// `wall` is the injected wall clock, used only to turn RFC 3339 and

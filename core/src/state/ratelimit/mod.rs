@@ -113,6 +113,7 @@ mod state;
 mod table;
 pub mod values;
 
+pub(crate) use admission::Cell;
 pub use admission::{Admission, Reservation, StopWhy, Ticket, Usage};
 pub use concurrency::{AdaptiveConcurrency, AimdConfig, Feedback, Permit};
 pub use reading::{Kind, Reading, Window};

@@ -6,7 +6,8 @@ use smol_str::SmolStr;
 use std::time::Duration;
 
 /// What a provider limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// Requests per window (RPM).
     Requests,

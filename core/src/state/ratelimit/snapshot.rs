@@ -3,11 +3,12 @@
 //! readings, refusals, paced waits and malformed headers.
 
 use super::reading::Kind;
+use serde::{Serialize, Serializer};
 use std::fmt::Write;
 use std::time::Duration;
 
 /// One kind's state in a scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct KindSnapshot {
     /// The kind.
     pub kind: Kind,
@@ -18,14 +19,15 @@ pub struct KindSnapshot {
     /// What this process may still send: `remaining` less attempts in flight,
     /// unconfirmed usage and slots promised to paced callers.
     pub available: Option<u64>,
-    /// Time until the window resets, when `remaining` is known.
+    /// Time until the window resets, when `remaining` is known (serialized as `reset_in_ms`).
+    #[serde(rename = "reset_in_ms", serialize_with = "as_ms")]
     pub reset_in: Option<Duration>,
     /// Units reserved by attempts in flight.
     pub in_flight: u64,
 }
 
 /// One scope's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ScopeSnapshot {
     /// The scope key.
     pub scope: String,
@@ -36,7 +38,7 @@ pub struct ScopeSnapshot {
 }
 
 /// Counts since the table was made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct RateLimitCounters {
     /// Readings observed.
     pub observed: u64,
@@ -56,13 +58,35 @@ pub struct RateLimitCounters {
     pub stops_quota: u64,
 }
 
+impl RateLimitCounters {
+    /// Every counter with its name (the name of its Prometheus series, less
+    /// `retrywise_ratelimit_` and `_total`).
+    pub fn named(&self) -> [(String, u64); 8] {
+        [
+            ("observed", self.observed),
+            ("rate_limited", self.rate_limited),
+            ("quota_exhausted", self.quota_exhausted),
+            ("malformed_headers", self.malformed_headers),
+            ("admitted", self.admitted),
+            ("paced_waits", self.paced_waits),
+            ("stops_rate_limited", self.stops_rate_limited),
+            ("stops_quota", self.stops_quota),
+        ]
+        .map(|(n, v)| (n.to_string(), v))
+    }
+}
+
 /// Every tracked scope plus the counters.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct RateLimitSnapshot {
     /// Scopes with anything known, sorted by key.
     pub scopes: Vec<ScopeSnapshot>,
     /// The counters.
     pub counters: RateLimitCounters,
+}
+
+fn as_ms<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    d.map(|d| d.as_millis() as u64).serialize(s)
 }
 
 fn esc(s: &str) -> String {
@@ -91,17 +115,7 @@ impl RateLimitSnapshot {
                 }
             }
         }
-        let c = &self.counters;
-        for (name, v) in [
-            ("observed", c.observed),
-            ("rate_limited", c.rate_limited),
-            ("quota_exhausted", c.quota_exhausted),
-            ("malformed_headers", c.malformed_headers),
-            ("admitted", c.admitted),
-            ("paced_waits", c.paced_waits),
-            ("stops_rate_limited", c.stops_rate_limited),
-            ("stops_quota", c.stops_quota),
-        ] {
+        for (name, v) in self.counters.named() {
             let _ = writeln!(out, "# TYPE retrywise_ratelimit_{name}_total counter");
             let _ = writeln!(out, "retrywise_ratelimit_{name}_total {v}");
         }

@@ -157,6 +157,18 @@ impl RateLimits {
 
     /// Counts a reading and finds (or, when it says anything, makes) its scope's state.
     fn cell_for(&self, scope: &str, reading: &Reading, now: u64) -> Option<Cell> {
+        self.count(reading);
+        if reading.is_empty() {
+            // Nothing to learn; only a quota hold to end, if the scope has one.
+            return self.scopes.get(scope);
+        }
+        let cell = self.cell(scope, now);
+        cell.value.set_live();
+        self.changes.mark(scope);
+        Some(cell)
+    }
+
+    fn count(&self, reading: &Reading) {
         let c = &self.counters;
         bump(&c.observed, 1);
         bump(&c.malformed_headers, reading.problems() as u64);
@@ -165,18 +177,46 @@ impl RateLimits {
         } else if reading.rate_limited {
             bump(&c.rate_limited, 1);
         }
-        if reading.is_empty() {
-            // Nothing to learn; only a quota hold to end, if the scope has one.
-            return self.scopes.get(scope);
-        }
-        self.changes.mark(scope);
-        Some(self.cell(scope, now))
     }
 
-    pub(super) fn cell(&self, scope: &str, now: u64) -> Cell {
+    /// The state of `scope`, made if absent (the engine resolves it once per
+    /// upstream and keeps it with the upstream's other cells).
+    pub(crate) fn cell(&self, scope: &str, now: u64) -> Cell {
         let (max, idle) = (self.cfg.max_scopes, ns(self.cfg.idle) / 1_000_000);
         self.scopes
             .get_or_insert(scope, now / 1_000_000, max, idle, ScopeCell::default)
+    }
+
+    /// [`RateLimits::observe`] on a scope's state already at hand.
+    pub(crate) fn observe_in(&self, cell: &Cell, reading: &Reading, now: u64) {
+        self.count(reading);
+        if !reading.is_empty() {
+            cell.value.set_live();
+            self.changes.mark(&cell.key);
+            cell.value.state.lock().observe(reading, now, now, &self.params);
+        }
+    }
+
+    /// [`RateLimits::settle`] on a scope's state already at hand (the one
+    /// the reservation was made in).
+    pub(crate) fn settle_in(&self, cell: &Cell, reservation: Reservation, reading: &Reading, usage: Usage, now: u64) {
+        let (own, costs, sent) = reservation.into_parts();
+        self.count(reading);
+        if !reading.is_empty() {
+            cell.value.set_live();
+            self.changes.mark(&cell.key);
+        }
+        let confirmed = Kind::ALL.map(|k| reading.confirms(k));
+        let consumed = usage.consumed(costs);
+        let mut st = cell.value.state.lock();
+        st.observe(reading, sent, now, &self.params);
+        match &own {
+            Some(o) if !Arc::ptr_eq(o, cell) => {
+                drop(st);
+                o.value.state.lock().settle(costs, confirmed, consumed);
+            }
+            _ => st.settle(costs, confirmed, consumed),
+        }
     }
 
     /// Decides whether an attempt in `scope` may be sent at `now`.
@@ -197,10 +237,22 @@ impl RateLimits {
     ) -> Admission {
         // The scope's state is made at its first attempt, so the attempts in
         // flight when its first reading arrives are counted against it.
-        let cell = self.cell(scope, now);
+        self.admit_in(&self.cell(scope, now), now, tokens, time_left, ticket, rng)
+    }
+
+    /// [`RateLimits::admit`] on a scope's state already at hand.
+    pub(crate) fn admit_in<R: Rng + ?Sized>(
+        &self,
+        cell: &Cell,
+        now: u64,
+        tokens: TokenEstimate,
+        time_left: Duration,
+        ticket: Option<Ticket>,
+        rng: &mut R,
+    ) -> Admission {
         // A ticket of another scope (the call moved on) is dropped before this
         // scope is locked: it locks its own.
-        let ticket = ticket.filter(|t| t.is_for(&cell));
+        let ticket = ticket.filter(|t| t.is_for(cell));
         let costs = costs(tokens);
         let decision = {
             let mut st = cell.value.state.lock();
@@ -212,13 +264,13 @@ impl RateLimits {
         match decision {
             Decision::Go => {
                 bump(&self.counters.admitted, 1);
-                Admission::Go(Reservation::new(cell, costs, now))
+                Admission::Go(Reservation::new(cell.clone(), costs, now))
             }
             Decision::Wait { wait, promises } => {
                 bump(&self.counters.paced_waits, 1);
                 Admission::Wait {
                     wait: Duration::from_nanos(wait),
-                    ticket: Ticket::new(cell, promises),
+                    ticket: Ticket::new(cell.clone(), promises),
                 }
             }
             Decision::Stop(why) => {
