@@ -336,3 +336,58 @@ proptest! {
         prop_assert_eq!(Record::decode(&r.encode()), Some(r));
     }
 }
+
+/// The table an engine's own calls pace on is shared without being attached:
+/// a 429 with Retry-After on one engine holds the other's next attempt.
+#[test]
+fn an_engines_own_rate_limits_are_shared_by_its_fleet() {
+    let mut store = MemoryStore::new();
+    let policy = format!("{POLICY}rate_limits: {{enabled: true}}\n");
+    let clock_at = || Arc::new(ManualClock::at_wall(UNIX_EPOCH + Duration::from_millis(WALL0)));
+    let engines: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|name| {
+            let clock = clock_at();
+            let engine = Engine::builder(Policy::from_str_any(&policy).unwrap())
+                .clock(clock.clone())
+                .seed(7)
+                .read_env(false)
+                .build()
+                .unwrap();
+            let fleet = engine
+                .fleet(FleetConfig {
+                    instance: name.into(),
+                    ..FleetConfig::default()
+                })
+                .unwrap();
+            (engine, clock, fleet)
+        })
+        .collect();
+    let sync = |(_, clock, fleet): &(Engine, Arc<ManualClock>, Fleet), store: &mut MemoryStore| {
+        let wall = clock.wall().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+        let plan = fleet.plan();
+        let (reads, claims) = store.run(&plan, wall);
+        fleet.complete(plan.id, &reads, &claims)
+    };
+    let (a, b) = (&engines[0], &engines[1]);
+    // An instance reads the scopes its engine tracks: each has called `up` once.
+    for n in [a, b] {
+        let mut c = n.0.begin(CallSpec::new("up").deadline_ms(60_000));
+        c.next_attempt().unwrap();
+        c.report(&Outcome::status(200).header("x-ratelimit-remaining-requests", "100"));
+        sync(n, &mut store);
+    }
+    let mut c = a.0.begin(CallSpec::new("up").deadline_ms(60_000));
+    c.next_attempt().unwrap();
+    c.report(&Outcome::status(429).header("retry-after", "20"));
+    sync(a, &mut store);
+    assert_eq!(sync(b, &mut store).limits, 1);
+    let mut c = b.0.begin(CallSpec::new("up").deadline_ms(60_000));
+    let held = c.next_attempt().expect_err("b sends into a's cooldown");
+    assert_eq!(held.reason.as_str(), "rate_limited", "{held:?}");
+    let wait = held.wait.expect("a wait, not a stop");
+    assert!(
+        wait >= Duration::from_secs(19) && wait <= Duration::from_secs(21),
+        "{wait:?}"
+    );
+}
