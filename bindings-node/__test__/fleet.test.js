@@ -7,8 +7,11 @@
 // together): Redis sees three clients, as it would three processes, and
 // the engines share nothing else. The test runs each sync cycle itself
 // (`syncOnce`, one tick of the timer), so every step is deterministic: "within
-// the staleness bound" means within the cycles that bound allows.
+// the staleness bound" means within the cycles that bound allows. The last
+// test runs a second Node process against the same Redis.
 const test = require('node:test')
+const path = require('node:path')
+const { execFile } = require('node:child_process')
 const assert = require('node:assert/strict')
 const Redis = require('ioredis')
 const { Engine, RedisFleet, StoppedError, fleetScripts } = require('..')
@@ -320,4 +323,36 @@ test('the timer shares an open on the system clock and keeps deciding with Redis
   assert.ok(fa.fleet.stats().failures >= 1)
   fa.stop()
   assert.equal(fa.running, false)
+})
+
+test('another process shares its open, and a started RedisFleet never keeps a process alive', async (t) => {
+  const redis = await startRedis()
+  const b = await instance('b', 1, redis)
+  t.after(async () => {
+    b.close()
+    await redis.kill()
+  })
+  assert.equal(b.call(200), 'sent', 'b knows the scope')
+  // The other process opens its breaker, syncs once, closes its connection
+  // and leaves its RedisFleet started: it exits only if the timer is unref'd.
+  const child = `
+    const Redis = require('ioredis')
+    const { Engine, RedisFleet } = require('.')
+    const engine = new Engine(${JSON.stringify(POLICY)})
+    const client = new Redis(${JSON.stringify(redis.url)}, { enableOfflineQueue: false, maxRetriesPerRequest: 0 })
+    client.on('error', () => {})
+    client.once('ready', async () => {
+      const fleet = new RedisFleet(engine.fleet({ instance: 'other', quorum: 1 }), client).start()
+      for (let i = 0; i < 4; i++) { const c = engine.begin({ route: 'up' }); c.nextAttempt(); c.report({ status: 503 }) }
+      await fleet.syncOnce()
+      client.disconnect()
+      console.log(engine.breakerState('up'), fleet.running)
+    })
+  `
+  const out = await new Promise((resolve, reject) => {
+    execFile(process.execPath, ['-e', child], { cwd: path.join(__dirname, '..'), timeout: 30_000 }, (err, stdout) => (err ? reject(err) : resolve(stdout)))
+  })
+  assert.equal(out.trim(), 'open true')
+  assert.equal(await b.sync(), '1 0 0 0 0 0')
+  assert.equal(b.call(200), 'breaker_open')
 })
