@@ -131,6 +131,9 @@ test('fleet config: the core defaults, the staleness bound, the scripts', () => 
   assert.throws(() => e.fleet(), { code: 'ERR_RETRYWISE_FLEET' })
   assert.throws(() => new Engine(POLICY).fleet({ quorum: 0 }), { code: 'ERR_RETRYWISE_FLEET' })
   assert.throws(() => new Engine(POLICY).fleet({ intervalMs: -1 }), TypeError)
+  assert.throws(() => new Engine(POLICY).fleet({ interval_ms: 100 }), /unknown fleet config field interval_ms/)
+  assert.throws(() => new Engine(POLICY).fleet({ quorum: -1 }), /quorum must be an integer/)
+  assert.throws(() => new Engine(POLICY).fleet({ timeoutMs: '200' }), /timeoutMs must be a number/)
   assert.throws(() => new RedisFleet(new Engine(POLICY).fleet(), /** @type {any} */ ({})), TypeError)
 })
 

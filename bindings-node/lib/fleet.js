@@ -8,7 +8,7 @@
 
 const { createHash } = require('node:crypto')
 const native = require('../native.js')
-const { translateNativeError } = require('./errors.js')
+const { describe, translateNativeError } = require('./errors.js')
 
 /**
  * @typedef {import('../index').FleetConfig} FleetConfig
@@ -31,6 +31,28 @@ const SCRIPTS = (() => {
   return Object.freeze({ merge: s.merge, claim: s.claim, mergeSha: sha(s.merge), claimSha: sha(s.claim) })
 })()
 
+/** The config's fields: a misspelt one is an error, not a default silently kept. */
+const CONFIG_FIELDS = ['instance', 'namespace', 'quorum', 'quorumWindowMs', 'intervalMs', 'timeoutMs', 'probeLeaseMs']
+
+/**
+ * Checks a config's shape (the core checks its values).
+ * @param {unknown} config
+ */
+function checkConfig(config) {
+  if (config === null || typeof config !== 'object' || Array.isArray(config)) throw new TypeError(`fleet config must be an object; got ${describe(config)}`)
+  for (const [k, v] of Object.entries(config)) {
+    if (!CONFIG_FIELDS.includes(k)) throw new TypeError(`unknown fleet config field ${k} (known: ${CONFIG_FIELDS.join(', ')})`)
+    if (v === undefined) continue
+    if (k === 'instance' || k === 'namespace') {
+      if (typeof v !== 'string') throw new TypeError(`fleet config ${k} must be a string; got ${describe(v)}`)
+    } else if (k === 'quorum') {
+      if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new TypeError(`fleet config quorum must be an integer >= 1; got ${describe(v)}`)
+    } else if (typeof v !== 'number') {
+      throw new TypeError(`fleet config ${k} must be a number of ms; got ${describe(v)}`)
+    }
+  }
+}
+
 /** @implements {ApiFleet} */
 class Fleet {
   /**
@@ -40,7 +62,7 @@ class Fleet {
    * @param {() => void} flush delivers the engine's queued events to its listeners
    */
   constructor(engine, config, flush) {
-    if (config === null || typeof config !== 'object') throw new TypeError('fleet config must be an object')
+    checkConfig(config)
     try {
       /** @type {NativeFleet} */
       this._n = new native.NativeFleet(engine, config)
