@@ -363,6 +363,11 @@ export declare class Engine {
   reach(upstream: string): Reach
   /** A `StreamGate` that reads malformed events as the policy says (`streams.malformed_event`). */
   streamGate(contentType?: string | null): StreamGate
+  /**
+   * Attaches this engine to a fleet (once per engine): breakers opened here
+   * and elsewhere are shared through a store that a `RedisFleet` syncs.
+   */
+  fleet(config?: FleetConfig): Fleet
   /** Testing hook (engine built with `{ manualClock: true }`). */
   advanceClock(ms: number): void
   readonly liveCalls: number
@@ -517,6 +522,127 @@ export interface Reach {
   /** The upstream accepts an assistant message last (continuations may prefill). */
   prefill: boolean
 }
+/** How an engine takes part in a fleet; absent fields keep the core's defaults. */
+export interface FleetConfig {
+  /** This instance's id, unique in the fleet (default: the process id and a random suffix). */
+  instance?: string
+  /** Prefix of every key, so fleets sharing a store stay apart (default `retrywise`). */
+  namespace?: string
+  /** Distinct instances that must report an open within `quorumWindowMs` before a closed breaker here opens (default 2). */
+  quorum?: number
+  /** How recent an open report must be to count toward the quorum, ms (default 30 000). */
+  quorumWindowMs?: number
+  /** Time between sync cycles, ms (default 250). */
+  intervalMs?: number
+  /** Longest a cycle's commands may take before the store counts as down for it, ms (default 200). */
+  timeoutMs?: number
+  /** How long the probe lease's winner has to report its probe, ms (default 10 000). */
+  probeLeaseMs?: number
+}
+
+/** The configuration in force, every field set. */
+export type FleetSettings = Required<FleetConfig>
+
+/** One sync cycle's commands: the writes, then `HGETALL` of each read, then the claims. */
+export interface SyncPlan {
+  id: number
+  /** `EVAL fleetScripts.merge 1 key field value ttlMs` each. */
+  writes: Array<{ key: string; field: string; value: string; ttlMs: number }>
+  /** Scope keys to read (hashes: instance -> record). */
+  reads: string[]
+  /** `EVAL fleetScripts.claim 1 key value nowMs ttlMs` each. */
+  claims: Array<{ key: string; value: string; nowMs: number; ttlMs: number }>
+}
+
+/** What one completed cycle changed locally. */
+export interface SyncReport {
+  /** Closed breakers opened by a quorum. */
+  opened: number
+  /** Open breakers extended (a later open, or another instance's probe lease). */
+  extended: number
+  /** Open breakers closed by another instance's recovery. */
+  recovered: number
+  /** Probe leases this instance took. */
+  leasesWon: number
+  /** Probe leases another instance holds. */
+  leasesLost: number
+  /** Rate-limit scopes that took remote evidence. */
+  limits: number
+}
+
+/** A fleet attachment's counters. */
+export interface FleetStats {
+  instance: string
+  /** The last cycle succeeded. */
+  healthy: boolean
+  cycles: number
+  /** Cycles failed (store down, slow or refusing): decisions stayed local. */
+  failures: number
+  consecutiveFailures: number
+  /** Wall time of the last completed cycle, ms (0: none yet). */
+  lastSyncMs: number
+  writes: number
+  opened: number
+  extended: number
+  recovered: number
+  leasesWon: number
+  leasesLost: number
+  limits: number
+}
+
+/** An engine's attachment to a fleet (`engine.fleet(config)`): the core plans each cycle and applies its answers. */
+export declare class Fleet {
+  private constructor(...internal: never[])
+  readonly config: FleetSettings
+  /** Longest a change on one instance takes to reach another while the store is up: `2 × (intervalMs + timeoutMs)`. */
+  readonly stalenessBoundMs: number
+  /** The next cycle's commands (a plan not yet answered is abandoned). */
+  plan(): SyncPlan
+  /** A plan's answers: each read key's fields (`{}` when absent), each claim's answer (`null`: the lease is this instance's). */
+  complete(id: number, reads: Array<Record<string, string>>, claims: Array<string | null>): SyncReport
+  /** The cycle failed (store down, slow or refusing): decisions stay local; counted and evented (`kind: 'fleet'`). */
+  failed(id: number, error: string): void
+  /** True while the last cycle succeeded. */
+  healthy(): boolean
+  stats(): FleetStats
+}
+
+/** The pipeline of a Redis client, as `RedisFleet` uses it (ioredis's `client.pipeline()`). */
+export interface FleetRedisPipeline {
+  eval(script: string, numKeys: number, ...args: Array<string | number>): unknown
+  evalsha(sha: string, numKeys: number, ...args: Array<string | number>): unknown
+  hgetall(key: string): unknown
+  ping(): unknown
+  exec(): Promise<Array<[Error | null, unknown]> | null>
+}
+
+/** A Redis client as `RedisFleet` uses it: an ioredis `Redis` (or `Cluster`). */
+export interface FleetRedisClient {
+  /** ioredis's connection status: a cycle fails at once unless `'ready'` (no offline queueing). */
+  status?: string
+  connect?(): Promise<unknown>
+  pipeline(): FleetRedisPipeline
+}
+
+/**
+ * Runs a fleet's sync cycles on a Redis client: one pipeline per cycle under
+ * the config's `timeoutMs`, every `intervalMs` on an unref'd timer. A failed
+ * or slow cycle is reported to the fleet; no call ever waits on Redis.
+ */
+export declare class RedisFleet {
+  constructor(fleet: Fleet, client: FleetRedisClient)
+  readonly fleet: Fleet
+  readonly running: boolean
+  /** Starts the cycles (one now). */
+  start(): this
+  /** Stops the cycles. */
+  stop(): void
+  /** Runs one cycle now: what it changed, or a rejection with why it failed (already reported to the fleet). */
+  syncOnce(): Promise<SyncReport>
+}
+
+/** The Lua scripts of a fleet's writes and probe-lease claims, with their SHA-1. */
+export declare const fleetScripts: { readonly merge: string; readonly claim: string; readonly mergeSha: string; readonly claimSha: string }
 export declare const version: string
 export declare const vocabulary: {
   errorClass: ErrorClass[]

@@ -16,6 +16,7 @@
 //   fetch        wrapFetch
 //   stream       StreamGate and the wrapped response body
 //   idempotency  paramsDigest, deriveIdempotencyKey
+//   fleet        Fleet (engine.fleet) and RedisFleet: state shared through Redis
 
 const { version, vocabulary } = require('./lib/vocab.js')
 const { RetrywiseError, PolicyError, StoppedError, AttemptError, AttemptTimeoutError } = require('./lib/errors.js')
@@ -26,6 +27,7 @@ const { vendorCodeFromBody, jsonMediaType } = require('./lib/outcomes.js')
 const { wrapFetch } = require('./lib/fetch.js')
 const { StreamGate } = require('./lib/stream.js')
 const { paramsDigest, deriveIdempotencyKey } = require('./lib/idempotency.js')
+const { Fleet, RedisFleet, fleetScripts } = require('./lib/fleet.js')
 
 // Checked against index.d.ts (tsc -p lib): every export, with its type.
 /** @type {typeof import('./index')} */
@@ -47,6 +49,9 @@ const api = {
   policySchema,
   jsonMediaType,
   StreamGate,
+  Fleet,
+  RedisFleet,
+  fleetScripts,
   version,
   vocabulary,
 }

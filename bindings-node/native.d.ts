@@ -174,6 +174,29 @@ export declare class NativeEngine {
   advanceClock(ms: number): void
 }
 
+/** Lean native fleet attachment. Use `engine.fleet()` from `index.js` instead. */
+export declare class NativeFleet {
+  /** Attaches a fleet to `engine` (once per engine; throws `ERR_RETRYWISE_FLEET` otherwise). */
+  constructor(engine: NativeEngine, options: FleetOptions)
+  /** The configuration in force. */
+  get config(): FleetSettings
+  /** Longest a change on one instance takes to reach another while the store is up, ms. */
+  get stalenessBoundMs(): number
+  /** The next cycle's commands (an unanswered plan is abandoned). */
+  plan(): FleetPlan
+  /**
+   * A plan's answers: each read key's fields (`{}` when absent), each
+   * claim's answer (`null`: this instance holds the lease).
+   */
+  complete(id: number, reads: Array<Record<string, string>>, claims: Array<string | undefined | null>): FleetReport
+  /** The cycle `id` failed: decisions stay local, the failure is counted and evented. */
+  failed(id: number, error: string): void
+  /** True while the last cycle succeeded. */
+  healthy(): boolean
+  /** The counters. */
+  stats(): FleetCounters
+}
+
 /**
  * Turns a fallback's stream into the rest of the caller's (`retrywise::wire::Splicer`):
  * its opening dropped, restated text dropped once, block indexes continued.
@@ -262,6 +285,95 @@ export declare function continuationBody(api: string, original: Uint8Array, tran
 
 /** `rw1_` + 32 hex digits of SHA-256(tenant ␀ operation ␀ digest). */
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string
+
+/** `EVAL CLAIM_SCRIPT 1 key value nowMs ttlMs`. */
+export interface FleetClaim {
+  key: string
+  value: string
+  nowMs: number
+  ttlMs: number
+}
+
+/** The attachment's counters (`FleetStats`). */
+export interface FleetCounters {
+  instance: string
+  healthy: boolean
+  cycles: number
+  failures: number
+  consecutiveFailures: number
+  lastSyncMs: number
+  writes: number
+  opened: number
+  extended: number
+  recovered: number
+  leasesWon: number
+  leasesLost: number
+  limits: number
+}
+
+/** How an engine takes part in a fleet (`FleetConfig`; absent fields keep the core's defaults). */
+export interface FleetOptions {
+  /** This instance's id, unique in the fleet (default: pid and a random suffix). */
+  instance?: string
+  /** Prefix of every key (default `retrywise`). */
+  namespace?: string
+  /** Instances that must report an open before a closed breaker here opens (default 2). */
+  quorum?: number
+  /** How recent an open report must be to count toward the quorum, ms (default 30 000). */
+  quorumWindowMs?: number
+  /** Time between sync cycles, ms (default 250). */
+  intervalMs?: number
+  /** Longest a cycle's commands may take, ms (default 200). */
+  timeoutMs?: number
+  /** How long a probe lease's winner has to report its probe, ms (default 10 000). */
+  probeLeaseMs?: number
+}
+
+/** One cycle's commands: the writes, `HGETALL` of each read, the claims, in that order. */
+export interface FleetPlan {
+  id: number
+  writes: Array<FleetWrite>
+  reads: Array<string>
+  claims: Array<FleetClaim>
+}
+
+/** What one completed cycle changed locally (`SyncReport`). */
+export interface FleetReport {
+  opened: number
+  extended: number
+  recovered: number
+  leasesWon: number
+  leasesLost: number
+  limits: number
+}
+
+/** The merge and claim scripts (`MERGE_SCRIPT`, `CLAIM_SCRIPT`). */
+export declare function fleetScripts(): FleetScripts
+
+/** The Lua scripts a plan's writes and claims run. */
+export interface FleetScripts {
+  merge: string
+  claim: string
+}
+
+/** The configuration in force, every field set. */
+export interface FleetSettings {
+  instance: string
+  namespace: string
+  quorum: number
+  quorumWindowMs: number
+  intervalMs: number
+  timeoutMs: number
+  probeLeaseMs: number
+}
+
+/** `EVAL MERGE_SCRIPT 1 key field value ttlMs`. */
+export interface FleetWrite {
+  key: string
+  field: string
+  value: string
+  ttlMs: number
+}
 
 /**
  * Whether a `content-type` names JSON (`application/json`, `+json`): the

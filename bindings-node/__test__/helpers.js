@@ -5,6 +5,7 @@ const path = require('node:path')
 const fs = require('node:fs')
 const { spawn } = require('node:child_process')
 const readline = require('node:readline')
+const net = require('node:net')
 
 /** Starts an HTTP server on 127.0.0.1 with `handler(req, res, n)` (n = 1-based request count). */
 async function localServer(handler) {
@@ -83,4 +84,64 @@ async function startFaultServer() {
   }
 }
 
-module.exports = { localServer, startFaultServer, faultServerBin }
+/** A free port of 127.0.0.1 (bound, then released). */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = /** @type {net.AddressInfo} */ (s.address())
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+/** Whether a Redis answers PING on `port` of 127.0.0.1. */
+function pings(port) {
+  return new Promise((resolve) => {
+    const sock = net.connect(port, '127.0.0.1')
+    let got = ''
+    const done = (ok) => {
+      sock.destroy()
+      resolve(ok)
+    }
+    sock.setTimeout(200, () => done(false))
+    sock.once('error', () => done(false))
+    sock.once('connect', () => sock.write('PING\r\n'))
+    sock.on('data', (d) => {
+      got += d
+      if (got.includes('\r\n')) done(got.startsWith('+PONG'))
+    })
+  })
+}
+
+/**
+ * Starts a `redis-server` on 127.0.0.1 (`$RETRYWISE_REDIS_SERVER`, else
+ * `redis-server` on PATH) on `port` or a free one, with no persistence (a
+ * restart is empty); resolves `{ port, url, kill() }`.
+ */
+async function startRedis(port) {
+  if (port === undefined) port = await freePort()
+  const bin = process.env.RETRYWISE_REDIS_SERVER || 'redis-server'
+  const proc = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'ignore', 'inherit'] })
+  let failed = null
+  proc.once('error', (e) => (failed = new Error(`cannot run ${bin} (${e.message}): install Debian's redis-server (scripts/test-all does)`)))
+  proc.once('exit', (code) => (failed = failed || new Error(`${bin} exited with ${code}`)))
+  const exited = new Promise((r) => proc.once('close', r))
+  // Wait for it to listen (startup, not behaviour: no assertion on time).
+  for (let i = 0; !(await pings(port)); i++) {
+    if (failed) throw failed
+    if (i >= 400) throw new Error(`redis-server did not start on port ${port}`)
+    await new Promise((r) => setTimeout(r, 25))
+  }
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    kill: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL')
+      await exited
+    },
+  }
+}
+
+module.exports = { localServer, startFaultServer, faultServerBin, startRedis }

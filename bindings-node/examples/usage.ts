@@ -1,5 +1,6 @@
 // A typed usage example; `npm run typecheck` checks it with tsc --noEmit.
 import { OpenAI } from 'openai'
+import Redis from 'ioredis'
 import {
   Engine,
   StoppedError,
@@ -9,7 +10,9 @@ import {
   paramsDigest,
   deriveIdempotencyKey,
   StreamGate,
+  RedisFleet,
   type Attempt,
+  type FleetStats,
   type Decision,
   type Outcome,
   type RetrywiseEvent,
@@ -100,4 +103,11 @@ async function readStream(res: Response, onBytes: (b: Uint8Array) => void): Prom
   }
   return gate.phase
 }
-void [withRun, explicitLoop, chat, amplification, text, state, items, maybe, readStream]
+// Breakers shared by a fleet through Redis (the README's one line); an ioredis
+// client is what RedisFleet takes.
+function shareState(): FleetStats {
+  const fleet = new RedisFleet(new Engine().fleet({ quorum: 2 }), new Redis('redis://127.0.0.1:6379', { enableOfflineQueue: false, lazyConnect: true })).start()
+  fleet.stop()
+  return fleet.fleet.stats()
+}
+void [withRun, explicitLoop, chat, amplification, text, state, items, maybe, readStream, shareState]

@@ -11,6 +11,7 @@ const { headerPairs } = require('./outcomes.js')
 const { Call } = require('./call.js')
 const { startRun } = require('./run.js')
 const { StreamGate } = require('./stream.js')
+const { Fleet } = require('./fleet.js')
 
 const {
   LEN: SCRATCH_LEN,
@@ -41,6 +42,7 @@ const {
  * @typedef {ReturnType<NativeEngine['fast']>} FastSteps
  * @typedef {Partial<CallSpec>} SpecInput a spec as callers pass it, checked here
  * @typedef {import('../index').Engine} ApiEngine
+ * @typedef {import('../index').FleetConfig} FleetConfig
  */
 
 /**
@@ -645,6 +647,16 @@ class Engine {
   streamGate(contentType) {
     if (contentType !== undefined && contentType !== null && typeof contentType !== 'string') throw new TypeError(`contentType must be a string; got ${describe(contentType)}`)
     return StreamGate._of(this._n.streamGate(contentType))
+  }
+
+  /**
+   * Attaches this engine to a fleet (once): the core plans each sync cycle,
+   * a `RedisFleet` runs it. Breaker state is then shared through the store.
+   * @param {FleetConfig} [config]
+   * @returns {import('../index').Fleet}
+   */
+  fleet(config) {
+    return new Fleet(this._n, config === undefined ? {} : config, () => this._flush())
   }
 
   /**

@@ -29,6 +29,7 @@
 
 mod fast;
 mod finished;
+pub mod fleet;
 mod scratch;
 mod stream;
 pub mod wire;
