@@ -38,8 +38,8 @@ except ImportError as e:  # pragma: no cover - the adapter needs the client
 
 __all__ = ["CLAIM_SCRIPT", "MERGE_SCRIPT", "AsyncRedisFleet", "Fleet", "RedisFleet"]
 
-_MERGE_SHA = hashlib.sha1(MERGE_SCRIPT.encode()).hexdigest()
-_CLAIM_SHA = hashlib.sha1(CLAIM_SCRIPT.encode()).hexdigest()
+_MERGE_SHA = hashlib.sha1(MERGE_SCRIPT.encode(), usedforsecurity=False).hexdigest()
+_CLAIM_SHA = hashlib.sha1(CLAIM_SCRIPT.encode(), usedforsecurity=False).hexdigest()
 
 
 class _Pipeline(Protocol):
