@@ -17,6 +17,7 @@ successful cycle writes everything again.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import hashlib
 import threading
@@ -148,6 +149,8 @@ class RedisFleet(_Cycles):
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="retrywise-fleet", daemon=True)
             self._thread.start()
+            # Out of the native code before the interpreter finalizes.
+            atexit.register(self.stop)
         return self
 
     def stop(self) -> None:
@@ -156,6 +159,7 @@ class RedisFleet(_Cycles):
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            atexit.unregister(self.stop)
         self._client.close()
 
     def _run(self) -> None:
