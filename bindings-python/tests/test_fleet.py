@@ -17,8 +17,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -281,6 +283,60 @@ def test_a_redis_that_stops_answering_fails_the_cycle_at_the_timeout_and_decisio
     assert a.cycle() == QUIET
     assert b.cycle() == report(opened=1)
     assert a.sync.fleet.stats()["failures"] == 1
+
+
+class Proc:
+    """One instance in a process of its own (``tests/fleet_node.py``)."""
+
+    def __init__(self, name: str, quorum: int, server: Redis) -> None:
+        node = Path(__file__).with_name("fleet_node.py")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(node), name, str(quorum), server.url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def ask(self, cmd: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline()
+        assert reply, f"the node exited on {cmd!r}"
+        return reply.rstrip("\n")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+        self.proc.wait()
+
+
+def test_three_processes_share_an_open_and_keep_deciding_with_redis_gone(server: Redis) -> None:
+    nodes = [Proc(name, 1, server) for name in ("a", "b", "c")]
+    try:
+        a, b, c = nodes
+        for n in nodes:
+            assert n.ask("call 200") == "sent"
+            assert n.ask("sync") == ""
+        for _ in range(3):
+            assert a.ask("call 503") == "sent"
+        assert a.ask("state") == "open"
+        # Within the staleness bound: a writes at its next cycle, b and c read at theirs.
+        for n in nodes:
+            assert n.ask("advance 250") == "ok"
+        assert a.ask("sync") == ""
+        assert (b.ask("sync"), c.ask("sync")) == ("opened=1", "opened=1")
+        assert (b.ask("call 200"), c.ask("call 200")) == ("breaker_open", "breaker_open")
+        server.kill()
+        for n in nodes:
+            assert n.ask("sync") == "error ConnectionError"
+            assert n.ask("call 200") == "breaker_open"
+            assert n.ask("state") == "open"
+    finally:
+        for n in nodes:
+            n.close()
 
 
 def eventually(what: str, done: Callable[[], bool]) -> None:
