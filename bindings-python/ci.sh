@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI for the Python binding, on a machine with only python3 (>= 3.10) + pip and cargo:
-#   1. a virtualenv with maturin, pytest, pytest-asyncio, httpx, openai, anthropic
-#      (+ ruff, mypy and the benchmark's peers),
+#   1. a virtualenv with maturin, pytest, pytest-asyncio, httpx, openai, anthropic,
+#      redis (the fleet adapter's client) (+ ruff, mypy and the benchmark's peers),
 #   2. `pip install ./bindings-python` (maturin builds the abi3 extension from crates.io),
 #   3. the fault-injection server (`cargo build -p retrywise-fault-server`),
 #   4. lint (ruff, mypy, stubtest), the pytest suite, and a quick benchmark smoke run.
@@ -11,6 +11,8 @@
 #   RETRYWISE_PY_VENV   virtualenv to create/reuse (default: bindings-python/.venv)
 #   RETRYWISE_PY_LINT   0 to skip ruff / mypy / stubtest (default 1)
 #   RETRYWISE_PY_BENCH  0 to skip the benchmark smoke run (default 1)
+#   RETRYWISE_REQUIRE_REDIS  1: the fleet tests fail, not skip, without redis-server
+#                       (scripts/test-all sets it and installs redis-server)
 #   PYTHON              interpreter for the virtualenv (default python3)
 #   extra arguments are passed to pytest.
 set -euo pipefail
@@ -36,7 +38,7 @@ PY="$VENV/bin/python"
 export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
 "$PY" -m pip install --quiet --upgrade pip
 "$PY" -m pip install --quiet \
-    "maturin>=1.5,<2" pytest pytest-asyncio httpx openai anthropic \
+    "maturin>=1.5,<2" pytest pytest-asyncio httpx openai anthropic redis \
     ruff mypy tenacity stamina backoff pybreaker
 "$PY" --version
 

@@ -31,6 +31,7 @@
 //! running while it does.
 
 mod convert;
+mod fleet;
 mod wire;
 
 use convert::{
@@ -455,6 +456,14 @@ impl PyEngine {
         Ok(wire::PyStreamGate {
             gate: if end_at_error { gate.end_at_error() } else { gate },
         })
+    }
+
+    /// Attaches this engine to a fleet (`instance`, `namespace`, `quorum`,
+    /// `quorum_window_ms`, `interval_ms`, `timeout_ms`, `probe_lease_ms`;
+    /// see `retrywise.fleet`). At most one fleet per engine.
+    #[pyo3(signature = (**config))]
+    fn fleet(&self, py: Python<'_>, config: Option<&Bound<'_, PyDict>>) -> PyResult<fleet::PyFleet> {
+        fleet::attach(py, &self.engine, config)
     }
 
     /// A snapshot of every counter (logical vs physical, stops by reason, per upstream/tenant/version).
@@ -1362,6 +1371,7 @@ fn _retrywise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDecision>()?;
     m.add_class::<PyHedgePlan>()?;
     wire::register(m)?;
+    fleet::register(m)?;
     m.add_function(wrap_pyfunction!(params_digest, m)?)?;
     m.add_function(wrap_pyfunction!(derive_idempotency_key, m)?)?;
     m.add_function(wrap_pyfunction!(vendor_code_from_body, m)?)?;

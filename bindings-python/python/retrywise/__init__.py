@@ -17,6 +17,7 @@ sleeping, asyncio, exceptions, context propagation and httpx transports.
 
 or simply ``engine.run(fn, route=...)`` / ``await engine.run_async(fn, route=...)``,
 or ``retrywise.httpx.RetryTransport`` under the openai / anthropic SDKs.
+Breakers and cooldowns are shared across processes by ``retrywise.fleet`` (Redis).
 """
 
 from ._engine import Engine, current_attempt
@@ -34,6 +35,7 @@ from ._retrywise import (
     Attempt,
     Call,
     Decision,
+    Fleet,
     HedgePlan,
     Reach,
     Splicer,
@@ -57,6 +59,7 @@ __all__ = [
     "Call",
     "Decision",
     "Engine",
+    "Fleet",
     "HedgePlan",
     "InternalError",
     "NotYet",

@@ -1,6 +1,6 @@
 """Type stubs for the native module ``retrywise._retrywise`` (PyO3)."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from os import PathLike
 from typing import Any, Literal, final
@@ -15,6 +15,8 @@ from .types import (
     Effect,
     ErrorClassName,
     ErrorKind,
+    FleetConfig,
+    FleetStats,
     HeadersLike,
     Idempotency,
     Mode,
@@ -22,15 +24,20 @@ from .types import (
     OnFailureName,
     Phase,
     PolicyLike,
+    SyncPlan,
+    SyncReport,
     TimerName,
     WaitSourceName,
 )
 
 __all__ = [
+    "CLAIM_SCRIPT",
+    "MERGE_SCRIPT",
     "Attempt",
     "Call",
     "Decision",
     "Engine",
+    "Fleet",
     "HedgePlan",
     "Reach",
     "Splicer",
@@ -51,6 +58,13 @@ __all__ = [
 ]
 
 __version__: str
+
+#: Merges one instance's record into a scope's hash (``KEYS[1]``; ``ARGV``: instance,
+#: record, TTL in ms): the later record wins, the key lives as long as its latest.
+MERGE_SCRIPT: str
+#: Claims a scope's probe lease (``SET NX PX``, a lease past its stated end counts as
+#: absent); returns nil when the claim took it, else the holder's value.
+CLAIM_SCRIPT: str
 
 #: The attempt in progress in this context (set by ``run``, ``run_async`` and the
 #: httpx transports); ``begin`` nests a call begun while it is set.
@@ -320,6 +334,31 @@ class Call:
     @property
     def final_decision(self) -> Decision | None: ...
 
+@final
+class Fleet:
+    """An engine's attachment to a fleet (``engine.fleet(...)``): the core plans each
+    sync cycle and merges its answers; ``retrywise.fleet`` runs the Redis commands."""
+
+    def plan(self) -> SyncPlan:
+        """The next cycle's commands; a plan not yet answered is abandoned."""
+    def complete(
+        self,
+        id: int,
+        reads: Iterable[Mapping[str, str] | Mapping[bytes, bytes] | None],
+        claims: Iterable[str | bytes | None],
+    ) -> SyncReport:
+        """Takes plan ``id``'s answers (``HGETALL`` per read, the claim script's per claim)."""
+    def failed(self, id: int, error: object) -> None:
+        """Cycle ``id`` failed: decisions stay local; counted, evented, written again next time."""
+    def healthy(self) -> bool:
+        """True while the last cycle succeeded."""
+    def stats(self) -> FleetStats: ...
+    @property
+    def config(self) -> FleetConfig: ...
+    @property
+    def staleness_bound_ms(self) -> int:
+        """Longest a change on one instance takes to reach another while the store is up."""
+
 @disjoint_base
 class Engine:
     """The shared retry owner (subclassed by ``retrywise.Engine``)."""
@@ -352,6 +391,18 @@ class Engine:
         """How to reach ``upstream`` (from the policy catalog)."""
     def stream_gate(self, content_type: str | None = None, *, end_at_error: bool = False) -> StreamGate:
         """A stream gate reading malformed events as the policy says (``streams.malformed_event``)."""
+    def fleet(
+        self,
+        *,
+        instance: str | None = None,
+        namespace: str | None = None,
+        quorum: int | None = None,
+        quorum_window_ms: int | None = None,
+        interval_ms: int | None = None,
+        timeout_ms: int | None = None,
+        probe_lease_ms: int | None = None,
+    ) -> Fleet:
+        """Attaches this engine to a fleet (at most once); see ``retrywise.fleet``."""
     def stats(self) -> dict[str, Any]: ...
     def prometheus(self) -> str: ...
     def on_event(self, callback: Callable[[dict[str, Any]], object]) -> int: ...

@@ -72,6 +72,54 @@ class Mode(TypedDict):
     hedging: bool
 
 
+class FleetConfig(TypedDict):
+    """How an instance takes part in a fleet (``Fleet.config``; ``engine.fleet(**config)``
+    takes any of these keys)."""
+
+    instance: str
+    namespace: str
+    quorum: int
+    quorum_window_ms: int
+    interval_ms: int
+    timeout_ms: int
+    probe_lease_ms: int
+
+
+class SyncPlan(TypedDict):
+    """One sync cycle's commands (``Fleet.plan``): each write is ``EVALSHA`` of the
+    merge script with ``(key, field, value, ttl_ms)``, each read an ``HGETALL``,
+    each claim the claim script with ``(key, value, now_ms, ttl_ms)``."""
+
+    id: int
+    writes: list[tuple[str, str, str, int]]
+    reads: list[str]
+    claims: list[tuple[str, str, int, int]]
+
+
+class SyncReport(TypedDict):
+    """What one completed cycle changed locally (``Fleet.complete``)."""
+
+    opened: int
+    extended: int
+    recovered: int
+    leases_won: int
+    leases_lost: int
+    limits: int
+
+
+class FleetStats(SyncReport):
+    """A fleet attachment's counters (``Fleet.stats``): every completed cycle's
+    report summed, and the cycles' own."""
+
+    instance: str
+    healthy: bool
+    cycles: int
+    failures: int
+    consecutive_failures: int
+    last_sync_ms: int
+    writes: int
+
+
 __all__ = [
     "ActionName",
     "ApiName",
@@ -80,6 +128,8 @@ __all__ = [
     "Effect",
     "ErrorClassName",
     "ErrorKind",
+    "FleetConfig",
+    "FleetStats",
     "HeadersLike",
     "Idempotency",
     "Mode",
@@ -87,6 +137,8 @@ __all__ = [
     "OnFailureName",
     "Phase",
     "PolicyLike",
+    "SyncPlan",
+    "SyncReport",
     "TimerName",
     "WaitSourceName",
 ]
