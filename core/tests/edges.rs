@@ -384,8 +384,42 @@ fn a_pure_backup_upstream_gets_the_primarys_budget() {
         }
         clock.advance_ms(1);
     }
-    // 10 % of the 1 000 requests a counted, plus the floor of 1/s over 10 s.
-    assert_eq!((fallbacks, refused), (110, 890));
+    // 10 % of the 1 000 requests a counted, plus the floor of 1/s over 10 s;
+    // once a's budget is spent, b's own floor (1/s over 10 s) takes 10 more.
+    assert_eq!((fallbacks, refused), (120, 880));
+}
+
+/// A retry the origin's budget refuses does not end a call that has a
+/// healthy backup: it moves there, on the backup's own budget.
+#[test]
+fn a_refused_retry_on_the_failing_upstream_moves_to_the_backup() {
+    let (e, clock) = engine(&format!(
+        "{TWO}max_attempts: 2\nbreaker: {{enabled: false}}\nbackoff: {{base_ms: 0, cap_ms: 0}}\nroutes:\n  r: {{candidates: [a, b], attempts_per_upstream: 2}}\n"
+    ));
+    let (mut retries, mut fallbacks, mut stops) = (0, 0, 0);
+    for i in 0..1000 {
+        let mut c = e.begin(CallSpec::new("r"));
+        assert_eq!(&*c.next_attempt().unwrap().upstream, "a");
+        let d = c.report(&Outcome::status(503));
+        match (d.action, d.upstream.as_deref(), d.reason) {
+            (Action::Retry, Some("a"), _) => retries += 1,
+            (Action::Fallback, Some("b"), _) => {
+                assert_eq!(d.delay, Duration::ZERO);
+                fallbacks += 1;
+            }
+            (Action::Stop, _, Reason::BudgetExhausted) => {
+                // Only once b has nothing to spare either.
+                assert_eq!(fallbacks, 10, "call {i}: stopped with b's budget unspent");
+                stops += 1;
+            }
+            other => panic!("call {i}: unexpected {other:?}"),
+        }
+        clock.advance_ms(1);
+    }
+    // a's budget: 10 % of 1 000 requests plus its floor (1/s over 10 s);
+    // b's own floor (1/s over 10 s) takes the first 10 a refuses.
+    assert_eq!((retries, fallbacks, stops), (110, 10, 880));
+    assert_eq!(e.stats().overall.budget_refusals, 890);
 }
 
 // ---------------------------------------------------------------------------

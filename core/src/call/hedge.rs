@@ -64,6 +64,7 @@ impl Call {
         let target_up = self.thread_up(&target, now_ms);
         let origin = self.budget_origin();
         let Ok(held) = self.withdraw_budget(&origin, Some(&self.tu), now_ms) else {
+            self.count(Ctr::BudgetRefusals);
             return HedgePlan::No(Reason::BudgetExhausted);
         };
         let saved_target_attempts = self.target_attempts;

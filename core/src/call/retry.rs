@@ -90,7 +90,6 @@ impl Call {
                 for h in &granted {
                     h.value.refund(&params, now_ms);
                 }
-                self.count(Ctr::BudgetRefusals);
                 return Err((r, display_key(&cell.key).to_string()));
             }
             granted.push(cell);
@@ -365,6 +364,7 @@ impl Failed for Failing<'_> {
             Ok(held) => return Ok(held),
             Err(refusal) => refusal,
         };
+        c.count(Ctr::BudgetRefusals);
         let reason = match r {
             Refusal::Exhausted => Reason::BudgetExhausted,
             Refusal::Concurrency => Reason::RetryConcurrency,
@@ -381,6 +381,11 @@ impl Failed for Failing<'_> {
             });
         }
         Err(Halt::stop(reason, Some(detail)))
+    }
+
+    fn withdraw_spare(&mut self, upstream: &SmolStr) -> Option<BudgetHold> {
+        let c = &*self.call;
+        c.withdraw_budget(upstream, Some(&c.tu), self.now.ms()).ok()
     }
 
     fn refund(&mut self, upstream: &SmolStr, grant: &BudgetHold) {

@@ -33,16 +33,57 @@ pub(crate) fn after_failure<C: Failed>(c: &mut C, f: &Failure) -> Result<Plan<C:
     attempts(c)?; // max_attempts counts every attempt, the first included
     let room = deadline::room(c.remaining(), c.min_attempt())?; // time for one more attempt
     let hint = wait::hinted(f.hint, c.waits().0); // the server's wait, capped; absurd = a year
-    let to = route::next(c, f, wait::too_long(hint, room, c.waits().0))?; // the same upstream, or the next eligible fallback
-    let origin = c.origin();
-    let grant = c.withdraw(&origin)?; // a retry from every budget scope the request started in
+    let stay_blocked = wait::too_long(hint, room, c.waits().0);
+    let to = route::next(c, f, stay_blocked)?; // the same upstream, or the next eligible fallback
+    let (to, drawn, grant) = budget(c, f, to, stay_blocked)?; // the origin's budget, else a fallback's own
     match wait::plan(c, hint, &to, room, f.at_once) {
         // A retry: Retry-After or jitter, within the deadline; a fallback: now
         Ok(wait) => Ok(Plan { to, grant, wait }),
         Err(halt) => {
-            c.refund(&origin, &grant);
+            c.refund(&drawn, &grant);
             Err(halt)
         }
+    }
+}
+
+/// Budget: a retry from every budget scope the request started in. When
+/// those refuse, the failing upstream has had its share of retries, but
+/// another upstream is not the one failing: the call moves to the route's
+/// next eligible candidate if that upstream's own budget has a retry to
+/// spare (a healthy backup serves the outage instead of the caller seeing
+/// the primary's error), and stops `budget_exhausted` otherwise.
+fn budget<C: Failed>(
+    c: &mut C,
+    f: &Failure,
+    to: Target,
+    stay_blocked: bool,
+) -> Result<(Target, SmolStr, C::Grant), Halt> {
+    let origin = c.origin();
+    let refused = match c.withdraw(&origin) {
+        Ok(grant) => return Ok((to, origin, grant)),
+        Err(halt) => halt,
+    };
+    let to = if to.fallback {
+        to
+    } else {
+        let switch = Failure {
+            prefer_switch: true,
+            ..*f
+        };
+        match route::next(c, &switch, stay_blocked) {
+            Ok(t) if t.fallback => t,
+            _ => return Err(refused),
+        }
+    };
+    if to.upstream == origin {
+        return Err(refused);
+    }
+    match c.withdraw_spare(&to.upstream) {
+        Some(grant) => {
+            let drawn = to.upstream.clone();
+            Ok((to, drawn, grant))
+        }
+        None => Err(refused),
     }
 }
 
@@ -173,6 +214,9 @@ pub(crate) trait Failed {
     fn candidates(&self, tried: &[&str], larger_than: Option<u64>) -> MatchResult;
     /// A retry from every budget scope of `upstream`, or the stop a refusal means.
     fn withdraw(&mut self, upstream: &SmolStr) -> Result<Self::Grant, Halt>;
+    /// A retry from every budget scope of `upstream` when they have one to
+    /// spare; a refusal here is not counted (the stop, if any, is another's).
+    fn withdraw_spare(&mut self, upstream: &SmolStr) -> Option<Self::Grant>;
     /// Gives back a grant that will not be used.
     fn refund(&mut self, upstream: &SmolStr, grant: &Self::Grant);
     /// The policy's Retry-After and backoff sections.

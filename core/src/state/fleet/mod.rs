@@ -319,15 +319,21 @@ impl Fleet {
             instance: cfg.instance.clone(),
             ..FleetStats::default()
         };
-        // The engine's own rate-limit table (what its calls pace on) is shared from the start.
-        let own = shared.ratelimits.clone();
-        own.fleet_attach();
+        // The engine's own rate-limit table (what its calls pace on) is
+        // shared from the start when the policy paces; otherwise nothing
+        // reads it and the fleet leaves it out of every cycle.
+        let mut tables = Vec::new();
+        if version().policy.rate_limits.enabled {
+            let own = shared.ratelimits.clone();
+            own.fleet_attach();
+            tables.push(own);
+        }
         Ok(Fleet {
             cfg,
             shared,
             version,
             outbox,
-            tables: Mutex::new(vec![own]),
+            tables: Mutex::new(tables),
             state: Mutex::new(SyncState {
                 stats,
                 ..SyncState::default()
@@ -342,7 +348,8 @@ impl Fleet {
     }
 
     /// Shares another rate-limit table's cooldowns and readings too (the
-    /// engine's own, which its calls pace on, is shared already). The
+    /// engine's own, which its calls pace on, is shared already when the
+    /// policy at attach time has `rate_limits.enabled`). The
     /// table's time must be the engine clock's (`Engine::now`, in ns).
     pub fn attach_rate_limits(&self, table: Arc<RateLimits>) {
         table.fleet_attach();
