@@ -228,3 +228,35 @@ test('engine.run: each attempt says where to send it (attempt.reach): the primar
   ])
   assert.deepEqual((await ctx.fs.counts()).by_model, { 'fb-503': 2, 'fb-ok': 1 })
 })
+
+test('a flapping primary (fb-flap, down 1.5 s), a request every 250 ms: each answered (by the backup in the outage), then the primary again soon after it recovers', async () => {
+  await ctx.fs.reset()
+  const model = 'fb-flap:down=1500'
+  const p = policy(model)
+  // Four requests a second: a breaker that judges on 4 calls (not 20) opens within the outage.
+  p.breaker = { min_calls: 4, window_size: 10 }
+  const engine = new Engine(p, { seed: 25 })
+  const client = new OpenAI({ apiKey: 'sk-client', baseURL: `http://127.0.0.1:${ctx.closed}/v1`, maxRetries: 0, fetch: wrapFetch(engine, fetch, { deadlineMs: 3000 }) })
+  const served = []
+  const t0 = performance.now()
+  while (performance.now() - t0 < 4000) {
+    const r = await client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] })
+    assert.equal(r.choices[0].message.content, ANSWER(r.model))
+    served.push(r.model)
+    await new Promise((resolve) => setTimeout(resolve, 250))
+  }
+  const rows = await ctx.fs.requests()
+  const upAt = rows[0].at_ms + 1500 // the server's clock: the outage ends here
+  const primaryAnswers = rows.filter((x) => x.model === model && x.status === 200)
+  assert.ok(
+    primaryAnswers.every((x) => x.at_ms >= upAt),
+    JSON.stringify(primaryAnswers.map((x) => x.at_ms - upAt)),
+  )
+  assert.deepEqual(served.slice(0, 2), ['fb-ok', 'fb-ok'])
+  assert.equal(served.at(-1), model)
+  // Back on the primary within the breaker's second open period (1 s x 1.5,
+  // +10 % jitter) and one request interval of recovering.
+  assert.ok(primaryAnswers.length > 0 && primaryAnswers[0].at_ms - upAt < 2000, JSON.stringify(rows.map((x) => [x.model, x.status, Math.round(x.at_ms - upAt)])))
+  assert.deepEqual(engine.stats().stops, {})
+  assert.equal(engine.stats().successes, served.length)
+})
