@@ -2,7 +2,8 @@
 # Node binding CI: install, build from source, build the fault server, type-check
 # the typed example and the JS layer (index.js, lib/) against index.d.ts, run the
 # node:test suite (API, errors, nesting, panic hook, scratch buffer, fetch
-# wrapper, openai end to end) and install the package into a scratch project.
+# wrapper, openai and anthropic SDKs end to end) and install the package into
+# a scratch project.
 # Needs node >= 20, npm and cargo. Exits non-zero on any failure.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

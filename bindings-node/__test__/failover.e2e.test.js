@@ -9,24 +9,14 @@ const test = require('node:test')
 const assert = require('node:assert/strict')
 const { OpenAI } = require('openai')
 const { Engine, wrapFetch, PolicyError, StoppedError } = require('..')
-const { startFaultServer } = require('./helpers.js')
+const { useFaultServer, runReadmeExample } = require('./helpers.js')
 
-let fs
-let closed
-test.before(async () => {
-  fs = await startFaultServer()
-  closed = await fs.closedPort()
-  process.env.RW_TEST_PRIMARY_KEY = 'sk-primary'
-  process.env.RW_TEST_BACKUP_KEY = 'sk-backup'
-})
-test.after(async () => {
-  if (fs) await fs.stop()
-})
+const ctx = useFaultServer(test, { RW_TEST_PRIMARY_KEY: 'sk-primary', RW_TEST_BACKUP_KEY: 'sk-backup' })
 
 const ANSWER = (model) => `answer from ${model}: w1 w2 w3 w4 w5 w6`
 
 function policy(primaryModel) {
-  const base = `${fs.base}/v1`
+  const base = `${ctx.fs.base}/v1`
   return {
     max_attempts: 3,
     backoff: { base_ms: 10, cap_ms: 40 },
@@ -42,7 +32,7 @@ function policy(primaryModel) {
 
 /** One chat completion for `model` through a client whose own base URL refuses connections. */
 async function run(primaryModel, { model = 'gpt-4o', deadlineMs = 3000, stream = false } = {}) {
-  await fs.reset()
+  await ctx.fs.reset()
   const engine = new Engine(policy(primaryModel), { seed: 25 })
   // What each attempt was sent with: its URL and its key.
   const sent = []
@@ -50,7 +40,7 @@ async function run(primaryModel, { model = 'gpt-4o', deadlineMs = 3000, stream =
     sent.push([String(url), new Headers(init.headers).get('authorization')])
     return fetch(url, init)
   }
-  const client = new OpenAI({ apiKey: 'sk-client', baseURL: `http://127.0.0.1:${closed}/v1`, maxRetries: 0, fetch: wrapFetch(engine, spy, { deadlineMs }) })
+  const client = new OpenAI({ apiKey: 'sk-client', baseURL: `http://127.0.0.1:${ctx.closed}/v1`, maxRetries: 0, fetch: wrapFetch(engine, spy, { deadlineMs }) })
   const t0 = performance.now()
   let value = null
   let error = null
@@ -63,7 +53,7 @@ async function run(primaryModel, { model = 'gpt-4o', deadlineMs = 3000, stream =
     error = err
   }
   const elapsedMs = performance.now() - t0
-  const counts = (await fs.counts()).by_model
+  const counts = (await ctx.fs.counts()).by_model
   return { value, error, text, elapsedMs, counts, sent, stats: engine.stats() }
 }
 
@@ -75,7 +65,7 @@ test('a persistent 503 on the primary: its attempts per upstream, then the backu
   assert.equal(r.value.choices[0].message.content, ANSWER('fb-ok'))
   assert.ok(r.value.usage.completion_tokens > 0)
   assert.ok(r.elapsedMs < 3000, `${r.elapsedMs} ms`)
-  const url = `${fs.base}/v1/chat/completions`
+  const url = `${ctx.fs.base}/v1/chat/completions`
   assert.deepEqual(r.sent, [
     [url, 'Bearer sk-primary'],
     [url, 'Bearer sk-primary'],
@@ -97,7 +87,7 @@ test('a healthy primary answers itself: one attempt, with its own key', async ()
   assert.equal(r.error, null)
   assert.deepEqual(r.counts, { 'fb-ok:words=3': 1 })
   assert.equal(r.value.choices[0].message.content, 'answer from fb-ok:words=3: w1 w2 w3')
-  assert.deepEqual(r.sent, [[`${fs.base}/v1/chat/completions`, 'Bearer sk-primary']])
+  assert.deepEqual(r.sent, [[`${ctx.fs.base}/v1/chat/completions`, 'Bearer sk-primary']])
 })
 
 test('an unknown request model rejects with a PolicyError naming it, before any request', async () => {
@@ -142,41 +132,20 @@ for (const [fault, { stream = false, counts, text, error, stops, maxMs }] of Obj
 }
 
 test("the README's fallback example runs as written, pointed at the fault server (primary: a persistent 503, backup: fb-ok)", async () => {
-  const nodeFs = require('node:fs')
-  const path = require('node:path')
-  const os = require('node:os')
-  const { execFile } = require('node:child_process')
-  const readme = nodeFs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8')
-  const m = /### Fallback across upstreams[\s\S]*?```js\n([\s\S]*?)```/.exec(readme)
-  assert.ok(m, 'README.md has the fallback example')
-  let src = m[1]
-  for (const [from, to] of [
-    ['https://api.openai.com/v1', `${fs.base}/v1`],
-    ['https://api.deepseek.com/v1', `${fs.base}/v1`],
-    ["model: 'gpt-4o', api", "model: 'fb-503', api"],
-    ["model: 'deepseek-chat'", "model: 'fb-ok'"],
-  ]) {
-    assert.ok(src.includes(from), from)
-    src = src.replace(from, to)
-  }
-  // A project with retrywise (this package) and openai installed.
-  const dir = nodeFs.mkdtempSync(path.join(os.tmpdir(), 'rw-readme-'))
-  try {
-    nodeFs.mkdirSync(path.join(dir, 'node_modules'))
-    nodeFs.symlinkSync(path.join(__dirname, '..'), path.join(dir, 'node_modules', 'retrywise'))
-    nodeFs.symlinkSync(path.join(__dirname, '..', 'node_modules', 'openai'), path.join(dir, 'node_modules', 'openai'))
-    nodeFs.writeFileSync(path.join(dir, 'example.js'), src)
-    await fs.reset()
-    const out = await new Promise((resolve, reject) =>
-      execFile(process.execPath, ['example.js'], { cwd: dir, env: { ...process.env, OPENAI_API_KEY: 'sk-a', DEEPSEEK_API_KEY: 'sk-b' } }, (err, stdout, stderr) =>
-        err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout),
-      ),
-    )
-    assert.equal(out, `fb-ok ${ANSWER('fb-ok')}\n`)
-    assert.deepEqual((await fs.counts()).by_model, { 'fb-503': 2, 'fb-ok': 1 })
-  } finally {
-    nodeFs.rmSync(dir, { recursive: true, force: true })
-  }
+  await ctx.fs.reset()
+  const out = await runReadmeExample(
+    '### Fallback across upstreams',
+    [
+      ['https://api.openai.com/v1', `${ctx.fs.base}/v1`],
+      ['https://api.deepseek.com/v1', `${ctx.fs.base}/v1`],
+      ["model: 'gpt-4o', api", "model: 'fb-503', api"],
+      ["model: 'deepseek-chat'", "model: 'fb-ok'"],
+    ],
+    ['openai'],
+    { OPENAI_API_KEY: 'sk-a', DEEPSEEK_API_KEY: 'sk-b' },
+  )
+  assert.equal(out, `fb-ok ${ANSWER('fb-ok')}\n`)
+  assert.deepEqual((await ctx.fs.counts()).by_model, { 'fb-503': 2, 'fb-ok': 1 })
 })
 
 // stream_recovery: continue — a stream cut (or stalled) after visible text is
@@ -185,8 +154,8 @@ test("the README's fallback example runs as written, pointed at the fault server
 // refused) with an instruction quoting what was delivered; the caller reads
 // the primary's whole answer once, no gap, no duplicate.
 async function runContinue(primaryModel, backupModel, backupCaps) {
-  await fs.reset()
-  const base = `${fs.base}/v1`
+  await ctx.fs.reset()
+  const base = `${ctx.fs.base}/v1`
   const engine = new Engine(
     {
       max_attempts: 4,
@@ -201,7 +170,7 @@ async function runContinue(primaryModel, backupModel, backupCaps) {
     },
     { seed: 25 },
   )
-  const client = new OpenAI({ apiKey: 'sk-client', baseURL: `http://127.0.0.1:${closed}/v1`, maxRetries: 0, fetch: wrapFetch(engine, fetch, { deadlineMs: 4000 }) })
+  const client = new OpenAI({ apiKey: 'sk-client', baseURL: `http://127.0.0.1:${ctx.closed}/v1`, maxRetries: 0, fetch: wrapFetch(engine, fetch, { deadlineMs: 4000 }) })
   const t0 = performance.now()
   let text = ''
   let error = null
@@ -212,7 +181,7 @@ async function runContinue(primaryModel, backupModel, backupCaps) {
     error = err
   }
   const elapsedMs = performance.now() - t0
-  const rows = await fs.requests()
+  const rows = await ctx.fs.requests()
   return { text, error, elapsedMs, rows, stats: engine.stats() }
 }
 
@@ -238,7 +207,7 @@ for (const [primary, backup, caps, via] of [
 }
 
 test('engine.run: each attempt says where to send it (attempt.reach): the primary, then the backup after its 503s', async () => {
-  await fs.reset()
+  await ctx.fs.reset()
   const engine = new Engine(policy('fb-503'), { seed: 25 })
   const seen = []
   const text = await engine.run(
@@ -257,5 +226,37 @@ test('engine.run: each attempt says where to send it (attempt.reach): the primar
     ['primary', 'fb-503', 'sk-primary'],
     ['backup', 'fb-ok', 'sk-backup'],
   ])
-  assert.deepEqual((await fs.counts()).by_model, { 'fb-503': 2, 'fb-ok': 1 })
+  assert.deepEqual((await ctx.fs.counts()).by_model, { 'fb-503': 2, 'fb-ok': 1 })
+})
+
+test('a flapping primary (fb-flap, down 1.5 s), a request every 250 ms: each answered (by the backup in the outage), then the primary again soon after it recovers', async () => {
+  await ctx.fs.reset()
+  const model = 'fb-flap:down=1500'
+  const p = policy(model)
+  // Four requests a second: a breaker that judges on 4 calls (not 20) opens within the outage.
+  p.breaker = { min_calls: 4, window_size: 10 }
+  const engine = new Engine(p, { seed: 25 })
+  const client = new OpenAI({ apiKey: 'sk-client', baseURL: `http://127.0.0.1:${ctx.closed}/v1`, maxRetries: 0, fetch: wrapFetch(engine, fetch, { deadlineMs: 3000 }) })
+  const served = []
+  const t0 = performance.now()
+  while (performance.now() - t0 < 4000) {
+    const r = await client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] })
+    assert.equal(r.choices[0].message.content, ANSWER(r.model))
+    served.push(r.model)
+    await new Promise((resolve) => setTimeout(resolve, 250))
+  }
+  const rows = await ctx.fs.requests()
+  const upAt = rows[0].at_ms + 1500 // the server's clock: the outage ends here
+  const primaryAnswers = rows.filter((x) => x.model === model && x.status === 200)
+  assert.ok(
+    primaryAnswers.every((x) => x.at_ms >= upAt),
+    JSON.stringify(primaryAnswers.map((x) => x.at_ms - upAt)),
+  )
+  assert.deepEqual(served.slice(0, 2), ['fb-ok', 'fb-ok'])
+  assert.equal(served.at(-1), model)
+  // Back on the primary within the breaker's second open period (1 s x 1.5,
+  // +10 % jitter) and one request interval of recovering.
+  assert.ok(primaryAnswers.length > 0 && primaryAnswers[0].at_ms - upAt < 2000, JSON.stringify(rows.map((x) => [x.model, x.status, Math.round(x.at_ms - upAt)])))
+  assert.deepEqual(engine.stats().stops, {})
+  assert.equal(engine.stats().successes, served.length)
 })

@@ -6,6 +6,8 @@ const fs = require('node:fs')
 const { spawn } = require('node:child_process')
 const readline = require('node:readline')
 const net = require('node:net')
+const os = require('node:os')
+const { execFile } = require('node:child_process')
 
 /** Starts an HTTP server on 127.0.0.1 with `handler(req, res, n)` (n = 1-based request count). */
 async function localServer(handler) {
@@ -144,4 +146,68 @@ async function startRedis(port) {
   }
 }
 
-module.exports = { localServer, startFaultServer, faultServerBin, startRedis }
+/**
+ * The fault server for one test file: started before its tests (with `env`
+ * set, the keys the policies name) and stopped after them. Returns
+ * `{ fs, closed }`, filled in by the time the tests run (`closed`: a port
+ * that refuses connections, for a client whose own base URL must never be used).
+ * @param {typeof import('node:test')} test
+ * @param {Record<string, string>} env
+ */
+function useFaultServer(test, env) {
+  const ctx = { fs: null, closed: 0 }
+  test.before(async () => {
+    ctx.fs = await startFaultServer()
+    ctx.closed = await ctx.fs.closedPort()
+    Object.assign(process.env, env)
+  })
+  test.after(async () => {
+    if (ctx.fs) await ctx.fs.stop()
+  })
+  return ctx
+}
+
+/**
+ * Runs the first ```js block after `heading` in this package's README.md as
+ * written, but for `replacements` ([from, to], each must occur), as the
+ * script of a project of its own with retrywise (this package) and `deps`
+ * (from this package's node_modules) installed; resolves its stdout.
+ * @param {string} heading
+ * @param {[string, string][]} replacements
+ * @param {string[]} deps
+ * @param {Record<string, string>} env
+ * @returns {Promise<string>}
+ */
+async function runReadmeExample(heading, replacements, deps, env) {
+  const here = path.join(__dirname, '..')
+  const readme = fs.readFileSync(path.join(here, 'README.md'), 'utf8')
+  const start = readme.indexOf(heading)
+  if (start < 0) throw new Error(`README.md has no ${heading}`)
+  const m = /```js\n([\s\S]*?)```/.exec(readme.slice(start))
+  if (!m) throw new Error(`README.md has no js block after ${heading}`)
+  let src = m[1]
+  for (const [from, to] of replacements) {
+    if (!src.includes(from)) throw new Error(`the example under ${heading} no longer says ${from}`)
+    src = src.replace(from, to)
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rw-readme-'))
+  try {
+    const modules = path.join(dir, 'node_modules')
+    fs.mkdirSync(modules)
+    fs.symlinkSync(here, path.join(modules, 'retrywise'))
+    for (const d of deps) {
+      fs.mkdirSync(path.dirname(path.join(modules, d)), { recursive: true })
+      fs.symlinkSync(path.join(here, 'node_modules', d), path.join(modules, d))
+    }
+    fs.writeFileSync(path.join(dir, 'example.js'), src)
+    return await new Promise((resolve, reject) =>
+      execFile(process.execPath, ['example.js'], { cwd: dir, env: { ...process.env, ...env } }, (err, stdout, stderr) =>
+        err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout),
+      ),
+    )
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+module.exports = { localServer, startFaultServer, faultServerBin, startRedis, useFaultServer, runReadmeExample }

@@ -298,3 +298,29 @@ test('wrapFetch: a stream that opens and then only pings is ended at its first-t
     await srv.close()
   }
 })
+
+test('wrapFetch: an SSE error event after output, on a route that continues, is dropped and the answer continued by the fallback in the same stream', async () => {
+  const errEvent = 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}\n\n'
+  const srv = await localServer((req, res, n) => {
+    res.writeHead(200, SSE)
+    if (n > 1) return res.end(chunk('b') + DONE)
+    // The text and the error event in two writes: the caller was delivered the text first.
+    res.write(chunk('a'))
+    setTimeout(() => res.end(errEvent), 50)
+  })
+  try {
+    const e = new Engine({ backoff: { base_ms: 0, cap_ms: 0 }, ...CONTINUE }, { seed: 5 })
+    const f = wrapFetch(e, fetch, { route: 'r', deadlineMs: 5000 })
+    const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] })
+    const r = await f(srv.url + '/v1/chat/completions', { method: 'POST', body })
+    assert.equal(await r.text(), chunk('a') + chunk('b') + DONE)
+    assert.equal(srv.seen.length, 2)
+    // The fallback (it declares assistant_prefill) was asked to go on after what was delivered.
+    assert.deepEqual(JSON.parse(srv.seen[1].body).messages.at(-1), { role: 'assistant', content: 'a' })
+    assert.deepEqual(e.stats().stops, {})
+    assert.equal(e.stats().successes, 1)
+    assert.equal(e.liveCalls, 0)
+  } finally {
+    await srv.close()
+  }
+})

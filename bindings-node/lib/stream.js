@@ -375,7 +375,9 @@ function wrapBody(self, first) {
               pendingFail = { err, outcome }
               return
             }
-            // After output a provider's error event goes on to the SDK, which raises it as its own error.
+            // After output: whether what was delivered can be continued elsewhere (then the event is
+            // dropped); if not, a provider's error event goes on to the SDK, which raises it as its own error.
+            if (delivered > 0) outcome.resumable = transcript.resumable
             if (await failed(controller, err, outcome, outcome.error === undefined ? v : null)) continue
             return
           }
