@@ -422,6 +422,45 @@ fn a_refused_retry_on_the_failing_upstream_moves_to_the_backup() {
     assert_eq!(e.stats().overall.budget_refusals, 890);
 }
 
+/// A 429 rate limit retried where it failed after its valid Retry-After
+/// draws no budget (`budget.exempt_rate_limited`, default true): the
+/// provider said when to come back. Everything else still draws: a 429
+/// without a hint, a 503 with one, a 429 moving to another upstream, and
+/// every 429 once the exemption is off.
+#[test]
+fn a_rate_limit_retry_that_waits_out_retry_after_draws_no_budget() {
+    const NO_BUDGET: &str = "budget: {ratio: 0, min_per_sec: 0}\nbreaker: {enabled: false}\n";
+    let ra = |status: u16, secs: &str| Outcome::status(status).header("retry-after", secs);
+    let (e, _) = engine(NO_BUDGET);
+    for i in 0..100 {
+        let mut c = e.begin(CallSpec::new("up").deadline_ms(10_000));
+        c.next_attempt().unwrap();
+        let d = c.report(&ra(429, "1"));
+        assert_eq!(
+            (d.action, d.reason, d.wait_source),
+            (Action::Retry, Reason::RateLimited, WaitSource::RetryAfter),
+            "call {i}"
+        );
+        assert!(d.delay >= Duration::from_secs(1), "call {i}: {:?}", d.delay);
+    }
+    assert_eq!((e.stats().overall.retries, e.stats().overall.budget_refusals), (100, 0));
+    for (outcome, why) in [
+        (Outcome::status(429), "a 429 without a hint"),
+        (ra(503, "1"), "a 503 with one"),
+    ] {
+        let d = one_attempt(&e, CallSpec::new("up").deadline_ms(10_000), &outcome);
+        assert_eq!((d.action, d.reason), (Action::Stop, Reason::BudgetExhausted), "{why}");
+    }
+    // Another upstream is not waiting out the primary's hint: it draws.
+    let (e, _) = engine(&format!("{TWO}{NO_BUDGET}routes:\n  r: {{candidates: [a, b]}}\n"));
+    let d = one_attempt(&e, CallSpec::new("r").deadline_ms(10_000), &ra(429, "20"));
+    assert_eq!((d.action, d.reason), (Action::Stop, Reason::BudgetExhausted));
+    // Off: the budget decides every retry.
+    let (e, _) = engine("budget: {ratio: 0, min_per_sec: 0, exempt_rate_limited: false}\nbreaker: {enabled: false}\n");
+    let d = one_attempt(&e, CallSpec::new("up").deadline_ms(10_000), &ra(429, "1"));
+    assert_eq!((d.action, d.reason), (Action::Stop, Reason::BudgetExhausted));
+}
+
 // ---------------------------------------------------------------------------
 // 7. A zero or past hint still spreads clients out
 // ---------------------------------------------------------------------------

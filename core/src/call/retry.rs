@@ -207,7 +207,7 @@ impl Call {
         } = plan;
         self.prev_wait_ms = ms(delay);
         self.retries += 1;
-        if !held.is_empty() {
+        if let Some(held) = held.filter(|h| !h.is_empty()) {
             self.ext_mut().pending_hold = held;
         }
         self.next = Next::Retry;
@@ -390,6 +390,11 @@ impl Failed for Failing<'_> {
 
     fn refund(&mut self, upstream: &SmolStr, grant: &BudgetHold) {
         self.call.refund_budget(upstream, grant, self.now.ms());
+    }
+
+    fn exempts_rate_limited(&self) -> bool {
+        let b = &self.call.pol().policy.budget;
+        b.enabled && b.exempt_rate_limited
     }
 
     fn waits(&self) -> (&RetryAfter, &Backoff) {

@@ -26,6 +26,13 @@ pub struct Budget {
     pub scopes: Vec<ScopeSpec>,
     /// Retries in flight (granted, not yet reported) per scope; null = no cap. Default null.
     pub max_concurrent_retries: Option<u32>,
+    /// A retry of a rate-limit 429 (not a quota, not an overload) that waits
+    /// out the provider's valid Retry-After on the same upstream draws nothing
+    /// from the budget: the provider said when to come back, and the attempts,
+    /// the deadline and (with `rate_limits`) pacing bound it. The budget is for
+    /// failures that say nothing of when the upstream can take more (503, 529,
+    /// timeouts). Default true.
+    pub exempt_rate_limited: bool,
 }
 
 impl Default for Budget {
@@ -38,6 +45,7 @@ impl Default for Budget {
             min_per_sec: 1.0,
             scopes: vec![vec![ScopeDim::Upstream]],
             max_concurrent_retries: None,
+            exempt_rate_limited: true,
         }
     }
 }

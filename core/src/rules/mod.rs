@@ -35,12 +35,14 @@ pub(crate) fn after_failure<C: Failed>(c: &mut C, f: &Failure) -> Result<Plan<C:
     let hint = wait::hinted(f.hint, c.waits().0); // the server's wait, capped; absurd = a year
     let stay_blocked = wait::too_long(hint, room, c.waits().0);
     let to = route::next(c, f, stay_blocked)?; // the same upstream, or the next eligible fallback
-    let (to, drawn, grant) = budget(c, f, to, stay_blocked)?; // the origin's budget, else a fallback's own
+    let (to, drawn, grant) = budget(c, f, to, hint, stay_blocked)?; // the origin's budget, else a fallback's own
     match wait::plan(c, hint, &to, room, f.at_once) {
         // A retry: Retry-After or jitter, within the deadline; a fallback: now
         Ok(wait) => Ok(Plan { to, grant, wait }),
         Err(halt) => {
-            c.refund(&drawn, &grant);
+            if let Some(g) = &grant {
+                c.refund(&drawn, g);
+            }
             Err(halt)
         }
     }
@@ -52,15 +54,25 @@ pub(crate) fn after_failure<C: Failed>(c: &mut C, f: &Failure) -> Result<Plan<C:
 /// next eligible candidate if that upstream's own budget has a retry to
 /// spare (a healthy backup serves the outage instead of the caller seeing
 /// the primary's error), and stops `budget_exhausted` otherwise.
+///
+/// A rate-limit 429 retried where it failed after its valid Retry-After
+/// draws nothing (`budget.exempt_rate_limited`): the provider said when to
+/// come back (seed 003: a 429 is bounded by attempts, the deadline and
+/// Retry-After; the budget guards failures that say nothing of when the
+/// upstream can take more).
 fn budget<C: Failed>(
     c: &mut C,
     f: &Failure,
     to: Target,
+    hint: Option<Duration>,
     stay_blocked: bool,
-) -> Result<(Target, SmolStr, C::Grant), Halt> {
+) -> Result<(Target, SmolStr, Option<C::Grant>), Halt> {
     let origin = c.origin();
+    if f.reason == Reason::RateLimited && hint.is_some() && !to.fallback && c.exempts_rate_limited() {
+        return Ok((to, origin, None));
+    }
     let refused = match c.withdraw(&origin) {
-        Ok(grant) => return Ok((to, origin, grant)),
+        Ok(grant) => return Ok((to, origin, Some(grant))),
         Err(halt) => halt,
     };
     let to = if to.fallback {
@@ -81,7 +93,7 @@ fn budget<C: Failed>(
     match c.withdraw_spare(&to.upstream) {
         Some(grant) => {
             let drawn = to.upstream.clone();
-            Ok((to, drawn, grant))
+            Ok((to, drawn, Some(grant)))
         }
         None => Err(refused),
     }
@@ -170,8 +182,8 @@ pub(crate) struct Wait {
 /// What the call does next when every check allows it.
 pub(crate) struct Plan<G> {
     pub(crate) to: Target,
-    /// The retries the budget granted for it.
-    pub(crate) grant: G,
+    /// The retries the budget granted for it (none for a retry it exempts).
+    pub(crate) grant: Option<G>,
     pub(crate) wait: Wait,
 }
 
@@ -219,6 +231,9 @@ pub(crate) trait Failed {
     fn withdraw_spare(&mut self, upstream: &SmolStr) -> Option<Self::Grant>;
     /// Gives back a grant that will not be used.
     fn refund(&mut self, upstream: &SmolStr, grant: &Self::Grant);
+    /// A rate-limit retry that waits out its Retry-After draws no budget
+    /// (`budget.exempt_rate_limited`, and the budget is on).
+    fn exempts_rate_limited(&self) -> bool;
     /// The policy's Retry-After and backoff sections.
     fn waits(&self) -> (&RetryAfter, &Backoff);
     /// Retries granted so far, and the last wait, ms (decorrelated jitter grows from it).
