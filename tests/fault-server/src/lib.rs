@@ -19,6 +19,7 @@ mod conn;
 mod control;
 pub mod model;
 mod plan;
+pub mod ratelimit;
 mod request;
 mod service;
 pub mod shapes;

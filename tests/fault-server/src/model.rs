@@ -1,5 +1,5 @@
 //! Faults chosen by the request's `model` name: the sixteen failures of the public
-//! failover methodology, one model name each.
+//! failover methodology, one model name each, and an enforced provider rate limit.
 //!
 //! A model name is the one field an SDK client, a transport and a policy's upstream
 //! catalog all carry per request, so selecting the fault by model lets one client
@@ -19,6 +19,9 @@ pub const PREFIX: &str = "fb-";
 
 /// Upper bound for `words=`: an answer stays a few KiB.
 pub const MAX_WORDS: u32 = 1000;
+
+/// Upper bound for `window=` (one hour).
+pub const MAX_WINDOW_MS: u64 = 3_600_000;
 
 /// Upper bound for `k=`: a stream never has more content deltas than an answer words.
 pub const MAX_K: u32 = MAX_WORDS + 1;
@@ -59,6 +62,20 @@ pub enum Kind {
     Flap,
     /// `fb-ok`: healthy; names itself in its answer and returns usage.
     Ok,
+    /// `fb-ratelimit`: a real request limit per model name; every answer states it
+    /// in one provider's rate-limit headers, requests over it get 429.
+    RateLimitWindow,
+}
+
+/// Whose rate-limit headers `fb-ratelimit` sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `x-ratelimit-{limit,remaining,reset}-requests`, reset as a Go duration.
+    OpenAi,
+    /// `anthropic-ratelimit-requests-{limit,remaining,reset}`, reset as RFC 3339.
+    Anthropic,
+    /// IETF `RateLimit-Policy` and `RateLimit` (draft 08+), seconds.
+    Ietf,
 }
 
 /// Parameters a kind accepts besides the common `id=` and `words=`.
@@ -88,6 +105,12 @@ const TABLE: &[Entry] = &[
     entry("no-prefill", Kind::NoPrefill, &["resend"], None),
     entry("flap", Kind::Flap, &["down", "status"], None),
     entry("ok", Kind::Ok, &["resend"], None),
+    entry(
+        "ratelimit",
+        Kind::RateLimitWindow,
+        &["rpm", "window", "family", "mode"],
+        None,
+    ),
 ];
 
 const fn entry(name: &'static str, kind: Kind, keys: &'static [&'static str], times: Option<u32>) -> Entry {
@@ -140,6 +163,14 @@ pub struct ModelFault {
     /// `resend=1`: a continuation answer repeats the delivered prefix before the
     /// rest, as a model that ignored the instruction would (to test deduplication).
     pub resend: bool,
+    /// `rpm=`: requests `fb-ratelimit` admits per window (default 60).
+    pub limit: u32,
+    /// `window=`: the `fb-ratelimit` window in ms (default 60 000).
+    pub window_ms: u64,
+    /// `family=`: whose rate-limit headers (default `openai`).
+    pub family: Family,
+    /// `mode=sliding`: the limit counts the last `window` ms instead of fixed windows.
+    pub sliding: bool,
 }
 
 impl fmt::Display for Kind {
@@ -195,6 +226,10 @@ impl ModelFault {
             reason: "hate".into(),
             words: 6,
             resend: false,
+            limit: 60,
+            window_ms: 60_000,
+            family: Family::OpenAi,
+            sliding: false,
         };
         let mut seen: Vec<&str> = Vec::new();
         for param in parts {
@@ -245,6 +280,33 @@ impl ModelFault {
                     self.first_token_ms = ms;
                 } else {
                     self.down_ms = ms;
+                }
+            }
+            "window" => {
+                self.window_ms = num(model, key, value)?;
+                if !(1..=MAX_WINDOW_MS).contains(&self.window_ms) {
+                    return err(model, format!("`window` must be 1..={MAX_WINDOW_MS}, got {value}"));
+                }
+            }
+            "rpm" => {
+                self.limit = num(model, key, value)?;
+                if self.limit == 0 {
+                    return err(model, "`rpm` must be at least 1");
+                }
+            }
+            "family" => {
+                self.family = match value {
+                    "openai" => Family::OpenAi,
+                    "anthropic" => Family::Anthropic,
+                    "ietf" => Family::Ietf,
+                    v => return err(model, format!("`family` is `openai`, `anthropic` or `ietf`, got {v:?}")),
+                }
+            }
+            "mode" => {
+                self.sliding = match value {
+                    "fixed" => false,
+                    "sliding" => true,
+                    v => return err(model, format!("`mode` is `fixed` or `sliding`, got {v:?}")),
                 }
             }
             "k" => {
@@ -309,7 +371,7 @@ mod tests {
             assert_eq!((m.k, m.words, m.status, m.down_ms), (2, 6, 503, 60_000));
             assert_eq!(m.kind.to_string(), format!("{PREFIX}{}", e.name));
         }
-        assert_eq!(TABLE.len(), 16, "the methodology's sixteen faults");
+        assert_eq!(TABLE.len(), 17, "the methodology's sixteen faults and the rate limit");
     }
 
     #[test]
@@ -338,6 +400,20 @@ mod tests {
             (FilterCode::ContentPolicyViolation, "violence")
         );
         assert!(ModelFault::parse("fb-ok:resend=1").unwrap().resend);
+        let m = ModelFault::parse("fb-ratelimit").unwrap();
+        assert_eq!(
+            (m.limit, m.window_ms, m.family, m.sliding),
+            (60, 60_000, Family::OpenAi, false)
+        );
+        let m = ModelFault::parse("fb-ratelimit:rpm=5:window=2000:family=anthropic:mode=sliding").unwrap();
+        assert_eq!(
+            (m.limit, m.window_ms, m.family, m.sliding),
+            (5, 2000, Family::Anthropic, true)
+        );
+        assert_eq!(
+            ModelFault::parse("fb-ratelimit:family=ietf").unwrap().family,
+            Family::Ietf
+        );
     }
 
     #[test]
@@ -355,6 +431,10 @@ mod tests {
             "fb-flap:down=999999",
             "fb-ok:words=0",
             "fb-ok id=1",
+            "fb-ratelimit:rpm=0",
+            "fb-ratelimit:window=0",
+            "fb-ratelimit:family=google",
+            "fb-ratelimit:mode=token",
             "gpt-4o",
         ] {
             assert!(ModelFault::parse(bad).is_err(), "{bad:?} should be rejected");

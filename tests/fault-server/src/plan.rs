@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::model::{FilterCode, Kind, ModelFault};
+use crate::ratelimit::Slot;
 use crate::spec::{Fault, RetryAfterHint};
 
 /// Why an error response is sent; the service renders it in the request's shape.
@@ -20,6 +21,11 @@ pub enum ApiError {
         reason: String,
     },
     PrefillRejected,
+    /// Over `fb-ratelimit`'s request limit: the provider's rate-limit error.
+    RateLimited {
+        limit: u32,
+        retry_after_s: u64,
+    },
     /// A trailing assistant message that continues no fault model's answer exactly.
     ContinuationMismatch(String),
 }
@@ -220,8 +226,24 @@ impl Plan {
                 header: None,
             },
             Kind::Flap if down => Plan::status_error(m.status, None),
-            Kind::NoPrefill | Kind::Flap | Kind::Ok => healthy,
+            // The limit is decided against the server's state (`for_rate_limit`).
+            Kind::NoPrefill | Kind::Flap | Kind::Ok | Kind::RateLimitWindow => healthy,
         }
+    }
+
+    /// `fb-ratelimit`: the answer, or a 429 with `retry-after` when over the limit.
+    pub fn for_rate_limit(slot: &Slot) -> Option<Plan> {
+        (!slot.admitted).then(|| {
+            let retry_after_s = slot.retry_after_secs();
+            Plan::Error {
+                status: 429,
+                error: ApiError::RateLimited {
+                    limit: slot.limit,
+                    retry_after_s,
+                },
+                header: Some(("retry-after", retry_after_s.to_string())),
+            }
+        })
     }
 
     /// The status the client receives; `None` when it receives no response.

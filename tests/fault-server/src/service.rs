@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -133,6 +133,8 @@ struct Decision {
     content: Content,
     /// `x-fault-spec` and error messages: the path spec or the model name.
     label: String,
+    /// Sent with whatever the plan answers (`fb-ratelimit`'s rate-limit headers).
+    headers: Vec<(&'static str, String)>,
 }
 
 /// A request whose fault could not be chosen: a typo in a spec or model name.
@@ -207,6 +209,7 @@ async fn handle_api(
                 plan,
                 content,
                 label: spec,
+                headers: Vec::new(),
             }
         }
         _ if model::is_fault_model(&model) => {
@@ -220,10 +223,16 @@ async fn handle_api(
             plan: Plan::decide(&Fault::Ok, 0),
             content: Content::for_spec(&Script::Healthy),
             label: "ok".to_owned(),
+            headers: Vec::new(),
         },
     };
 
-    let Decision { plan, content, label } = decision;
+    let Decision {
+        plan,
+        content,
+        label,
+        headers,
+    } = decision;
     let sse = match &plan {
         Plan::Answer { always_sse, .. } => *always_sse || fields.stream,
         _ => false,
@@ -304,6 +313,11 @@ async fn handle_api(
     if let Ok(value) = HeaderValue::from_str(&label) {
         res.headers_mut().insert(HeaderName::from_static("x-fault-spec"), value);
     }
+    for (name, value) in headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            res.headers_mut().insert(HeaderName::from_static(name), value);
+        }
+    }
     Ok(res)
 }
 
@@ -323,6 +337,13 @@ fn decide_model(
     let fires = fault.fires(state.admit(model, arrival.logical_id.as_deref()));
     let down = fault.kind == model::Kind::Flap && state.since_first(model) < Duration::from_millis(fault.down_ms);
     let mut plan = Plan::for_model(&fault, fires, down, prefill);
+    let mut headers = Vec::new();
+    if fault.kind == model::Kind::RateLimitWindow {
+        let window = Duration::from_millis(fault.window_ms);
+        let slot = state.rate_slot(model, fault.limit, window, fault.sliding);
+        headers = slot.headers(fault.family, SystemTime::now());
+        plan = Plan::for_rate_limit(&slot).unwrap_or(plan);
+    }
     let found = match answer::continuation(&turns) {
         Ok(found) => found,
         // Only an answer continues anything; a mismatch under an error plan
@@ -343,6 +364,7 @@ fn decide_model(
         plan,
         content,
         label: model.to_owned(),
+        headers,
     })
 }
 
@@ -356,6 +378,7 @@ fn error_body(shape: Shape, status: u16, error: &ApiError, label: &str) -> Value
         ApiError::ContextLength => shapes::context_length_body(shape),
         ApiError::ContentFilter { code, reason } => shapes::content_filter_body(shape, *code, reason),
         ApiError::PrefillRejected => shapes::prefill_rejected_body(shape),
+        ApiError::RateLimited { limit, retry_after_s } => shapes::rate_limit_body(shape, *limit, *retry_after_s),
         ApiError::ContinuationMismatch(prefix) => {
             let msg = format!(
                 "retrywise-fault-server: the assistant prefill {prefix:?} is not a delta-aligned prefix \

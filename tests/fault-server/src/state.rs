@@ -10,11 +10,12 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::answer::Continuation;
+use crate::ratelimit::{Limiter, Slot};
 
 /// How many records are kept; older ones are dropped and counted in `dropped`.
 pub const MAX_RECORDS: usize = 100_000;
@@ -137,6 +138,8 @@ struct Inner {
     seen: HashMap<(String, Option<String>), u32>,
     /// First request per flapping model: its down window starts there.
     first_seen: HashMap<String, Instant>,
+    /// `fb-ratelimit`'s limit per exact model name.
+    limiters: HashMap<String, Limiter>,
 }
 
 /// Which record a running response reports to.
@@ -274,7 +277,7 @@ impl State {
 
     /// Time since the first request of `model` (since start or the last reset);
     /// the first call starts the clock and returns zero.
-    pub fn since_first(&self, model: &str) -> std::time::Duration {
+    pub fn since_first(&self, model: &str) -> Duration {
         let mut inner = self.lock();
         if inner.first_seen.len() >= MAX_COUNTERS {
             inner.first_seen.clear();
@@ -284,6 +287,22 @@ impl State {
             .entry(model.to_owned())
             .or_insert_with(Instant::now)
             .elapsed()
+    }
+
+    /// Counts a request of `model` against its rate limit (`limit` per `window`,
+    /// fixed or sliding) if there is room, under the lock so concurrent requests
+    /// never both take the last slot.
+    pub fn rate_slot(&self, model: &str, limit: u32, window: Duration, sliding: bool) -> Slot {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if inner.limiters.len() >= MAX_COUNTERS {
+            inner.limiters.clear();
+        }
+        inner
+            .limiters
+            .entry(model.to_owned())
+            .or_insert_with(|| Limiter::new(now))
+            .take(now, limit, window, sliding)
     }
 
     /// Records, oldest first, optionally filtered by exact spec and/or logical id.

@@ -130,3 +130,18 @@ pub fn prefill_rejected_body(shape: Shape) -> Value {
         Shape::Responses => openai_invalid(PREFILL_REJECTED, Some("input"), None),
     }
 }
+
+/// Over a request limit, in the provider's words: OpenAI's `rate_limit_exceeded`
+/// (type `requests`, as the real API sends for RPM), Anthropic's `rate_limit_error`.
+pub fn rate_limit_body(shape: Shape, limit: u32, retry_after_s: u64) -> Value {
+    let message = format!(
+        "Rate limit reached for requests: Limit {limit}, Used {limit}, Requested 1. \
+         Please try again in {retry_after_s}s. (retrywise-fault-server)"
+    );
+    match shape {
+        Shape::Anthropic => anthropic_invalid("rate_limit_error", &message),
+        Shape::Chat | Shape::Responses => json!({
+            "error": {"message": message, "type": "requests", "param": null, "code": "rate_limit_exceeded"}
+        }),
+    }
+}

@@ -14,7 +14,7 @@ mod responses;
 use bytes::Bytes;
 use serde_json::Value;
 
-pub use errors::{content_filter_body, context_length_body, error_body, prefill_rejected_body};
+pub use errors::{content_filter_body, context_length_body, error_body, prefill_rejected_body, rate_limit_body};
 
 /// Which wire format a request expects, chosen from its API path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
