@@ -1,0 +1,113 @@
+"""The failover bench's flapping primary in real time, through the README's
+wiring (the openai SDK, its own retries off, over ``RetryTransport``; a
+primary and a fallback upstream; 3 attempts, a 30 s deadline, every other knob
+at its default): the primary answers 503 for 60 s from its first request, then
+is healthy; 20 requests 4 s apart.
+
+Ten runs side by side, each its own engine (differently seeded: its jitter and
+breaker timings differ) and its own flapping model on the fault server. In
+each: every request is answered, nothing the primary answered came from its
+outage, the breaker spares the primary part of the outage (fewer attempts
+than two per request; measured 25 for 15 requests: it judges after 20 calls,
+then only probes), and the primary serves again within 30 s of its recovery
+(measured 8-12 s)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+from retrywise import Engine
+from retrywise.httpx import RetryTransport
+
+from .conftest import FaultServer
+
+openai = pytest.importorskip("openai")
+
+KEY_ENV = "RETRYWISE_TEST_FLAP_KEY"
+RUNS = 10
+REQUESTS = 20
+EVERY_S = 4.0
+DOWN_MS = 60_000
+
+
+def answer(model: str) -> str:
+    return f"answer from {model}: w1 w2 w3 w4 w5 w6"
+
+
+def policy(base_url: str, primary: str, backup: str) -> dict[str, Any]:
+    upstream = {"base_url": base_url, "api_key_env": KEY_ENV}
+    return {
+        "max_attempts": 3,
+        "deadline_ms": 30_000,
+        "upstreams": {
+            "primary": {**upstream, "provider": "fault", "model": primary, "capabilities": ["streaming"]},
+            "backup": {**upstream, "provider": "fault-b", "model": backup, "capabilities": ["streaming"]},
+        },
+        "models": {primary: "chat"},
+        "routes": {"chat": {"candidates": ["primary", "backup"]}},
+    }
+
+
+def run(fault: FaultServer, seed: int, out: dict[int, Any]) -> None:
+    """One user's 20 requests, 4 s apart on a fixed schedule; (seconds since
+    start, the model that answered) per request into ``out[seed]``."""
+    primary, backup = f"fb-flap:down={DOWN_MS + seed}", f"fb-ok:id=backup{seed}"
+    engine = Engine(policy(fault.base + "/v1", primary, backup), seed=seed)
+    client = openai.OpenAI(
+        base_url=fault.base + "/v1",
+        api_key="sk-caller",
+        max_retries=0,
+        http_client=httpx.Client(transport=RetryTransport(engine)),
+    )
+    served: list[tuple[float, str]] = []
+    try:
+        t0 = time.monotonic()
+        for i in range(REQUESTS):
+            time.sleep(max(0.0, t0 + i * EVERY_S - time.monotonic()))
+            r = client.chat.completions.create(model=primary, messages=[{"role": "user", "content": "hi"}])
+            assert r.choices[0].message.content == answer(r.model), r
+            served.append((time.monotonic() - t0, r.model))
+        out[seed] = served
+    except BaseException as e:  # reported by the test thread
+        out[seed] = e
+
+
+def test_a_60_s_outage_is_served_by_the_fallback_and_the_primary_is_back_within_30_s(
+    fault: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, "sk-flap")
+    out: dict[int, Any] = {}
+    threads = [threading.Thread(target=run, args=(fault, seed, out)) for seed in range(1, RUNS + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = fault.requests()
+    summary = []
+    for seed in range(1, RUNS + 1):
+        served = out[seed]
+        assert not isinstance(served, BaseException), f"run {seed}: {served!r}"
+        primary = f"fb-flap:down={DOWN_MS + seed}"
+        mine = [r for r in rows if r["model"] == primary]
+        up_at = mine[0]["at_ms"] + DOWN_MS + seed  # the server's clock: the outage ends here
+        assert len(served) == REQUESTS
+        answers = [r for r in mine if r["status"] == 200]
+        # Nothing the primary answered came from its outage, and the outage was
+        # served by the fallback without trying the primary on every request.
+        assert all(r["at_ms"] >= up_at for r in answers)
+        in_outage = [r for r in mine if r["at_ms"] < up_at]
+        requests_in_outage = sum(1 for at_s, _ in served if at_s * 1000 < DOWN_MS)
+        # Without a breaker every request of the outage costs the primary
+        # attempts_per_upstream (2) attempts; the breaker (judging after its
+        # min_calls, 20) spares the rest of the outage all but its probes.
+        assert len(in_outage) < 2 * requests_in_outage, (seed, len(in_outage), requests_in_outage)
+        assert answers, f"run {seed}: the primary never served again: {served}"
+        back_after_ms = answers[0]["at_ms"] - up_at
+        assert back_after_ms < 30_000, (seed, back_after_ms, served)
+        assert served[-1][1] == primary
+        summary.append((seed, len(in_outage), requests_in_outage, back_after_ms))
+    print("seed, primary attempts in the outage, requests in the outage, back after ms:", summary)
