@@ -333,5 +333,8 @@ fn a_flapping_primary_is_served_around_and_back_within_30_s() {
         let back_at = back_at.unwrap_or_else(|| panic!("seed {seed}: the primary never serves again"));
         backs.push(back_at - recovers_ms);
     }
-    assert!(backs.iter().all(|&b| b <= 30_000), "back on the primary after recovery, ms: {backs:?}");
+    assert!(
+        backs.iter().all(|&b| b <= 30_000),
+        "back on the primary after recovery, ms: {backs:?}"
+    );
 }
