@@ -48,7 +48,7 @@ impl Call {
         now: Nanos,
         remaining: Nanos,
     ) -> Result<RateHeld, Stopped> {
-        let permit = match self.pol().compiled.aimd {
+        let permit = match self.pol().aimd {
             Some(cfg) => Some(self.take_place(cell, &cfg, is_hedge, now, remaining)?),
             None => None,
         };

@@ -4,7 +4,6 @@
 
 use super::{FallbackMode, Policy, Route};
 use crate::clock::Nanos;
-use crate::state::ratelimit::AimdConfig;
 
 /// A timeout given as "half of the time left" (`first_byte_ms` /
 /// `first_token_ms` null) in the compiled fixed timeouts.
@@ -30,9 +29,9 @@ pub(crate) struct Compiled {
     /// No feature the policy uses keeps calls off the fast lane
     /// (throttling, gates, a cap on retries in flight, adaptive concurrency, a test hook).
     pub(crate) lane: bool,
-    /// The adaptive concurrency gate of every rate-limit scope, when
-    /// `rate_limits` and its `concurrency` are enabled.
-    pub(crate) aimd: Option<AimdConfig>,
+    /// Every rate-limit scope has an adaptive concurrency gate: `rate_limits`
+    /// and its `concurrency` are enabled (`Version::aimd` holds its bounds).
+    pub(crate) aimd: bool,
     /// `rate_limits.concurrency.hold_max_ms`.
     pub(crate) hold_max_ms: u64,
 }
@@ -43,15 +42,7 @@ impl Compiled {
             || policy.concurrency.max_retries.is_some()
             || !policy.concurrency.pools.is_empty();
         let rl = &policy.rate_limits;
-        let aimd = (rl.enabled && rl.concurrency.enabled).then(|| {
-            let c = &rl.concurrency;
-            AimdConfig {
-                initial: c.initial.unwrap_or(c.max),
-                floor: c.min,
-                ceiling: c.max,
-                grow_after: c.grow_after,
-            }
-        });
+        let aimd = rl.enabled && rl.concurrency.enabled;
         Compiled {
             adhoc: Route {
                 fallback: FallbackMode::Forbidden,
@@ -72,7 +63,7 @@ impl Compiled {
             // Every attempt in a gated scope takes a place: the general path's work.
             lane: !policy.throttle.enabled
                 && !gated
-                && aimd.is_none()
+                && !aimd
                 && no_test_hook(policy)
                 && policy.budget.max_concurrent_retries.is_none(),
             aimd,
