@@ -35,7 +35,8 @@ impl Call {
     /// call is not finished; an idempotency conflict; the deadline minus
     /// `min_attempt`; attempts left; adaptive throttling; the target's breaker
     /// (moving to an eligible fallback when it is open); concurrency gates;
-    /// the provider's rate limits known for the target (`pace.rs`).
+    /// the target's rate-limit scope: its adaptive concurrency limit and the
+    /// provider's rate limits known for it (`pace.rs`).
     #[inline]
     pub fn next_attempt(&mut self) -> Result<Attempt, Stopped> {
         self.next_attempt_in()
@@ -163,16 +164,12 @@ impl Call {
         } else {
             None
         };
-        // Provider rate limits: consulted once a response said anything about the scope's.
-        let cell = &hedge_tu.as_deref().unwrap_or(&self.tu).up.value.rate;
-        let rate = if cell.value.is_live() && self.pol().policy.rate_limits.enabled {
-            let cell = cell.clone();
-            match self.pace(&cell, is_hedge, now, remaining) {
-                Ok(r) => {
-                    // Its report settles the reservation: the general path's work.
-                    self.lane = false;
-                    Some(r)
-                }
+        // Provider rate limits (`pace.rs`): the scope's adaptive concurrency
+        // limit, and its known allowance once a response said anything about it.
+        let (rate, permit) = if self.pol().policy.rate_limits.enabled {
+            let cell = hedge_tu.as_deref().unwrap_or(&self.tu).up.value.rate.clone();
+            match self.rate_admit(&cell, is_hedge, now, remaining) {
+                Ok(held) => held,
                 Err(stopped) => {
                     if let Some(sl) = &slots {
                         sl.leave(retry);
@@ -184,7 +181,7 @@ impl Call {
                 }
             }
         } else {
-            None
+            (None, None)
         };
         let number = self.attempts + 1;
         if let Some(e) = self.x.as_mut().filter(|e| e.route_key.is_some()) {
@@ -193,14 +190,17 @@ impl Call {
             }
         }
         let budget_hold = if is_hedge { Few::new() } else { self.take_pending_hold() };
-        let more = (hedge_tu.is_some() || slots.is_some() || !budget_hold.is_empty() || rate.is_some()).then(|| {
-            Box::new(FlightMore {
-                tu: hedge_tu,
-                slots,
-                budget_hold,
-                rate,
-            })
-        });
+        let more =
+            (hedge_tu.is_some() || slots.is_some() || !budget_hold.is_empty() || rate.is_some() || permit.is_some())
+                .then(|| {
+                    Box::new(FlightMore {
+                        tu: hedge_tu,
+                        slots,
+                        budget_hold,
+                        rate,
+                        permit,
+                    })
+                });
         self.start_attempt(number, retry, is_hedge, probe, held, more, now, remaining);
         let (tokens, fallback, wire_number) = match &*self.x {
             Some(e) => (

@@ -57,7 +57,7 @@ use crate::hot::{thread_up, Lent, ThreadUp};
 use crate::id::RequestId;
 use crate::policy::{BreakerOverride, FallbackMode, Route, ScopeDim};
 use crate::rules::route::Needs;
-use crate::state::ratelimit::{Reservation, Ticket};
+use crate::state::ratelimit::{GatePermit, Reservation, Ticket};
 use crate::state::registry::Slot;
 use crate::state::scope::{breaker_override, display_key, scope_key};
 use crate::state::shared::Shared;
@@ -129,6 +129,9 @@ struct FlightMore {
     budget_hold: BudgetHold,
     /// Units reserved in the upstream's provider rate-limit scope, settled by the attempt's report.
     rate: Option<Reservation>,
+    /// The attempt's place in its rate-limit scope's adaptive concurrency
+    /// limit, given back by its report (or, unreported, when dropped).
+    permit: Option<GatePermit>,
 }
 
 impl InFlight {
@@ -482,7 +485,9 @@ impl Call {
 
 impl Drop for Call {
     fn drop(&mut self) {
-        // Abandoned attempts give back their probe permits, gate slots and budget holds.
+        // Abandoned attempts give back their probe permits, gate slots and budget
+        // holds (their rate-limit reservations and concurrency places go with
+        // `in_flight`, when their handles drop).
         if !self.holds_nothing() {
             self.release_holds();
         }

@@ -1,27 +1,132 @@
 //! Provider rate limits in the call path ([`crate::ratelimit`]): admission
-//! before an attempt is sent, and the response's reading after it.
+//! before an attempt is sent — a place in the scope's adaptive concurrency
+//! limit, then the scope's known allowance — and the response's reading
+//! after it.
 //!
 //! Each upstream's state holds its rate-limit scope's cell
-//! (`state/upstream.rs`). Until a response says anything about the scope's
-//! limits the cell is blank and an attempt's only cost is one load of its
-//! `live` flag (the fast lane's too). Once live, an attempt is admitted
+//! (`state/upstream.rs`). With `rate_limits.concurrency` (on by default
+//! under `rate_limits.enabled`) every attempt first takes a place in the
+//! scope's AIMD limit (`ratelimit/gate.rs`): with none free it is held (a
+//! [`Stopped`] with a short `wait`, reason `rate_limited`, detail
+//! `concurrency: N in flight of limit M in SCOPE`; the caller asks again),
+//! and its report gives the place back with how it ended (a 429 without quota
+//! exhaustion or an overload cuts the limit, a success grows it). Until a
+//! response says anything about the scope's limits the cell is blank and
+//! the allowance is not consulted. Once live, an attempt is admitted
 //! against the scope's known allowance: it goes (its units reserved, settled
 //! when it is reported), waits (a [`Stopped`] with `wait`, reason
 //! `rate_limited`, detail `paced: ...`: the caller sleeps and asks again,
 //! keeping its place in the windows to come), or stops
 //! (`retry_after_exceeds_deadline` when the window has no room before the
-//! deadline, `quota_exhausted` while a per-day quota is out).
+//! deadline, `quota_exhausted` while a per-day quota is out). A hedge is
+//! refused where a first attempt would wait.
 
 use super::{Call, InFlight, Stopped};
 use crate::clock::Nanos;
 use crate::outcome::Outcome;
-use crate::rules::classify::Classification;
+use crate::rules::classify::{Classification, Disposition};
 use crate::rules::deadline::TokenEstimate;
-use crate::state::ratelimit::{Admission, Cell, Reading, Reservation, StopWhy, Usage};
+use crate::state::ratelimit::{
+    Admission, AimdConfig, Cell, Feedback, GatePermit, Reading, Reservation, StopWhy, Usage,
+};
 use crate::telemetry::EventKind;
 use crate::types::{ErrorClass, Phase, Reason};
 
+/// What an attempt holds in its rate-limit scope once admitted.
+type RateHeld = (Option<Reservation>, Option<GatePermit>);
+
 impl Call {
+    /// Admits an attempt in the rate-limit scope `cell` (`rate_limits`
+    /// enabled): a place in its adaptive concurrency limit when the policy
+    /// gates, then its known allowance once the scope is live. A refusal of
+    /// the allowance gives the place back (unused: no feedback).
+    #[inline]
+    pub(super) fn rate_admit(
+        &mut self,
+        cell: &Cell,
+        is_hedge: bool,
+        now: Nanos,
+        remaining: Nanos,
+    ) -> Result<RateHeld, Stopped> {
+        let permit = match self.pol().aimd {
+            Some(cfg) => Some(self.take_place(cell, &cfg, is_hedge, now, remaining)?),
+            None => None,
+        };
+        let rate = if cell.value.is_live() {
+            Some(self.pace(cell, is_hedge, now, remaining)?)
+        } else {
+            None
+        };
+        if rate.is_some() || permit.is_some() {
+            // Its report settles the reservation and gives the place back: the general path's work.
+            self.lane = false;
+        }
+        Ok((rate, permit))
+    }
+
+    /// A place in `cell`'s adaptive concurrency limit, or the hold (or stop) when none is free.
+    #[inline]
+    fn take_place(
+        &mut self,
+        cell: &Cell,
+        cfg: &AimdConfig,
+        is_hedge: bool,
+        now: Nanos,
+        remaining: Nanos,
+    ) -> Result<GatePermit, Stopped> {
+        match cell.value.gate(cfg).aimd.try_acquire() {
+            Some(p) => Ok(GatePermit::new(cell.clone(), p, now.0)),
+            None => Err(self.hold(cell, is_hedge, now, remaining)),
+        }
+    }
+
+    /// Every place in `cell`'s limit is taken: the caller waits a short poll
+    /// ([`crate::policy::AdaptiveConcurrencyPolicy::hold_max_ms`]) and asks
+    /// again; a hedge is refused; a call whose time left (before
+    /// `min_attempt`) cannot hold the wait stops with `concurrency_limit`.
+    #[cold]
+    #[inline(never)]
+    fn hold(&mut self, cell: &Cell, is_hedge: bool, now: Nanos, remaining: Nanos) -> Stopped {
+        let scope = cell.key.as_str();
+        let Some(gate) = cell.value.gate_if_any() else {
+            return Stopped::plain(Reason::RateLimited);
+        };
+        let (n, m) = (gate.aimd.in_flight(), gate.aimd.limit());
+        let detail = format!("concurrency: {n} in flight of limit {m} in {scope}");
+        if is_hedge {
+            return Stopped {
+                detail: Some(detail),
+                ..Stopped::plain(Reason::RateLimited)
+            };
+        }
+        let wait = gate.poll(self.pol().compiled.hold_max_ms);
+        let time_left = remaining.saturating_sub(self.min_attempt().0).dur();
+        if wait > time_left {
+            let detail = format!(
+                "{detail}; a {} ms wait leaves less than min_attempt_ms",
+                wait.as_millis()
+            );
+            return self.stop_now(Reason::ConcurrencyLimit, Some(detail), now);
+        }
+        self.sh().ratelimits.count_hold();
+        if self.active() {
+            let target = self.tu.up.key.clone();
+            let d = detail.clone();
+            self.emit_with(EventKind::Paced, now, |e| {
+                e.upstream = Some(target);
+                e.reason = Some(Reason::RateLimited);
+                e.delay_ms = Some(wait.as_millis() as u64);
+                e.extra().detail = Some(d);
+            });
+        }
+        Stopped {
+            class: self.last_class,
+            detail: Some(detail),
+            wait: Some(wait),
+            ..Stopped::plain(Reason::RateLimited)
+        }
+    }
+
     /// Admits an attempt in the live rate-limit scope `cell`: its
     /// reservation, or why it must wait or stop (a hedge neither waits nor
     /// ends the call: it is only refused).
@@ -90,13 +195,20 @@ impl Call {
         }
     }
 
-    /// Gives the attempt's response to its rate-limit scope: its reading
-    /// settles the attempt's reservation, or, for an attempt admitted
-    /// without one (its scope was blank), is taken as news. Nothing to do
-    /// (a branch) without a reservation or anything to read.
+    /// Gives the attempt's response to its rate-limit scope: its place in
+    /// the scope's concurrency limit goes back with how it ended; its
+    /// reading settles the attempt's reservation, or, for an attempt
+    /// admitted without one (its scope was blank), is taken as news. Nothing
+    /// to do (a branch) without a reservation, a place or anything to read.
     #[inline]
     pub(super) fn settle_rate(&self, f: &mut InFlight, outcome: &Outcome, cls: &Classification, now: Nanos) {
-        let rate = f.more.as_mut().and_then(|m| m.rate.take());
+        let (rate, permit) = match f.more.as_mut() {
+            Some(m) => (m.rate.take(), m.permit.take()),
+            None => (None, None),
+        };
+        if let Some(p) = permit {
+            self.give_back(p, cls, now);
+        }
         if rate.is_some()
             || (self.pol().policy.rate_limits.enabled
                 && (!outcome.headers.is_empty()
@@ -150,6 +262,26 @@ impl Call {
                 limits.settle_in(cell, res, &r, usage, now.0);
             }
             None => limits.observe_in(cell, &r, now.0),
+        }
+    }
+
+    /// Gives an attempt's place back: a success grows the limit, a 429
+    /// without quota exhaustion or an overload cuts it, anything else (a
+    /// per-day quota, a client error, a timeout, a cancellation) is neutral.
+    fn give_back(&self, permit: GatePermit, cls: &Classification, now: Nanos) {
+        let feedback = if cls.disposition == Disposition::Succeeded {
+            Feedback::Success
+        } else if cls.reason == Reason::QuotaExhausted {
+            Feedback::Neutral
+        } else {
+            match cls.class {
+                Some(ErrorClass::RateLimit) => Feedback::RateLimited,
+                Some(ErrorClass::Overloaded) => Feedback::Overloaded,
+                _ => Feedback::Neutral,
+            }
+        };
+        if permit.release(feedback, now.0) {
+            self.sh().ratelimits.count_cut();
         }
     }
 }

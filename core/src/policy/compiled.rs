@@ -27,8 +27,13 @@ pub(crate) struct Compiled {
     /// The route of a call whose `route` names an upstream rather than a policy route.
     pub(crate) adhoc: Route,
     /// No feature the policy uses keeps calls off the fast lane
-    /// (throttling, gates, a cap on retries in flight, a test hook).
+    /// (throttling, gates, a cap on retries in flight, adaptive concurrency, a test hook).
     pub(crate) lane: bool,
+    /// Every rate-limit scope has an adaptive concurrency gate: `rate_limits`
+    /// and its `concurrency` are enabled (`Version::aimd` holds its bounds).
+    pub(crate) aimd: bool,
+    /// `rate_limits.concurrency.hold_max_ms`.
+    pub(crate) hold_max_ms: u64,
 }
 
 impl Compiled {
@@ -36,6 +41,8 @@ impl Compiled {
         let gated = policy.concurrency.max_first_attempts.is_some()
             || policy.concurrency.max_retries.is_some()
             || !policy.concurrency.pools.is_empty();
+        let rl = &policy.rate_limits;
+        let aimd = rl.enabled && rl.concurrency.enabled;
         Compiled {
             adhoc: Route {
                 fallback: FallbackMode::Forbidden,
@@ -53,10 +60,14 @@ impl Compiled {
                 policy.timeouts.idle_ms,
             ],
             attempt_cap_ms: policy.timeouts.attempt_ms.unwrap_or(u64::MAX),
+            // Every attempt in a gated scope takes a place: the general path's work.
             lane: !policy.throttle.enabled
                 && !gated
+                && !aimd
                 && no_test_hook(policy)
                 && policy.budget.max_concurrent_retries.is_none(),
+            aimd,
+            hold_max_ms: rl.concurrency.hold_max_ms,
         }
     }
 }

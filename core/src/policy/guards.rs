@@ -215,6 +215,56 @@ pub struct RateLimitsPolicy {
     /// Opt-in. Default false: with it on, calls on one engine share what each
     /// learns of its upstream's limits (a 429 paces the calls after it).
     pub enabled: bool,
+    /// Adaptive concurrency per rate-limit scope (in force with `enabled`).
+    pub concurrency: AdaptiveConcurrencyPolicy,
+}
+
+/// Adaptive concurrency (AIMD) per rate-limit scope (account × provider ×
+/// model, what a provider's 429 is about): every attempt takes a place in its
+/// scope's in-flight limit before it is sent. A 429 without quota exhaustion,
+/// or an overload (529, `overloaded_error`), halves the attempts in flight it
+/// came with (once per congestion event, not below `min`); a window's worth
+/// of successes (as many as the limit, or `grow_after`) while the limit is in
+/// use raises it by one, up to `max`; other outcomes (a per-day quota, client
+/// errors, timeouts, cancellations) change nothing. An attempt with no place
+/// free is held: `next_attempt` answers `rate_limited` with a short `wait`
+/// (detail `concurrency: N in flight of limit M in SCOPE`) and the caller asks
+/// again; a hedge is refused instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdaptiveConcurrencyPolicy {
+    /// The adaptive gate; false keeps pacing by the provider's headers without
+    /// it. Default true (with `rate_limits.enabled`).
+    pub enabled: bool,
+    /// The limit a scope starts with; null = `max`, so nothing is held before
+    /// the provider's first refusal. Default null.
+    pub initial: Option<u32>,
+    /// Lowest limit: a refused scope still gets this many attempts at once. Default 1.
+    pub min: u32,
+    /// Highest limit. Default 10 000 (above the in-flight count of any one
+    /// process's calls to one model; growth stops there).
+    pub max: u32,
+    /// Successes per +1; null = the current limit (one window's worth, as
+    /// TCP's congestion avoidance). Default null.
+    pub grow_after: Option<u32>,
+    /// Longest a held attempt waits before asking again, ms. The wait is the
+    /// scope's mean attempt duration divided by its limit (when the next
+    /// place is expected to free), in whole ms, at least 1, at most this; this
+    /// before the scope's first attempt ended. Default 100.
+    pub hold_max_ms: u64,
+}
+
+impl Default for AdaptiveConcurrencyPolicy {
+    fn default() -> Self {
+        AdaptiveConcurrencyPolicy {
+            enabled: true,
+            initial: None,
+            min: 1,
+            max: 10_000,
+            grow_after: None,
+            hold_max_ms: 100,
+        }
+    }
 }
 
 /// In-flight limits, separately for first attempts and retries, plus priority pools.

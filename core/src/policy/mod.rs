@@ -15,7 +15,9 @@ mod validate;
 
 pub use catalog::{FallbackMode, OnFailure, OnSilence, Route, StreamRecovery, Upstream};
 pub(crate) use compiled::{Compiled, HALF};
-pub use guards::{Breaker, BreakerOverride, Budget, Concurrency, RateLimitsPolicy, Throttle, WindowKind};
+pub use guards::{
+    AdaptiveConcurrencyPolicy, Breaker, BreakerOverride, Budget, Concurrency, RateLimitsPolicy, Throttle, WindowKind,
+};
 pub use mode::Mode;
 pub use validate::to_milli;
 

@@ -191,6 +191,27 @@ impl Policy {
             "must name at least one dimension",
             || "[]".into(),
         );
+        let rc = &self.rate_limits.concurrency;
+        v.range_u64("rate_limits.concurrency.min", u64::from(rc.min), 1, 1_000_000);
+        v.range_u64("rate_limits.concurrency.max", u64::from(rc.max), 1, 1_000_000);
+        v.check(
+            rc.max >= rc.min,
+            "rate_limits.concurrency.max",
+            "must be at least rate_limits.concurrency.min",
+            || rc.max.to_string(),
+        );
+        if let Some(i) = rc.initial {
+            v.check(
+                (rc.min..=rc.max).contains(&i),
+                "rate_limits.concurrency.initial",
+                &format!("must be in [min, max] = [{}, {}]", rc.min, rc.max),
+                || i.to_string(),
+            );
+        }
+        if let Some(g) = rc.grow_after {
+            v.range_u64("rate_limits.concurrency.grow_after", u64::from(g), 1, 1_000_000);
+        }
+        v.range_u64("rate_limits.concurrency.hold_max_ms", rc.hold_max_ms, 1, 60_000);
         v.check(
             !self.concurrency.scope.is_empty(),
             "concurrency.scope",

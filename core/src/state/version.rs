@@ -10,6 +10,7 @@ use crate::guards::throttle::ThrottleParams;
 use crate::policy::{Compiled, Policy};
 use crate::rules::classify::Classifier;
 use crate::rules::deadline::{attempt_timeouts, TimeoutsMs, TokenEstimate};
+use crate::state::ratelimit::AimdConfig;
 use crate::state::registry::{Registry, Slot};
 use crate::state::scope::display_key;
 use crate::state::shared::Shared;
@@ -37,6 +38,9 @@ pub(crate) struct Version {
     /// Calls may take the fast lane (`call/lane.rs`): the engine allows it
     /// and no feature of the policy keeps them off it.
     pub(crate) lane: bool,
+    /// The bounds of every rate-limit scope's adaptive concurrency gate, when
+    /// `rate_limits` and its `concurrency` are enabled.
+    pub(crate) aimd: Option<AimdConfig>,
 }
 
 impl std::fmt::Debug for Version {
@@ -51,7 +55,15 @@ impl std::fmt::Debug for Version {
 impl Version {
     pub(crate) fn new(policy: Policy, shared: Arc<Shared>, generation: u64) -> Self {
         let compiled = Compiled::new(&policy);
+        let c = &policy.rate_limits.concurrency;
+        let aimd = compiled.aimd.then(|| AimdConfig {
+            initial: c.initial.unwrap_or(c.max),
+            floor: c.min,
+            ceiling: c.max,
+            grow_after: c.grow_after,
+        });
         Version {
+            aimd,
             version_stats: shared.versions.get(&policy.version),
             version_idx: shared.bus.version_index(&policy.version),
             version: Arc::from(policy.version.as_str()),

@@ -6,13 +6,15 @@
 //! its estimate (the safe reading of an attempt that vanished), a ticket
 //! dropped unredeemed frees its promised slot for other callers.
 
+use super::concurrency::AimdConfig;
+use super::gate::ScopeGate;
 use super::reading::Kind;
 use super::state::{Consumed, Promise, ScopeState};
 use crate::state::registry::Slot;
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// One scope's state, as the registry stores it.
@@ -22,6 +24,8 @@ pub(crate) struct ScopeCell {
     /// Set once a reading said anything about the scope: until then
     /// admission has nothing to consult, and a call's check is this one load.
     live: AtomicBool,
+    /// The adaptive concurrency gate, made at the scope's first gated attempt.
+    gate: OnceLock<ScopeGate>,
 }
 
 impl ScopeCell {
@@ -35,6 +39,19 @@ impl ScopeCell {
         if !self.is_live() {
             self.live.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// The scope's gate under `cfg` (made at first use; a reload's new
+    /// bounds are adopted by the first attempt after it).
+    pub(crate) fn gate(&self, cfg: &AimdConfig) -> &ScopeGate {
+        let g = self.gate.get_or_init(|| ScopeGate::new(*cfg));
+        g.aimd.conform(cfg);
+        g
+    }
+
+    /// The scope's gate, if any attempt was gated in it.
+    pub(crate) fn gate_if_any(&self) -> Option<&ScopeGate> {
+        self.gate.get()
     }
 }
 

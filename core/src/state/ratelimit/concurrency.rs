@@ -1,4 +1,4 @@
-//! Adaptive concurrency per upstream: AIMD (additive increase,
+//! Adaptive concurrency per rate-limit scope: AIMD (additive increase,
 //! multiplicative decrease) on the number of attempts in flight.
 //!
 //! - **Decrease**: a 429 without quota exhaustion, or an overload (529, 503
@@ -17,8 +17,9 @@
 //!
 //! Lock-free: one compare-and-swap to acquire, one to release. The limit and
 //! its generation share one atomic word, so a cut and its generation move
-//! together. Starting at the ceiling, the gate costs nothing until the first
-//! refusal.
+//! together. Starting at the ceiling, the gate refuses nothing until the
+//! first refusal. Its bounds may change while it runs ([`AdaptiveConcurrency::conform`]:
+//! a policy reload).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -66,7 +67,7 @@ pub struct Permit {
     generation: u32,
 }
 
-/// The in-flight limit of one upstream.
+/// The in-flight limit of one rate-limit scope.
 #[derive(Debug)]
 pub struct AdaptiveConcurrency {
     /// High 32 bits: generation (cuts so far); low 32 bits: the limit.
@@ -74,9 +75,11 @@ pub struct AdaptiveConcurrency {
     in_flight: AtomicU32,
     successes: AtomicU32,
     cuts: AtomicU64,
-    floor: u32,
-    ceiling: u32,
-    grow_after: Option<u32>,
+    /// The bounds, as [`AdaptiveConcurrency::conform`] last set them (`grow_after` 0 = one window).
+    initial: AtomicU32,
+    floor: AtomicU32,
+    ceiling: AtomicU32,
+    grow_after: AtomicU32,
 }
 
 fn pack(generation: u32, limit: u32) -> u64 {
@@ -87,20 +90,67 @@ fn unpack(s: u64) -> (u32, u32) {
     ((s >> 32) as u32, s as u32)
 }
 
+/// A floor of at least 1, a ceiling of at least the floor, `initial` between them, `grow_after` at least 1.
+fn normalised(cfg: AimdConfig) -> AimdConfig {
+    let floor = cfg.floor.max(1);
+    let ceiling = cfg.ceiling.max(floor);
+    AimdConfig {
+        initial: cfg.initial.clamp(floor, ceiling),
+        floor,
+        ceiling,
+        grow_after: cfg.grow_after.map(|n| n.max(1)),
+    }
+}
+
 impl AdaptiveConcurrency {
     /// A limit at `cfg.initial`, kept within `[floor, ceiling]` (a floor of 0 is 1).
     pub fn new(cfg: AimdConfig) -> Self {
-        let floor = cfg.floor.max(1);
-        let ceiling = cfg.ceiling.max(floor);
+        let cfg = normalised(cfg);
         AdaptiveConcurrency {
-            state: AtomicU64::new(pack(0, cfg.initial.clamp(floor, ceiling))),
+            state: AtomicU64::new(pack(0, cfg.initial)),
             in_flight: AtomicU32::new(0),
             successes: AtomicU32::new(0),
             cuts: AtomicU64::new(0),
-            floor,
-            ceiling,
-            grow_after: cfg.grow_after.map(|n| n.max(1)),
+            initial: AtomicU32::new(cfg.initial),
+            floor: AtomicU32::new(cfg.floor),
+            ceiling: AtomicU32::new(cfg.ceiling),
+            grow_after: AtomicU32::new(cfg.grow_after.unwrap_or(0)),
         }
+    }
+
+    /// The bounds in force ([`AdaptiveConcurrency::new`] normalises them).
+    pub fn config(&self) -> AimdConfig {
+        let grow_after = self.grow_after.load(Ordering::Relaxed);
+        AimdConfig {
+            initial: self.initial.load(Ordering::Relaxed),
+            floor: self.floor.load(Ordering::Relaxed),
+            ceiling: self.ceiling.load(Ordering::Relaxed),
+            grow_after: (grow_after > 0).then_some(grow_after),
+        }
+    }
+
+    /// Adopts `cfg` when it differs from the bounds in force (a few loads
+    /// when it does not). A limit never cut starts over at the new `initial`;
+    /// a limit learned from refusals is kept, within the new bounds.
+    pub fn conform(&self, cfg: &AimdConfig) {
+        let cfg = normalised(*cfg);
+        if self.config() == cfg {
+            return;
+        }
+        self.initial.store(cfg.initial, Ordering::Relaxed);
+        self.floor.store(cfg.floor, Ordering::Relaxed);
+        self.ceiling.store(cfg.ceiling, Ordering::Relaxed);
+        self.grow_after.store(cfg.grow_after.unwrap_or(0), Ordering::Relaxed);
+        let never_cut = self.cuts() == 0;
+        let _ = self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+            let (generation, limit) = unpack(s);
+            let next = if never_cut {
+                cfg.initial
+            } else {
+                limit.clamp(cfg.floor, cfg.ceiling)
+            };
+            Some(pack(generation, next))
+        });
     }
 
     /// Takes a place if fewer than the limit are in flight.
@@ -112,26 +162,33 @@ impl AdaptiveConcurrency {
             .map(|_| Permit { generation })
     }
 
-    /// Gives a place back, adjusting the limit by how the attempt ended.
-    pub fn release(&self, permit: Permit, feedback: Feedback) {
+    /// Gives a place back, adjusting the limit by how the attempt ended;
+    /// true when this release cut the limit.
+    pub fn release(&self, permit: Permit, feedback: Feedback) -> bool {
         let before = self
             .in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
             .unwrap_or(0);
         match feedback {
-            Feedback::Success => self.grow(before),
+            Feedback::Success => {
+                self.grow(before);
+                false
+            }
             Feedback::RateLimited | Feedback::Overloaded => self.cut(permit, before),
-            Feedback::Neutral => {}
+            Feedback::Neutral => false,
         }
     }
 
     fn grow(&self, in_flight: u32) {
         let s = self.state.load(Ordering::Acquire);
         let (generation, limit) = unpack(s);
-        if limit >= self.ceiling || in_flight.saturating_mul(2) < limit {
+        if limit >= self.ceiling.load(Ordering::Relaxed) || in_flight.saturating_mul(2) < limit {
             return;
         }
-        let need = self.grow_after.unwrap_or(limit).max(1);
+        let need = match self.grow_after.load(Ordering::Relaxed) {
+            0 => limit.max(1),
+            n => n,
+        };
         let n = self.successes.fetch_add(1, Ordering::AcqRel).saturating_add(1);
         if n < need {
             return;
@@ -147,14 +204,17 @@ impl AdaptiveConcurrency {
         }
     }
 
-    fn cut(&self, permit: Permit, in_flight: u32) {
+    fn cut(&self, permit: Permit, in_flight: u32) -> bool {
         let s = self.state.load(Ordering::Acquire);
         let (generation, limit) = unpack(s);
         if permit.generation != generation {
-            return;
+            return false;
         }
         let used = limit.min(in_flight.max(1));
-        let next = pack(generation.wrapping_add(1), (used / 2).max(self.floor));
+        let next = pack(
+            generation.wrapping_add(1),
+            (used / 2).max(self.floor.load(Ordering::Relaxed)),
+        );
         if self
             .state
             .compare_exchange(s, next, Ordering::AcqRel, Ordering::Acquire)
@@ -162,7 +222,9 @@ impl AdaptiveConcurrency {
         {
             self.successes.store(0, Ordering::Release);
             self.cuts.fetch_add(1, Ordering::Relaxed);
+            return true;
         }
+        false
     }
 
     /// The current limit.
@@ -272,6 +334,33 @@ mod tests {
         let p = g.try_acquire().unwrap();
         g.release(p, Feedback::RateLimited);
         assert_eq!(g.limit(), 4, "never below the floor");
+    }
+
+    #[test]
+    fn conform_keeps_a_learned_limit_within_the_new_bounds() {
+        let g = AdaptiveConcurrency::new(cfg(8, 1, 8, None));
+        g.conform(&cfg(8, 1, 8, None));
+        assert_eq!(g.limit(), 8, "the same bounds change nothing");
+        // Never cut: the limit starts over at the new initial.
+        g.conform(&cfg(20, 2, 32, Some(3)));
+        assert_eq!((g.limit(), g.config()), (20, cfg(20, 2, 32, Some(3))));
+        let ps: Vec<Permit> = (0..6).map(|_| g.try_acquire().unwrap()).collect();
+        g.release(ps[0], Feedback::RateLimited);
+        assert_eq!(g.limit(), 3, "six in flight, halved");
+        for p in &ps[1..] {
+            g.release(*p, Feedback::Neutral);
+        }
+        // Learned: kept, within the new bounds.
+        g.conform(&cfg(50, 1, 64, None));
+        assert_eq!(g.limit(), 3);
+        g.conform(&cfg(50, 5, 64, None));
+        assert_eq!(g.limit(), 5, "raised to the new floor");
+        g.conform(&cfg(0, 0, 2, None));
+        assert_eq!(
+            (g.limit(), g.config()),
+            (2, cfg(1, 1, 2, None)),
+            "lowered to the new ceiling"
+        );
     }
 
     #[derive(Debug, Clone)]

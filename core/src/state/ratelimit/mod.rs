@@ -20,7 +20,9 @@
 //!   at once). [`RateLimits::settle`] takes the attempt's response (and
 //!   [`RateLimits::observe`] a reading that belongs to no admitted attempt).
 //!   [`RateLimits::snapshot`] feeds gauges and stats.
-//! - [`AdaptiveConcurrency`]: AIMD on attempts in flight per upstream.
+//! - [`AdaptiveConcurrency`]: AIMD on attempts in flight. In the call path
+//!   (`rate_limits.concurrency`) each scope has one, and an attempt takes a
+//!   place in its scope's before it is sent (`gate.rs`).
 //!
 //! Time is injected (monotonic nanoseconds on the engine's clock, plus a wall
 //! clock only for RFC 3339 and HTTP-date instants), randomness too.
@@ -105,6 +107,7 @@
 mod admission;
 mod concurrency;
 pub(crate) mod fleet;
+mod gate;
 pub mod headers;
 mod ietf;
 mod reading;
@@ -116,8 +119,9 @@ pub mod values;
 pub(crate) use admission::Cell;
 pub use admission::{Admission, Reservation, StopWhy, Ticket, Usage};
 pub use concurrency::{AdaptiveConcurrency, AimdConfig, Feedback, Permit};
+pub(crate) use gate::GatePermit;
 pub use reading::{Kind, Reading, Window};
-pub use snapshot::{KindSnapshot, RateLimitCounters, RateLimitSnapshot, ScopeSnapshot};
+pub use snapshot::{ConcurrencySnapshot, KindSnapshot, RateLimitCounters, RateLimitSnapshot, ScopeSnapshot};
 pub use table::{RateLimitConfig, RateLimits};
 
 #[cfg(test)]

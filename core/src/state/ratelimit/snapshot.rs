@@ -26,6 +26,20 @@ pub struct KindSnapshot {
     pub in_flight: u64,
 }
 
+/// One scope's adaptive concurrency gate (`rate_limits.concurrency`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ConcurrencySnapshot {
+    /// Attempts allowed in flight now.
+    pub limit: u32,
+    /// Attempts in flight now.
+    pub in_flight: u32,
+    /// Times the limit was cut (a 429 without quota exhaustion, an overload).
+    pub cuts: u64,
+    /// Mean time an attempt held its place, when any ended (serialized as `mean_hold_ms`).
+    #[serde(rename = "mean_hold_ms", serialize_with = "as_ms")]
+    pub mean_hold: Option<Duration>,
+}
+
 /// One scope's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ScopeSnapshot {
@@ -35,6 +49,8 @@ pub struct ScopeSnapshot {
     pub kinds: Vec<KindSnapshot>,
     /// A quota hold is in force.
     pub quota_exhausted: bool,
+    /// The adaptive concurrency gate, once an attempt was gated in the scope.
+    pub concurrency: Option<ConcurrencySnapshot>,
 }
 
 /// Counts since the table was made.
@@ -56,12 +72,16 @@ pub struct RateLimitCounters {
     pub stops_rate_limited: u64,
     /// Admissions stopped by an exhausted quota.
     pub stops_quota: u64,
+    /// Attempts held because their scope's adaptive concurrency limit was in flight.
+    pub concurrency_holds: u64,
+    /// Cuts of a scope's adaptive concurrency limit.
+    pub concurrency_cuts: u64,
 }
 
 impl RateLimitCounters {
     /// Every counter with its name (the name of its Prometheus series, less
     /// `retrywise_ratelimit_` and `_total`).
-    pub fn named(&self) -> [(String, u64); 8] {
+    pub fn named(&self) -> [(String, u64); 10] {
         [
             ("observed", self.observed),
             ("rate_limited", self.rate_limited),
@@ -71,6 +91,8 @@ impl RateLimitCounters {
             ("paced_waits", self.paced_waits),
             ("stops_rate_limited", self.stops_rate_limited),
             ("stops_quota", self.stops_quota),
+            ("concurrency_holds", self.concurrency_holds),
+            ("concurrency_cuts", self.concurrency_cuts),
         ]
         .map(|(n, v)| (n.to_string(), v))
     }
@@ -95,7 +117,8 @@ fn esc(s: &str) -> String {
 
 impl RateLimitSnapshot {
     /// Prometheus text exposition (0.0.4): `retrywise_ratelimit_{limit,remaining,available}`
-    /// gauges labelled by scope and kind, and the counters as `*_total`.
+    /// gauges labelled by scope and kind, `retrywise_ratelimit_concurrency_{limit,in_flight}`
+    /// gauges labelled by scope, and the counters as `*_total`.
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
         type Gauge = (&'static str, fn(&KindSnapshot) -> Option<u64>);
@@ -112,6 +135,19 @@ impl RateLimitSnapshot {
                         let (scope, kind) = (esc(&s.scope), k.kind.as_str());
                         let _ = writeln!(out, "{name}{{scope=\"{scope}\",kind=\"{kind}\"}} {v}");
                     }
+                }
+            }
+        }
+        type ScopeGauge = (&'static str, fn(&ConcurrencySnapshot) -> u32);
+        let gauges: [ScopeGauge; 2] = [
+            ("retrywise_ratelimit_concurrency_limit", |c| c.limit),
+            ("retrywise_ratelimit_concurrency_in_flight", |c| c.in_flight),
+        ];
+        for (name, get) in gauges {
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            for s in &self.scopes {
+                if let Some(c) = &s.concurrency {
+                    let _ = writeln!(out, "{name}{{scope=\"{}\"}} {}", esc(&s.scope), get(c));
                 }
             }
         }
@@ -151,6 +187,12 @@ mod tests {
                     },
                 ],
                 quota_exhausted: false,
+                concurrency: Some(ConcurrencySnapshot {
+                    limit: 5,
+                    in_flight: 2,
+                    cuts: 1,
+                    mean_hold: None,
+                }),
             }],
             counters: RateLimitCounters {
                 paced_waits: 3,
@@ -168,6 +210,10 @@ mod tests {
             "retrywise_ratelimit_paced_waits_total 3",
             "retrywise_ratelimit_malformed_headers_total 1",
             "retrywise_ratelimit_stops_quota_total 0",
+            "# TYPE retrywise_ratelimit_concurrency_limit gauge",
+            "retrywise_ratelimit_concurrency_limit{scope=\"key\\\"a/openai/gpt-4o\"} 5",
+            "retrywise_ratelimit_concurrency_in_flight{scope=\"key\\\"a/openai/gpt-4o\"} 2",
+            "retrywise_ratelimit_concurrency_holds_total 0",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

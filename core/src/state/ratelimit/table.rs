@@ -7,7 +7,7 @@
 use super::admission::{Admission, Cell, Reservation, ScopeCell, Ticket, Usage};
 use super::fleet::Changes;
 use super::reading::{Kind, Reading};
-use super::snapshot::{KindSnapshot, RateLimitCounters, RateLimitSnapshot, ScopeSnapshot};
+use super::snapshot::{ConcurrencySnapshot, KindSnapshot, RateLimitCounters, RateLimitSnapshot, ScopeSnapshot};
 use super::state::{ns, Decision, Params};
 use crate::rules::deadline::TokenEstimate;
 use crate::state::registry::Registry;
@@ -89,6 +89,8 @@ struct Counters {
     paced_waits: AtomicU64,
     stops_rate_limited: AtomicU64,
     stops_quota: AtomicU64,
+    concurrency_holds: AtomicU64,
+    concurrency_cuts: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -336,11 +338,18 @@ impl RateLimits {
                 })
                 .collect();
             let quota_exhausted = st.quota_until.is_some_and(|u| now < u);
-            if !kinds.is_empty() || quota_exhausted {
+            let concurrency = slot.value.gate_if_any().map(|g| ConcurrencySnapshot {
+                limit: g.aimd.limit(),
+                in_flight: g.aimd.in_flight(),
+                cuts: g.aimd.cuts(),
+                mean_hold: g.mean_hold(),
+            });
+            if !kinds.is_empty() || quota_exhausted || concurrency.is_some() {
                 scopes.push(ScopeSnapshot {
                     scope: slot.key.to_string(),
                     kinds,
                     quota_exhausted,
+                    concurrency,
                 });
             }
         });
@@ -349,6 +358,16 @@ impl RateLimits {
             scopes,
             counters: self.counters(),
         }
+    }
+
+    /// Counts an attempt held by its scope's adaptive concurrency gate.
+    pub(crate) fn count_hold(&self) {
+        bump(&self.counters.concurrency_holds, 1);
+    }
+
+    /// Counts a cut of a scope's adaptive concurrency limit.
+    pub(crate) fn count_cut(&self) {
+        bump(&self.counters.concurrency_cuts, 1);
     }
 
     /// The counters alone (cheap: no scope is visited).
@@ -364,6 +383,8 @@ impl RateLimits {
             paced_waits: g(&c.paced_waits),
             stops_rate_limited: g(&c.stops_rate_limited),
             stops_quota: g(&c.stops_quota),
+            concurrency_holds: g(&c.concurrency_holds),
+            concurrency_cuts: g(&c.concurrency_cuts),
         }
     }
 }
