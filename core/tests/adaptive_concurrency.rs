@@ -14,7 +14,13 @@ use std::time::Duration;
 const SCOPE: &str = "KEY_A/openai/gpt-4o";
 
 /// `gpt4o` and `gpt4o-eu` share a key and a model (one scope); `mini` is another model.
+/// The gate is opt-in: `enabled: true` is added unless `concurrency` says.
 fn catalog(concurrency: &str) -> String {
+    let concurrency = if concurrency.contains("enabled") {
+        concurrency.to_string()
+    } else {
+        concurrency.replacen('{', "{enabled: true, ", 1)
+    };
     format!(
         "
 rate_limits: {{enabled: true, concurrency: {concurrency}}}
@@ -293,9 +299,14 @@ fn a_hold_that_does_not_fit_the_time_left_stops() {
 #[test]
 fn off_the_gate_never_holds() {
     // rate_limits off (the default): no gate, whatever its knobs say.
-    let (e, _) = engine("rate_limits: {concurrency: {initial: 1, max: 1}}");
+    let (e, _) = engine("rate_limits: {concurrency: {enabled: true, initial: 1, max: 1}}");
     let calls: Vec<Call> = (0..10).map(|_| sent(&e, "gpt4o")).collect();
     assert!(e.rate_limits().scopes.is_empty());
+    assert_eq!(e.stats().rate_limits["concurrency_holds"], 0);
+    drop(calls);
+    // Pacing on, the gate at its default (off): ten go at once.
+    let (e, _) = engine(&catalog("{initial: 1}").replace("enabled: true, initial", "initial"));
+    let calls: Vec<Call> = (0..10).map(|_| sent(&e, "gpt4o")).collect();
     assert_eq!(e.stats().rate_limits["concurrency_holds"], 0);
     drop(calls);
     // The gate off, pacing on.

@@ -233,8 +233,10 @@ pub struct RateLimitsPolicy {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdaptiveConcurrencyPolicy {
-    /// The adaptive gate; false keeps pacing by the provider's headers without
-    /// it. Default true (with `rate_limits.enabled`).
+    /// The adaptive gate (with `rate_limits.enabled`). Default false: where
+    /// the provider's answers state its window, pacing alone keeps within it;
+    /// the gate is for providers whose 429s say nothing of their limit, and a
+    /// call it holds asks again every `hold_max_ms` at most.
     pub enabled: bool,
     /// The limit a scope starts with; null = `max`, so nothing is held before
     /// the provider's first refusal. Default null.
@@ -257,7 +259,7 @@ pub struct AdaptiveConcurrencyPolicy {
 impl Default for AdaptiveConcurrencyPolicy {
     fn default() -> Self {
         AdaptiveConcurrencyPolicy {
-            enabled: true,
+            enabled: false,
             initial: None,
             min: 1,
             max: 10_000,
