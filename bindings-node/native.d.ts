@@ -167,9 +167,11 @@ export declare class NativeEngine {
   rewrite(upstream: string, req: WireRequest): WireRequest | null
   /**
    * A stream gate for one attempt's body, reading malformed events as the
-   * policy says (`streams.malformed_event`).
+   * policy says (`streams.malformed_event`). `endAtError`: an error event
+   * after output ends the stream before it (`StreamGate::end_at_error`),
+   * for wrapFetch, which continues the answer or ends the stream itself.
    */
-  streamGate(contentType?: string | undefined | null): StreamGate
+  streamGate(contentType?: string | undefined | null, endAtError?: boolean | undefined | null): StreamGate
   /** Moves the manual clock forward; throws unless built with `manualClock`. */
   advanceClock(ms: number): void
 }

@@ -157,6 +157,8 @@ for (const [primary, models, answeredBy, minMs, maxMs] of [
 // primary's whole answer once, no gap, no duplicate.
 for (const [primary, backup, via, maxMs] of [
   ['fb-stream-cut:k=3', 'fb-ok', ['prefill'], 1500],
+  // An overloaded error event after text: never shown to the SDK, the answer continued.
+  ['fb-stream-cut:k=3:end=error', 'fb-ok', ['prefill'], 1500],
   // The stall is noticed at idle_ms (300 ms).
   ['fb-stream-stall:k=3', 'fb-ok', ['prefill'], 2000],
   // The backup refuses the prefill: asked again by instruction, the refusal never shown.

@@ -247,7 +247,7 @@ test('wrapFetch: a malformed SSE event is skipped by default, and ends the strea
   }
 })
 
-test('wrapFetch: an SSE error event after output reaches the SDK as the provider sent it, and the call stops (never replayed)', async () => {
+test('wrapFetch: an SSE error event after output on a route that does not continue: the text before it is delivered, the event never is, and the stream ends with a StoppedError (never replayed, never a truncated success)', async () => {
   const errEvent = 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}\n\n'
   let n = 0
   const srv = await localServer((req, res) => {
@@ -259,7 +259,10 @@ test('wrapFetch: an SSE error event after output reaches the SDK as the provider
     const e = new Engine({ backoff: { base_ms: 0, cap_ms: 0 } })
     const f = wrapFetch(e, fetch, { route: 'local', deadlineMs: 5000 })
     const r = await f(srv.url + '/v1/chat/completions', { method: 'POST', body: '{}' })
-    assert.equal(await r.text(), chunk('a') + errEvent)
+    const reader = r.body.getReader()
+    const first = await reader.read()
+    assert.equal(Buffer.from(first.value).toString(), chunk('a'))
+    await assert.rejects(reader.read(), (err) => err instanceof StoppedError && err.reason === 'stream_visible_output')
     assert.equal(n, 1)
     assert.deepEqual(e.stats().stops, { stream_visible_output: 1 })
     assert.equal(e.liveCalls, 0)
@@ -304,9 +307,8 @@ test('wrapFetch: an SSE error event after output, on a route that continues, is 
   const srv = await localServer((req, res, n) => {
     res.writeHead(200, SSE)
     if (n > 1) return res.end(chunk('b') + DONE)
-    // The text and the error event in two writes: the caller was delivered the text first.
-    res.write(chunk('a'))
-    setTimeout(() => res.end(errEvent), 50)
+    // The text and the error event in one write: the text reaches the caller, the event does not.
+    res.end(chunk('a') + errEvent)
   })
   try {
     const e = new Engine({ backoff: { base_ms: 0, cap_ms: 0 }, ...CONTINUE }, { seed: 5 })

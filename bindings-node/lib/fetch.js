@@ -453,7 +453,9 @@ class FetchCall {
         const out = rebuildResponse(res, null, d)
         return { response: out, handedOver: false }
       }
-      const gate = engine._n.streamGate(res.headers.get('content-type'))
+      // An error event after output never reaches the SDK: the answer is continued
+      // elsewhere or the caller's stream ends with the core's stop (as in Python).
+      const gate = engine._n.streamGate(res.headers.get('content-type'), true)
       /** @type {BodyParts} */
       const parts = { res, attempt, ctl, reader: res.body.getReader(), gate, splicer: null, sentAt }
       if (splice) return { parts, handedOver: true }

@@ -258,16 +258,14 @@ function wrapBody(self, first) {
    * The attempt in `cur` failed (`err` thrown by its read, or an error event
    * its gate read: `outcome` given): report it; with nothing delivered and a
    * retry or fallback decided, the next attempt's body takes its place (true);
-   * otherwise the caller's stream ends with the stop (false). `pass`: bytes
-   * the consumer still gets first (an error event after output, which the
-   * SDK reads as the provider's error).
+   * after output, a fallback that continues it takes over the stream (true);
+   * otherwise the caller's stream ends with the stop (false).
    * @param {ReadableStreamDefaultController<Uint8Array>} controller
    * @param {unknown} err
    * @param {import('../index').Outcome | null} outcome
-   * @param {Uint8Array | null} pass
    * @returns {Promise<boolean>}
    */
-  async function failed(controller, err, outcome, pass) {
+  async function failed(controller, err, outcome) {
     stopTimers()
     cur.reader.cancel(err).catch(() => {})
     const sig = self.req.signal
@@ -307,15 +305,24 @@ function wrapBody(self, first) {
     }
     const stopped = stoppedFromDecision(self.call, d, err)
     finish()
-    if (pass !== null && pass.byteLength > 0) {
-      deliver(controller, pass)
-      controller.close()
-    } else controller.error(stopped)
+    controller.error(stopped)
     return false
   }
 
   /**
-   * A malformed event ended the stream after output: what came before it was
+   * A provider's error event after output says whether what was delivered can
+   * be continued elsewhere (the core decides whether the route does); a
+   * malformed event the policy ends the stream on is a stop of its own.
+   * @param {import('../index').Outcome} outcome
+   * @returns {import('../index').Outcome}
+   */
+  const resumable = (outcome) => {
+    if (outcome.error === undefined && delivered > 0) outcome.resumable = transcript.resumable
+    return outcome
+  }
+
+  /**
+   * An error event ended the stream after output: what came before it was
    * delivered by the last pull, and this one ends the caller's stream.
    * @type {{ err: Error, outcome: import('../index').Outcome } | null}
    */
@@ -327,8 +334,8 @@ function wrapBody(self, first) {
     if (pendingFail !== null) {
       const p = pendingFail
       pendingFail = null
-      await failed(controller, p.err, p.outcome, null)
-      return
+      // A fallback that continues the answer takes over: read on from it.
+      if (!(await failed(controller, p.err, resumable(p.outcome)))) return
     }
     for (;;) {
       armIdle()
@@ -336,7 +343,7 @@ function wrapBody(self, first) {
       try {
         chunk = await readOnce()
       } catch (err) {
-        if (await failed(controller, err, null, null)) continue
+        if (await failed(controller, err, null)) continue
         return
       }
       if (chunk.done) {
@@ -368,17 +375,17 @@ function wrapBody(self, first) {
           cur.gate = null
           // An error event (the provider's, or a malformed event the policy ends the stream on).
           if (g.streamError !== null) {
+            // The gate ends at the event (`endAtError`): `v` is what came before it,
+            // which the caller gets first; the event itself never reaches the SDK.
             const outcome = outcomeOf(g, cur.res.status)
             const err = new Error(`stream error event: ${outcome.vendorCode ?? 'error'}`)
-            if (outcome.error !== undefined && v.byteLength > 0) {
-              deliver(controller, v)
+            if (v.byteLength > 0) {
+              if (cur.splicer !== null) v = cur.splicer.feed(v)
+              if (v.byteLength > 0) deliver(controller, v)
               pendingFail = { err, outcome }
               return
             }
-            // After output: whether what was delivered can be continued elsewhere (then the event is
-            // dropped); if not, a provider's error event goes on to the SDK, which raises it as its own error.
-            if (delivered > 0) outcome.resumable = transcript.resumable
-            if (await failed(controller, err, outcome, outcome.error === undefined ? v : null)) continue
+            if (await failed(controller, err, resumable(outcome))) continue
             return
           }
         }

@@ -1280,13 +1280,23 @@ impl NativeEngine {
     }
 
     /// A stream gate for one attempt's body, reading malformed events as the
-    /// policy says (`streams.malformed_event`).
+    /// policy says (`streams.malformed_event`). `endAtError`: an error event
+    /// after output ends the stream before it (`StreamGate::end_at_error`),
+    /// for wrapFetch, which continues the answer or ends the stream itself.
     #[napi]
-    pub fn stream_gate(&self, env: Env, content_type: Option<String>) -> Result<stream::StreamGate> {
+    pub fn stream_gate(
+        &self,
+        env: Env,
+        content_type: Option<String>,
+        end_at_error: Option<bool>,
+    ) -> Result<stream::StreamGate> {
         guard(&env, || {
-            Ok(stream::StreamGate::from_core(
-                self.st(&env)?.engine.stream_gate(content_type.as_deref()),
-            ))
+            let gate = self.st(&env)?.engine.stream_gate(content_type.as_deref());
+            Ok(stream::StreamGate::from_core(if end_at_error.unwrap_or(false) {
+                gate.end_at_error()
+            } else {
+                gate
+            }))
         })
     }
 
