@@ -5,8 +5,9 @@ at its default): the primary answers 503 for 60 s from its first request, then
 is healthy; 20 requests 4 s apart.
 
 Ten runs side by side, each its own engine (differently seeded: its jitter and
-breaker timings differ) and its own flapping model on the fault server. In
-each: every request is answered, nothing the primary answered came from its
+breaker timings differ) and its own flapping model on the fault server, and
+ten more the same way through ``engine.run`` (the SDK pointed where
+``attempt.reach`` says). In each: every request is answered, nothing the primary answered came from its
 outage, the breaker spares the primary part of the outage (fewer attempts
 than two per request; measured 25 for 15 requests: it judges after 20 calls,
 then only probes), and the primary serves again within 30 s of its recovery
@@ -20,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+import retrywise
 from retrywise import Engine
 from retrywise.httpx import RetryTransport
 
@@ -28,6 +30,7 @@ from .conftest import FaultServer
 openai = pytest.importorskip("openai")
 
 KEY_ENV = "RETRYWISE_TEST_FLAP_KEY"
+MESSAGES = [{"role": "user", "content": "hi"}]
 RUNS = 10
 REQUESTS = 20
 EVERY_S = 4.0
@@ -52,10 +55,34 @@ def policy(base_url: str, primary: str, backup: str) -> dict[str, Any]:
     }
 
 
-def run(fault: FaultServer, seed: int, out: dict[int, Any]) -> None:
+#: The two ways a user calls: the README's transport under the SDK, and
+#: ``engine.run`` with the SDK pointed where ``attempt.reach`` says.
+WAYS = ("transport", "run")
+
+
+def down_ms(way: str, seed: int) -> int:
+    """Each run's own flapping model (the fault server keys its window by the
+    model name): a few ms apart, so every window is 60 s."""
+    return DOWN_MS + WAYS.index(way) * 100 + seed
+
+
+def ask_where_reach_says(attempt: retrywise.Attempt) -> Any:
+    reach = attempt.reach
+    assert reach is not None
+    t = attempt.timeouts
+    client = openai.OpenAI(
+        base_url=reach.base_url,
+        api_key=reach.api_key,
+        max_retries=0,
+        timeout=httpx.Timeout(t.total, connect=t.connect, read=t.first_byte),
+    )
+    return client.chat.completions.create(model=reach.model, messages=MESSAGES)
+
+
+def run(fault: FaultServer, way: str, seed: int, out: dict[tuple[str, int], Any]) -> None:
     """One user's 20 requests, 4 s apart on a fixed schedule; (seconds since
-    start, the model that answered) per request into ``out[seed]``."""
-    primary, backup = f"fb-flap:down={DOWN_MS + seed}", f"fb-ok:id=backup{seed}"
+    start, the model that answered) per request into ``out[way, seed]``."""
+    primary, backup = f"fb-flap:down={down_ms(way, seed)}", f"fb-ok:id={way}{seed}"
     engine = Engine(policy(fault.base + "/v1", primary, backup), seed=seed)
     client = openai.OpenAI(
         base_url=fault.base + "/v1",
@@ -68,32 +95,36 @@ def run(fault: FaultServer, seed: int, out: dict[int, Any]) -> None:
         t0 = time.monotonic()
         for i in range(REQUESTS):
             time.sleep(max(0.0, t0 + i * EVERY_S - time.monotonic()))
-            r = client.chat.completions.create(model=primary, messages=[{"role": "user", "content": "hi"}])
+            if way == "transport":
+                r = client.chat.completions.create(model=primary, messages=MESSAGES)
+            else:
+                r = engine.run(ask_where_reach_says, route=engine.route_for_model(primary))
             assert r.choices[0].message.content == answer(r.model), r
             served.append((time.monotonic() - t0, r.model))
-        out[seed] = served
+        out[way, seed] = served
     except BaseException as e:  # reported by the test thread
-        out[seed] = e
+        out[way, seed] = e
 
 
 def test_a_60_s_outage_is_served_by_the_fallback_and_the_primary_is_back_within_30_s(
     fault: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-flap")
-    out: dict[int, Any] = {}
-    threads = [threading.Thread(target=run, args=(fault, seed, out)) for seed in range(1, RUNS + 1)]
+    out: dict[tuple[str, int], Any] = {}
+    runs = [(way, seed) for way in WAYS for seed in range(1, RUNS + 1)]
+    threads = [threading.Thread(target=run, args=(fault, way, seed, out)) for way, seed in runs]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     rows = fault.requests()
     summary = []
-    for seed in range(1, RUNS + 1):
-        served = out[seed]
-        assert not isinstance(served, BaseException), f"run {seed}: {served!r}"
-        primary = f"fb-flap:down={DOWN_MS + seed}"
+    for way, seed in runs:
+        served = out[way, seed]
+        assert not isinstance(served, BaseException), f"{way} run {seed}: {served!r}"
+        primary = f"fb-flap:down={down_ms(way, seed)}"
         mine = [r for r in rows if r["model"] == primary]
-        up_at = mine[0]["at_ms"] + DOWN_MS + seed  # the server's clock: the outage ends here
+        up_at = mine[0]["at_ms"] + down_ms(way, seed)  # the server's clock: the outage ends here
         assert len(served) == REQUESTS
         answers = [r for r in mine if r["status"] == 200]
         # Nothing the primary answered came from its outage, and the outage was
@@ -104,10 +135,10 @@ def test_a_60_s_outage_is_served_by_the_fallback_and_the_primary_is_back_within_
         # Without a breaker every request of the outage costs the primary
         # attempts_per_upstream (2) attempts; the breaker (judging after its
         # min_calls, 20) spares the rest of the outage all but its probes.
-        assert len(in_outage) < 2 * requests_in_outage, (seed, len(in_outage), requests_in_outage)
-        assert answers, f"run {seed}: the primary never served again: {served}"
+        assert len(in_outage) < 2 * requests_in_outage, (way, seed, len(in_outage), requests_in_outage)
+        assert answers, f"{way} run {seed}: the primary never served again: {served}"
         back_after_ms = answers[0]["at_ms"] - up_at
-        assert back_after_ms < 30_000, (seed, back_after_ms, served)
+        assert back_after_ms < 30_000, (way, seed, back_after_ms, served)
         assert served[-1][1] == primary
-        summary.append((seed, len(in_outage), requests_in_outage, back_after_ms))
-    print("seed, primary attempts in the outage, requests in the outage, back after ms:", summary)
+        summary.append((way, seed, len(in_outage), requests_in_outage, round(back_after_ms)))
+    print("way, seed, primary attempts in the outage, requests in the outage, back after ms:", summary)
