@@ -4,7 +4,7 @@
 //! after it.
 //!
 //! Each upstream's state holds its rate-limit scope's cell
-//! (`state/upstream.rs`). With `rate_limits.concurrency` (on by default
+//! (`state/upstream.rs`). With `rate_limits.concurrency` (opt-in,
 //! under `rate_limits.enabled`) every attempt first takes a place in the
 //! scope's AIMD limit (`ratelimit/gate.rs`): with none free it is held (a
 //! [`Stopped`] with a short `wait`, reason `rate_limited`, detail
