@@ -379,9 +379,10 @@ function wrapBody(self, first) {
             // which the caller gets first; the event itself never reaches the SDK.
             const outcome = outcomeOf(g, cur.res.status)
             const err = new Error(`stream error event: ${outcome.vendorCode ?? 'error'}`)
+            if (v.byteLength > 0 && cur.splicer !== null) v = cur.splicer.feed(v)
+            // Enqueue only with bytes to deliver: a pull that enqueues nothing is not called again.
             if (v.byteLength > 0) {
-              if (cur.splicer !== null) v = cur.splicer.feed(v)
-              if (v.byteLength > 0) deliver(controller, v)
+              deliver(controller, v)
               pendingFail = { err, outcome }
               return
             }
