@@ -162,6 +162,11 @@ impl Ticket {
         self.cell.as_ref().is_some_and(|c| Arc::ptr_eq(c, cell))
     }
 
+    /// The promises the ticket holds.
+    pub(crate) fn promises(&self) -> &[Promise; 4] {
+        &self.promises
+    }
+
     /// Gives the promises back to `state` (which the caller has locked).
     pub(crate) fn redeem(mut self, state: &mut ScopeState) {
         state.release(&self.promises);

@@ -18,7 +18,18 @@
 //! `remaining` (a bucket may have refilled); one that may be older only lowers
 //! it within the same window, and is ignored when its window had reset before
 //! the current one began. Resets are taken at the latest instant a reading
-//! allows.
+//! allows, except that a reset given in whole seconds (IETF `t`, Azure,
+//! Anthropic without fractions) is rounded: every newer reading of the same
+//! window bounds the same instant from above, so the earliest of those bounds
+//! is kept rather than the last one (which would move the reset later by up
+//! to a second with each reading).
+//!
+//! The window's length is what the provider states (IETF `w`); OpenAI and
+//! Anthropic state none, so it is taken to be the longest reset seen: a reset
+//! never lies further than one window away (a fixed window resets at its end,
+//! a bucket is full again within one window), and the first reading of a
+//! fixed window, or any reading of an emptied bucket, is a whole window away.
+//! Before any reading the configured default (a minute) stands.
 //!
 //! What safety costs: a token bucket's refill before its reset is left unused
 //! (at small limits, a few requests per minute, this is a visible share of
@@ -73,6 +84,9 @@ pub(crate) struct KindState {
     pub(crate) reset_at: u64,
     /// Window length the provider stated, ns.
     pub(crate) window: Option<u64>,
+    /// Longest reset any reading gave, ns (0: none yet): the window's length
+    /// when the provider states none.
+    pub(crate) longest_reset: u64,
     pub(crate) in_flight: u64,
     pub(crate) unconfirmed: u64,
     /// When the last reading merged into `remaining` arrived (or, after a
@@ -82,6 +96,9 @@ pub(crate) struct KindState {
     /// Start of the current window when `remaining` began as the limit
     /// assumed at a reset (not a reading).
     pub(crate) rolled_at: Option<u64>,
+    /// The reset that began the current window (0: none known): a late
+    /// reading whose reset lies nearer it than `reset_at` is of the window before.
+    pub(crate) began: u64,
     /// Number of the current window.
     pub(crate) epoch: u64,
     /// Units promised to waiters, for windows `epoch .. epoch + RING` (index `e % RING`).
@@ -100,7 +117,8 @@ pub(crate) struct Sched {
 
 impl KindState {
     fn window_ns(&self, p: &Params) -> u64 {
-        self.window.unwrap_or(p.default_window).max(1)
+        let seen = (self.longest_reset > 0).then_some(self.longest_reset);
+        self.window.or(seen).unwrap_or(p.default_window).max(1)
     }
 
     #[inline]
@@ -130,6 +148,7 @@ impl KindState {
             self.unconfirmed = 0;
             self.observed_at = start;
             self.rolled_at = Some(start);
+            self.began = start;
             self.remaining = probing.then_some(1);
             self.reset_at = recheck;
             return;
@@ -149,6 +168,7 @@ impl KindState {
         let start = self.reset_at.saturating_add((n - 1).saturating_mul(w));
         self.observed_at = start;
         self.rolled_at = Some(start);
+        self.began = start;
         self.reset_at = start.saturating_add(w);
     }
 
@@ -169,21 +189,54 @@ impl KindState {
             self.window = Some(ns(win).max(1));
         }
         let Some(r) = w.remaining else { return };
-        let reset = w.reset.map(ns);
+        if let Some(d) = w.reset {
+            self.longest_reset = self.longest_reset.max(ns(d));
+        }
+        // Where the stated reset lies: the reading was produced between
+        // `sent` and `now`, and its value rounded up by at most `rounding`.
+        let bounds = w.reset.map(|d| {
+            let lo = sent.saturating_add(ns(d)).saturating_sub(rounding(d, p));
+            (lo, now.saturating_add(ns(d)))
+        });
         if self.remaining.is_some() && sent <= self.observed_at {
-            let earliest = reset.map(|d| sent.saturating_add(d));
-            if earliest.is_some_and(|e| self.rolled_at.is_some_and(|start| e < start)) {
-                return;
-            }
-            if earliest.is_none_or(|e| e <= self.reset_at.saturating_add(p.same_window_slack)) {
-                self.remaining = self.remaining.min(Some(r));
-                self.observed_at = self.observed_at.max(now);
-                return;
+            match bounds {
+                // Nearer the reset that began the current window than the one
+                // that ends it, and clear of that one: a late reading of the
+                // window before (where it could be either, it is counted).
+                Some((lo, hi))
+                    if self.began > 0
+                        && gap(self.began, lo, hi) < gap(self.reset_at, lo, hi)
+                        && hi.saturating_add(p.same_window_slack) < self.reset_at =>
+                {
+                    return
+                }
+                // Resetting after the current window: a new one (below).
+                Some((lo, _)) if lo > self.reset_at.saturating_add(p.same_window_slack) => {}
+                _ => {
+                    self.remaining = self.remaining.min(Some(r));
+                    self.observed_at = self.observed_at.max(now);
+                    return;
+                }
             }
         }
         // The latest instant the reset can be: resuming early would spend what is not there.
+        let latest = bounds.map_or(now.saturating_add(p.default_reset), |(_, hi)| hi);
+        let held = self.remaining.is_some().then_some(self.reset_at);
+        // A reset in whole seconds was rounded: when the reading's bounds reach
+        // back to the held reset, both bound the same instant and the earlier
+        // bound holds (else each reading would move it later by up to a second).
+        let whole = w.reset.is_some_and(|d| d.subsec_nanos() == 0);
+        self.reset_at = match (held, bounds) {
+            (Some(at), Some((lo, _))) if whole && lo <= at => at.min(latest),
+            _ => latest,
+        };
+        // Certainly resetting after the held reset: a new window began there.
+        if let (Some(at), Some((lo, _))) = (held, bounds) {
+            if lo > at.saturating_add(p.same_window_slack) {
+                self.began = at;
+            }
+        }
         self.remaining = Some(r);
-        self.reset_at = now.saturating_add(reset.unwrap_or(p.default_reset));
         self.observed_at = now;
         self.rolled_at = None;
     }
@@ -244,6 +297,26 @@ impl KindState {
         }
     }
 
+    /// For a promise of a window that has not opened by `now`: how long
+    /// until it opens, and the width of one slot of its units (its holder
+    /// comes back at the opening, jittered within that). `None` once the
+    /// window is open (or its promise no longer tracked).
+    pub(crate) fn until_open(&self, (epoch, units): (u64, u64), now: u64, p: &Params) -> Option<(u64, u64)> {
+        if epoch <= self.epoch || epoch >= self.epoch + RING as u64 {
+            return None;
+        }
+        let w = self.window_ns(p);
+        let opens = self
+            .reset_at
+            .max(now)
+            .saturating_add((epoch - self.epoch - 1).saturating_mul(w));
+        let spread = match self.limit.filter(|&l| l > 0) {
+            Some(l) => (u128::from(units) * u128::from(w) / u128::from(l)) as u64,
+            None => p.unknown_spread,
+        };
+        Some((opens - now, spread.clamp(1, w)))
+    }
+
     pub(crate) fn promise(&mut self, (epoch, units): (u64, u64)) {
         let s = Self::slot(epoch);
         self.promised[s] = self.promised[s].saturating_add(units);
@@ -261,6 +334,31 @@ impl KindState {
     pub(crate) fn is_blank(&self) -> bool {
         self.limit.is_none() && self.remaining.is_none() && self.in_flight == 0
     }
+}
+
+/// How much a provider may have rounded a reset up: a second for whole
+/// seconds, a millisecond for whole milliseconds, else nothing.
+fn rounding(d: Duration, p: &Params) -> u64 {
+    match d.subsec_nanos() {
+        0 => p.same_window_slack,
+        n if n % 1_000_000 == 0 => 1_000_000,
+        _ => 0,
+    }
+}
+
+/// Distance from instant `x` to the interval `lo..=hi`.
+fn gap(x: u64, lo: u64, hi: u64) -> u64 {
+    if x < lo {
+        lo - x
+    } else {
+        x.saturating_sub(hi)
+    }
+}
+
+/// A wait of `due` plus a jitter inside the slot's `spread`, never past
+/// `time_left` (`due <= time_left`).
+fn jittered<R: Rng + ?Sized>(due: u64, spread: u64, time_left: u64, rng: &mut R) -> u64 {
+    due.saturating_add(rng.gen_range(0..=spread)).min(time_left)
 }
 
 /// What a settled attempt consumed, per kind (`None`: never sent, nothing).
@@ -330,6 +428,46 @@ impl ScopeState {
         }
     }
 
+    /// A ticket holder back before the window its promise is for has opened
+    /// (the reset came later than its wait assumed) and with no room for it
+    /// in the current one: it keeps its promise and waits for that window
+    /// again, or stops when the window opens after `time_left`. `None` when
+    /// the window is open or the current one has room: the ticket is
+    /// redeemed. Without this it would go to the back of the queue and,
+    /// near its deadline, give up a unit the window then leaves unused.
+    pub(crate) fn hold_ticket<R: Rng + ?Sized>(
+        &mut self,
+        promises: &[Promise; 4],
+        costs: [u64; 4],
+        now: u64,
+        time_left: u64,
+        p: &Params,
+        rng: &mut R,
+    ) -> Option<Decision> {
+        self.roll(now, p);
+        let room = self
+            .kinds
+            .iter()
+            .zip(costs)
+            .all(|(k, c)| k.available().is_none_or(|a| a >= k.need(c)));
+        if room {
+            return None;
+        }
+        let (due, spread) = self
+            .kinds
+            .iter()
+            .zip(promises)
+            .filter_map(|(k, pr)| pr.and_then(|pr| k.until_open(pr, now, p)))
+            .max()?;
+        if due > time_left {
+            return Some(Decision::Stop(StopWhy::RateLimitedUntil(Duration::from_nanos(due))));
+        }
+        Some(Decision::Wait {
+            wait: jittered(due, spread, time_left, rng),
+            promises: *promises,
+        })
+    }
+
     /// Decides one attempt needing `costs` units per kind. On `Go` the units
     /// are reserved; on `Wait` the returned promises are recorded.
     pub(crate) fn decide<R: Rng + ?Sized>(
@@ -371,7 +509,7 @@ impl ScopeState {
         if b.due > time_left {
             return Decision::Stop(StopWhy::RateLimitedUntil(Duration::from_nanos(b.due)));
         }
-        let wait = b.due.saturating_add(rng.gen_range(0..=b.spread)).min(time_left);
+        let wait = jittered(b.due, b.spread, time_left, rng);
         for (k, pr) in self.kinds.iter_mut().zip(promises) {
             if let Some(pr) = pr {
                 k.promise(pr);
@@ -405,173 +543,4 @@ impl ScopeState {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: u64 = 1_000_000_000;
-
-    impl KindState {
-        fn roll_(&mut self, now: u64, p: &Params) {
-            self.roll(now, p, true);
-        }
-    }
-
-    fn params() -> Params {
-        Params {
-            default_reset: S,
-            default_window: 60 * S,
-            max_hold: 60 * S,
-            quota_hold: 60 * S,
-            unknown_spread: S,
-            same_window_slack: S,
-        }
-    }
-
-    fn window(limit: u64, remaining: u64, reset_s: u64) -> Window {
-        Window {
-            limit: Some(limit),
-            remaining: Some(remaining),
-            reset: Some(Duration::from_secs(reset_s)),
-            window: None,
-        }
-    }
-
-    #[test]
-    fn readings_of_one_window_only_lower_remaining() {
-        let p = params();
-        let mut k = KindState::default();
-        k.observe(window(60, 10, 30), 0, 0, &p);
-        assert_eq!((k.remaining, k.reset_at), (Some(10), 30 * S));
-        // Attempts sent before that reading arrived: their readings may be
-        // older (more remaining): ignored; less remaining is taken.
-        k.observe(window(60, 14, 29), 0, S, &p);
-        assert_eq!((k.remaining, k.reset_at), (Some(10), 30 * S));
-        k.observe(window(60, 7, 20), 0, 10 * S, &p);
-        assert_eq!((k.remaining, k.reset_at), (Some(7), 30 * S));
-        // Sent after the last merged reading arrived: newer, taken as is (a
-        // bucket may have refilled), resetting at the latest instant it allows.
-        k.observe(window(60, 9, 25), 11 * S, 12 * S, &p);
-        assert_eq!((k.remaining, k.reset_at, k.observed_at), (Some(9), 37 * S, 12 * S));
-        // A possibly older reading whose reset lies beyond the current one starts a new window.
-        k.observe(window(60, 40, 60), 2 * S, 13 * S, &p);
-        assert_eq!((k.remaining, k.reset_at), (Some(40), 73 * S));
-        // After a reset, a late reading of the window before is ignored.
-        k.roll_(73 * S, &p);
-        assert_eq!(
-            (k.remaining, k.observed_at, k.rolled_at),
-            (Some(60), 73 * S, Some(73 * S))
-        );
-        k.observe(window(60, 0, 1), 70 * S, 74 * S, &p);
-        assert_eq!(k.remaining, Some(60));
-        // ... one of this window lowers it.
-        k.observe(window(60, 30, 59), 70 * S, 75 * S, &p);
-        assert_eq!(k.remaining, Some(30));
-    }
-
-    #[test]
-    fn a_reset_refills_to_the_limit_and_drops_what_it_passed() {
-        let p = params();
-        let mut k = KindState::default();
-        k.observe(window(60, 0, 20), 0, 0, &p);
-        k.unconfirmed = 3;
-        k.in_flight = 2;
-        k.promise((1, 5));
-        k.promise((2, 7));
-        k.roll_(20 * S - 1, &p);
-        assert_eq!((k.remaining, k.epoch), (Some(0), 0), "not yet");
-        k.roll_(20 * S, &p);
-        assert_eq!((k.remaining, k.epoch, k.reset_at), (Some(60), 1, 80 * S));
-        assert_eq!((k.unconfirmed, k.in_flight), (0, 2), "in flight stays counted");
-        assert_eq!(k.available(), Some(60 - 2 - 5), "this window's promises are kept");
-        // Idle for many windows: every promise is gone.
-        k.roll_(20 * S + 10 * 60 * S, &p);
-        assert_eq!((k.epoch, k.promised), (11, [0; RING]));
-        assert_eq!(k.reset_at, 20 * S + 11 * 60 * S);
-        // With no known limit, a reset leaves the kind unconstrained.
-        let mut k = KindState::default();
-        k.observe(
-            Window {
-                remaining: Some(0),
-                ..Window::default()
-            },
-            0,
-            0,
-            &p,
-        );
-        assert_eq!((k.remaining, k.reset_at), (Some(0), S), "default reset");
-        let mut tokens = k.clone();
-        k.roll_(S, &p);
-        assert_eq!(
-            (k.available(), k.reset_at),
-            (Some(1), 2 * S),
-            "one probe until the recheck"
-        );
-        k.roll_(2 * S, &p);
-        assert_eq!(k.available(), None, "a recheck passed with no reading");
-        // Token kinds are not probed; nor is a reset found long past.
-        tokens.roll(S, &p, false);
-        assert_eq!(tokens.available(), None);
-        let mut late = KindState {
-            remaining: Some(0),
-            reset_at: S,
-            ..KindState::default()
-        };
-        late.roll_(2 * S, &p);
-        assert_eq!(late.available(), None);
-    }
-
-    #[test]
-    fn waiters_get_distinct_slots_and_no_window_is_promised_past_its_limit() {
-        let p = params();
-        let mut k = KindState::default();
-        k.observe(window(4, 0, 10), 0, 0, &p);
-        let mut dues = Vec::new();
-        for _ in 0..9 {
-            let s = k.schedule(1, 0, &p);
-            dues.push((s.due / S, s.spread / S, s.promise));
-            if let Some(pr) = s.promise {
-                k.promise(pr);
-            }
-        }
-        // Window 1 opens at 10 s, 15 s apart per unit (60 s / 4); window 2 at 70 s.
-        assert_eq!(
-            dues,
-            [
-                (10, 15, Some((1, 1))),
-                (25, 15, Some((1, 1))),
-                (40, 15, Some((1, 1))),
-                (55, 15, Some((1, 1))),
-                (70, 15, Some((2, 1))),
-                (85, 15, Some((2, 1))),
-                (100, 15, Some((2, 1))),
-                (115, 15, Some((2, 1))),
-                (130, 15, Some((3, 1))),
-            ]
-        );
-        // A cost larger than the limit waits one whole window for itself.
-        let s = k.schedule(1_000, 0, &p);
-        assert_eq!((s.due / S, s.spread / S, s.promise), (190, 60, Some((4, 4))));
-        // Beyond the tracked windows: a wait with no promise.
-        let mut full = k.clone();
-        for e in 1..RING as u64 {
-            full.promise((e, 4));
-        }
-        let s = full.schedule(1, 0, &p);
-        assert_eq!((s.due / S, s.promise), (10 + 7 * 60, None));
-        // A returned promise frees its slot; a stale one is ignored.
-        k.release((1, 1));
-        assert_eq!(k.promised[1], 3);
-        k.release((RING as u64 + 5, 1));
-        assert_eq!(k.schedule(1, 0, &p).promise, Some((1, 1)));
-    }
-
-    #[test]
-    fn need_is_at_least_one_and_at_most_the_limit() {
-        let mut k = KindState::default();
-        assert_eq!((k.need(0), k.need(7)), (1, 7));
-        k.limit = Some(5);
-        assert_eq!((k.need(0), k.need(7)), (1, 5));
-        k.limit = Some(0);
-        assert_eq!(k.need(0), 1);
-    }
-}
+mod tests;

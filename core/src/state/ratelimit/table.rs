@@ -24,10 +24,11 @@ pub struct RateLimitConfig {
     /// OpenAI). Default 1 s: Azure enforces its per-minute quota over 1–10 s
     /// intervals, so a second is the shortest useful recheck.
     pub default_reset: Duration,
-    /// Window length assumed after a reset when the provider does not state
-    /// one (only IETF `RateLimit-Policy` does). Default 60 s: RPM and TPM
-    /// limits are per minute. It paces waiters across the windows to come;
-    /// a reading replaces it as soon as one arrives.
+    /// Window length assumed when the provider states none (only IETF
+    /// `RateLimit-Policy` does) and no reading has given a reset yet; after
+    /// that, the longest reset read is the window (a reset is never further
+    /// than one window away). Default 60 s: RPM and TPM limits are per
+    /// minute. It paces waiters across the windows to come.
     pub default_window: Duration,
     /// Longest a 429 without quota exhaustion holds its scope, whatever its
     /// Retry-After says. Default 60 s: a per-minute window resets within a
@@ -256,12 +257,23 @@ impl RateLimits {
         // scope is locked: it locks its own.
         let ticket = ticket.filter(|t| t.is_for(cell));
         let costs = costs(tokens);
-        let decision = {
+        let (decision, kept) = {
             let mut st = cell.value.state.lock();
-            if let Some(t) = ticket {
-                t.redeem(&mut st);
+            let (p, left) = (&self.params, ns(time_left));
+            match ticket {
+                Some(t) => match st.hold_ticket(t.promises(), costs, now, left, p, rng) {
+                    Some(Decision::Wait { wait, promises }) => (Decision::Wait { wait, promises }, Some(t)),
+                    Some(d) => {
+                        t.redeem(&mut st);
+                        (d, None)
+                    }
+                    None => {
+                        t.redeem(&mut st);
+                        (st.decide(now, costs, left, p, rng), None)
+                    }
+                },
+                None => (st.decide(now, costs, left, p, rng), None),
             }
-            st.decide(now, costs, ns(time_left), &self.params, rng)
         };
         match decision {
             Decision::Go => {
@@ -272,7 +284,7 @@ impl RateLimits {
                 bump(&self.counters.paced_waits, 1);
                 Admission::Wait {
                     wait: Duration::from_nanos(wait),
-                    ticket: Ticket::new(cell.clone(), promises),
+                    ticket: kept.unwrap_or_else(|| Ticket::new(cell.clone(), promises)),
                 }
             }
             Decision::Stop(why) => {

@@ -38,6 +38,19 @@ fn requests(limit: Option<u64>, remaining: u64, reset: Option<Duration>) -> Read
     )
 }
 
+/// A reading of a per-minute requests window that says so (as IETF `w` does).
+fn per_minute(limit: u64, remaining: u64, reset: Duration) -> Reading {
+    Reading::default().with_window(
+        Kind::Requests,
+        Window {
+            limit: Some(limit),
+            remaining: Some(remaining),
+            reset: Some(reset),
+            window: Some(secs(60)),
+        },
+    )
+}
+
 fn none() -> TokenEstimate {
     TokenEstimate::default()
 }
@@ -76,7 +89,7 @@ fn ask(l: &RateLimits, scope: &str, now: u64, left: Duration, r: &mut Pcg64Mcg) 
 #[test]
 fn sixty_rpm_exhausted_waits_for_the_reset_plus_jitter_or_stops() {
     let l = RateLimits::default();
-    l.observe(SCOPE, &requests(Some(60), 0, Some(secs(20))), 0);
+    l.observe(SCOPE, &per_minute(60, 0, secs(20)), 0);
     let mut r = rng();
     // Reset in 20 s, 5 s left: stop, saying when the slot would open.
     let a = ask(&l, SCOPE, 0, secs(5), &mut r);
@@ -99,7 +112,7 @@ fn sixty_rpm_exhausted_waits_for_the_reset_plus_jitter_or_stops() {
 #[test]
 fn waiters_get_one_slot_each_across_the_windows_to_come() {
     let l = RateLimits::default();
-    l.observe(SCOPE, &requests(Some(60), 0, Some(secs(20))), 0);
+    l.observe(SCOPE, &per_minute(60, 0, secs(20)), 0);
     let mut r = rng();
     let mut tickets = Vec::new();
     for i in 0..130u64 {
@@ -422,7 +435,7 @@ fn late_readings_of_the_same_window_never_raise_remaining() {
 fn a_ticket_keeps_its_slot_against_newcomers() {
     let mut r = rng();
     let l = RateLimits::default();
-    l.observe(SCOPE, &requests(Some(2), 0, Some(secs(10))), 0);
+    l.observe(SCOPE, &per_minute(2, 0, secs(10)), 0);
     let (Admission::Wait { ticket: a, .. }, Admission::Wait { ticket: b, .. }) = (
         ask(&l, SCOPE, 0, secs(600), &mut r),
         ask(&l, SCOPE, 0, secs(600), &mut r),
@@ -443,6 +456,54 @@ fn a_ticket_keeps_its_slot_against_newcomers() {
         kind_of(&l.admit(SCOPE, 40 * S, none(), secs(600), Some(b), &mut r)),
         D::Go
     );
+}
+
+#[test]
+fn a_ticket_back_before_its_window_opens_keeps_its_place() {
+    let mut r = rng();
+    let l = RateLimits::default();
+    l.observe(SCOPE, &per_minute(2, 0, secs(10)), 0);
+    let (Admission::Wait { ticket: a, wait }, Admission::Wait { ticket: b, .. }) = (
+        ask(&l, SCOPE, 0, secs(600), &mut r),
+        ask(&l, SCOPE, 0, secs(600), &mut r),
+    ) else {
+        panic!()
+    };
+    assert!(wait >= secs(10) && wait <= secs(40), "{wait:?}");
+    // A newer reading moves the reset from 10 s to 13 s: `a` comes back at 10 s, too early.
+    l.observe(SCOPE, &per_minute(2, 0, secs(4)), 9 * S);
+    let Admission::Wait { ticket: a, wait } = l.admit(SCOPE, 10 * S, none(), secs(600), Some(a), &mut r) else {
+        panic!("still promised a slot of the window that opens at 13 s")
+    };
+    // It waits for that window's opening, jittered within one slot (60 s / 2).
+    assert!(wait >= secs(3) && wait <= secs(33), "{wait:?}");
+    // A newcomer at the reset finds both units promised; the holders go.
+    assert!(matches!(
+        ask(&l, SCOPE, 13 * S, secs(600), &mut r),
+        Admission::Wait { .. }
+    ));
+    assert_eq!(
+        kind_of(&l.admit(SCOPE, 13 * S, none(), secs(600), Some(a), &mut r)),
+        D::Go
+    );
+    assert_eq!(
+        kind_of(&l.admit(SCOPE, 13 * S, none(), secs(600), Some(b), &mut r)),
+        D::Go
+    );
+    // Early and out of time: it stops saying when the window opens, and its unit is free again.
+    let l = RateLimits::default();
+    l.observe(SCOPE, &per_minute(1, 0, secs(10)), 0);
+    let Admission::Wait { ticket, .. } = ask(&l, SCOPE, 0, secs(600), &mut r) else {
+        panic!()
+    };
+    l.observe(SCOPE, &per_minute(1, 0, secs(6)), 9 * S);
+    assert_eq!(
+        kind_of(&l.admit(SCOPE, 10 * S, none(), secs(2), Some(ticket), &mut r)),
+        D::Stop(StopWhy::RateLimitedUntil(secs(5)))
+    );
+    assert_eq!(kind_of(&ask(&l, SCOPE, 15 * S, secs(600), &mut r)), D::Go);
+    let c = l.counters();
+    assert_eq!((c.paced_waits, c.stops_rate_limited, c.admitted), (1, 1, 1));
 }
 
 #[test]
