@@ -172,3 +172,332 @@ test('nesting holds while a call is in flight however long, and again after retr
   assert.equal(r.owner, false)
   assert.equal(r.id, r.sent)
 })
+
+// What carries the attempt (lib/context.js, README "Nesting"): fn's synchronous code and
+// every promise continuation registered inside it; not the callbacks Node's event loop calls.
+
+const { hooksEnabled } = require('../lib/context.js')
+const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
+
+/** Begins a call of `e` where it is called and says whether it is an owner and its request id. */
+function probe(e, spec = { route: 'inner' }) {
+  const c = e.begin(spec)
+  const a = c.nextAttempt()
+  const r = { owner: c.info().owner, id: a.requestId }
+  c.report({ status: 200 })
+  return r
+}
+
+/**
+ * Runs `body(e, outer)` inside engine.run and checks every probe it returns began
+ * inside the attempt: a non-owner with the outer request id.
+ */
+async function nestedEverywhere(body) {
+  const e = new Engine({ ...fast, max_attempts: 1 })
+  let outerId
+  const got = await e.run(
+    async (outer) => {
+      outerId = outer.requestId
+      return body(e, outer)
+    },
+    { route: 'outer', deadlineMs: 10_000 },
+  )
+  assert.ok(got.length > 0)
+  for (const [i, r] of got.entries()) {
+    assert.equal(r.owner, false, `probe ${i} began as an owner`)
+    assert.equal(r.id, outerId, `probe ${i}`)
+  }
+  assert.equal(rw.currentAttempt(), undefined)
+  return got
+}
+
+test('nesting path: await chains through other async functions, at any depth', async () => {
+  await nestedEverywhere(async (e) => {
+    async function deepest() {
+      await Promise.resolve()
+      await sleep(2)
+      return probe(e)
+    }
+    async function middle() {
+      await null
+      const r = await deepest()
+      return [r, probe(e)]
+    }
+    const rs = await middle()
+    await sleep(1)
+    return [...rs, probe(e)]
+  })
+})
+
+test('nesting path: then / catch / finally callbacks registered inside the attempt', async () => {
+  // A promise made outside any attempt and settled from outside: its reaction runs in the
+  // attempt that registered it, as with an AsyncLocalStorage.
+  let open
+  const gate = new Promise((ok) => {
+    open = ok
+  })
+  setTimeout(() => open(), 5)
+  await nestedEverywhere(async (e) => {
+    const out = []
+    await Promise.resolve().then(() => out.push(probe(e)))
+    await Promise.reject(new Error('x')).catch(() => out.push(probe(e)))
+    await sleep(1).finally(() => out.push(probe(e)))
+    await gate.then(() => out.push(probe(e)))
+    await new Promise((ok) => {
+      sleep(1).then(() => ok(out.push(probe(e))))
+    })
+    return out
+  })
+})
+
+test('nesting path: Promise.all, race, allSettled and any', async () => {
+  await nestedEverywhere(async (e) => {
+    const later = async (ms) => {
+      await sleep(ms)
+      return probe(e)
+    }
+    const all = await Promise.all([later(1), later(3), Promise.resolve().then(() => probe(e))])
+    const race = await Promise.race([later(1), sleep(50)])
+    const settled = (await Promise.allSettled([later(2)])).map((s) => /** @type {any} */ (s).value)
+    const any = await Promise.any([Promise.reject(new Error('no')), later(1)])
+    const after = await Promise.all([sleep(1), sleep(2)]).then(() => probe(e))
+    return [...all, race, ...settled, any, after]
+  })
+})
+
+test('nesting path: async generators and for await', async () => {
+  await nestedEverywhere(async (e) => {
+    async function* chunks() {
+      for (let i = 0; i < 3; i++) {
+        await sleep(1)
+        yield probe(e)
+      }
+    }
+    const out = []
+    for await (const r of chunks()) {
+      out.push(r)
+      await null
+      out.push(probe(e))
+    }
+    out.push(probe(e))
+    return out
+  })
+})
+
+test('nesting path: awaited thenables and Promise subclasses (an SDK-style lazy promise)', async () => {
+  await nestedEverywhere(async (e) => {
+    const out = []
+    // A plain thenable: its then is called by the job that adopts it.
+    out.push(await { then: (/** @type {(v: unknown) => void} */ ok) => ok(probe(e)) })
+    // A Promise subclass whose then starts work on first use, as openai-node's APIPromise does.
+    class LazyPromise extends Promise {
+      /** @param {() => Promise<unknown>} make */
+      constructor(make) {
+        super((ok) => ok(null))
+        this.make = make
+      }
+      /** @type {Promise<any>['then']} */
+      then(onOk, onErr) {
+        return this.make().then(onOk, onErr)
+      }
+    }
+    out.push(await new LazyPromise(async () => {
+      await sleep(1)
+      return probe(e)
+    }))
+    return out
+  })
+})
+
+test('nesting path: callbacks of timers, setImmediate, nextTick and queueMicrotask run in no attempt', async () => {
+  const e = new Engine({ ...fast, max_attempts: 1 })
+  const got = await e.run(
+    async (outer) => {
+      const inTimer = await new Promise((ok) => setTimeout(() => ok(probe(e)), 1))
+      const inImmediate = await new Promise((ok) => setImmediate(() => ok(probe(e))))
+      const inTick = await new Promise((ok) => process.nextTick(() => ok(probe(e))))
+      const inMicrotask = await new Promise((ok) => queueMicrotask(() => ok(probe(e))))
+      // Tied to the attempt by hand: its propagation headers.
+      const byHand = await new Promise((ok) => setTimeout(() => ok(probe(e, { route: 'inner', inboundHeaders: outer.headers })), 1))
+      // Awaiting what the callback settled is back in the attempt.
+      const back = probe(e)
+      return { outer: outer.requestId, owners: [inTimer, inImmediate, inTick, inMicrotask], byHand, back }
+    },
+    { route: 'outer', deadlineMs: 10_000 },
+  )
+  for (const r of got.owners) {
+    assert.equal(r.owner, true)
+    assert.notEqual(r.id, got.outer)
+  }
+  assert.equal(got.byHand.owner, false)
+  assert.equal(got.byHand.id, got.outer)
+  assert.equal(got.back.owner, false)
+  assert.equal(got.back.id, got.outer)
+})
+
+test('nesting path: a wrapped fetch called from an SDK-like async chain inside engine.run', async () => {
+  const srv = await localServer((req, res, n) => {
+    if (n < 3) {
+      res.writeHead(503, { 'content-type': 'application/json' })
+      res.end('{"error":{"message":"busy","type":"server_error"}}')
+      return
+    }
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end('{"ok":true}')
+  })
+  try {
+    // What an SDK does between the caller and fetch: option preparation and an
+    // awaited request builder behind a lazy Promise subclass, its own retries off.
+    class APIPromise extends Promise {
+      /** @param {() => Promise<unknown>} run */
+      constructor(run) {
+        super((ok) => ok(null))
+        this.run = run
+      }
+      /** @type {Promise<any>['then']} */
+      then(onOk, onErr) {
+        return this.run().then(onOk, onErr)
+      }
+    }
+    class MiniSdk {
+      /** @param {typeof fetch} f */
+      constructor(f) {
+        this.fetch = f
+      }
+      async prepare() {
+        await sleep(1)
+        return { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"m"}' }
+      }
+      /** @param {string} url */
+      async request(url) {
+        const init = await this.prepare()
+        const res = await this.fetch(url, init)
+        if (!res.ok) throw Object.assign(new Error(`HTTP ${res.status}`), { status: res.status, headers: res.headers })
+        return res.json()
+      }
+      /** @param {string} url */
+      create(url) {
+        return new APIPromise(() => this.request(url))
+      }
+    }
+    const e = new Engine(fast)
+    const sdk = new MiniSdk(wrapFetch(e, fetch, { route: 'local' }))
+    /** @type {string[]} */
+    const outerIds = []
+    const v = await e.run(
+      async (outer) => {
+        outerIds.push(outer.requestId)
+        return sdk.create(srv.url + '/v1/chat')
+      },
+      { route: 'outer', deadlineMs: 5000 },
+    )
+    assert.deepEqual(v, { ok: true })
+    // One physical request per outer attempt: the wrapped fetch was a non-owner each
+    // time, and the outer owner retried.
+    assert.equal(outerIds.length, 3)
+    assert.equal(srv.seen.length, 3)
+    assert.deepEqual(
+      srv.seen.map((r) => r.headers['retrywise-request-id']),
+      outerIds,
+    )
+    assert.deepEqual(
+      srv.seen.map((r) => r.headers['retrywise-attempt']),
+      ['1', '2', '3'],
+    )
+  } finally {
+    await srv.close()
+  }
+})
+
+test('nesting: concurrent attempts each see their own, and code outside sees none', async () => {
+  const e = new Engine({ ...fast, max_attempts: 1 })
+  const outside = []
+  let stop = false
+  // A chain made outside any attempt, running while the attempts do.
+  const bystander = (async () => {
+    while (!stop) {
+      await sleep(1)
+      outside.push(rw.currentAttempt())
+      outside.push(probe(e))
+    }
+  })()
+  const one = (ms) =>
+    e.run(
+      async (outer) => {
+        const out = []
+        for (let i = 0; i < 5; i++) {
+          await sleep(ms)
+          out.push(probe(e))
+          out.push(rw.currentAttempt() === outer)
+        }
+        return { outer: outer.requestId, out }
+      },
+      { route: 'outer', deadlineMs: 10_000 },
+    )
+  const runs = await Promise.all([one(1), one(2), one(3)])
+  stop = true
+  await bystander
+  assert.equal(new Set(runs.map((r) => r.outer)).size, 3)
+  for (const r of runs) {
+    for (const x of r.out) {
+      if (typeof x === 'boolean') assert.equal(x, true)
+      else {
+        assert.equal(x.owner, false)
+        assert.equal(x.id, r.outer)
+      }
+    }
+  }
+  assert.ok(outside.length > 0)
+  for (const x of outside) {
+    if (x === undefined) continue
+    assert.equal(x.owner, true)
+  }
+  assert.equal(rw.currentAttempt(), undefined)
+})
+
+test('nesting works beside an AsyncLocalStorage of the caller, which keeps its own store', async () => {
+  const { AsyncLocalStorage } = require('node:async_hooks')
+  const als = new AsyncLocalStorage()
+  try {
+    await als.run({ request: 'r1' }, async () => {
+      await nestedEverywhere(async (e) => {
+        const out = []
+        await sleep(1)
+        assert.deepEqual(als.getStore(), { request: 'r1' })
+        out.push(probe(e))
+        await Promise.all([sleep(1), sleep(2)])
+        assert.deepEqual(als.getStore(), { request: 'r1' })
+        out.push(probe(e))
+        // The caller's storage still carries through timers, ours does not.
+        out.push(await new Promise((ok) => setTimeout(() => ok(als.getStore()), 1)).then((s) => (assert.deepEqual(s, { request: 'r1' }), probe(e))))
+        return out
+      })
+      assert.deepEqual(als.getStore(), { request: 'r1' })
+    })
+  } finally {
+    als.disable()
+  }
+})
+
+test('nesting: the promise hooks are off while retrywise is idle, and on while a call may nest', async () => {
+  const { IDLE_MS } = require('../lib/context.js')
+  const e = new Engine({ ...fast, max_attempts: 1 })
+  await sleep(IDLE_MS + 200)
+  // Nothing in flight for a full idle period (the earlier tests' calls ended before it).
+  await sleep(IDLE_MS + 200)
+  assert.equal(hooksEnabled(), false)
+  // The explicit loop never enables them.
+  const c = e.begin({ route: 'x' })
+  c.nextAttempt()
+  c.report({ status: 200 })
+  assert.equal(hooksEnabled(), false)
+  const seen = await e.run(async () => {
+    const on = hooksEnabled()
+    await sleep(1)
+    return [on, probe(e).owner]
+  })
+  assert.deepEqual(seen, [true, false])
+  assert.equal(hooksEnabled(), true)
+  await sleep(2 * IDLE_MS + 200)
+  assert.equal(hooksEnabled(), false)
+})
