@@ -461,11 +461,7 @@ export declare function wrapFetch(engine: Engine, fetch?: FetchLike | null, opts
  * a granted retry could not start (breaker opened, deadline spent meanwhile).
  */
 export declare function decisionOf(response: Response): Decision | null
-/**
- * The innermost retrywise attempt the running code belongs to: inside `engine.run`'s fn
- * (or a wrapped fetch's fetch) and the promise continuations registered there (see the
- * README's Nesting), else undefined.
- */
+/** The innermost retrywise attempt the current async context runs in. */
 export declare function currentAttempt(): Attempt | undefined
 export declare function paramsDigest(params: unknown): string
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string

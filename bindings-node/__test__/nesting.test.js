@@ -173,10 +173,9 @@ test('nesting holds while a call is in flight however long, and again after retr
   assert.equal(r.id, r.sent)
 })
 
-// What carries the attempt (lib/context.js, README "Nesting"): fn's synchronous code and
-// every promise continuation registered inside it; not the callbacks Node's event loop calls.
+// What carries the attempt (lib/context.js, README "Nesting"): fn's synchronous code,
+// every promise continuation registered inside it, and the callbacks it schedules.
 
-const { hooksEnabled } = require('../lib/context.js')
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
 
 /** Begins a call of `e` where it is called and says whether it is an owner and its request id. */
@@ -309,7 +308,7 @@ test('nesting path: awaited thenables and Promise subclasses (an SDK-style lazy 
   })
 })
 
-test('nesting path: callbacks of timers, setImmediate, nextTick and queueMicrotask run in no attempt', async () => {
+test('nesting path: callbacks of timers, setImmediate, nextTick and queueMicrotask scheduled inside the attempt', async () => {
   const e = new Engine({ ...fast, max_attempts: 1 })
   const got = await e.run(
     async (outer) => {
@@ -317,7 +316,7 @@ test('nesting path: callbacks of timers, setImmediate, nextTick and queueMicrota
       const inImmediate = await new Promise((ok) => setImmediate(() => ok(probe(e))))
       const inTick = await new Promise((ok) => process.nextTick(() => ok(probe(e))))
       const inMicrotask = await new Promise((ok) => queueMicrotask(() => ok(probe(e))))
-      // Tied to the attempt by hand: its propagation headers.
+      // Tied by its propagation headers as well (as a call in another process would be).
       const byHand = await new Promise((ok) => setTimeout(() => ok(probe(e, { route: 'inner', inboundHeaders: outer.headers })), 1))
       // Awaiting what the callback settled is back in the attempt.
       const back = probe(e)
@@ -325,9 +324,11 @@ test('nesting path: callbacks of timers, setImmediate, nextTick and queueMicrota
     },
     { route: 'outer', deadlineMs: 10_000 },
   )
+  // The async context carries into every callback scheduled inside the attempt:
+  // a call begun there is no second retry owner.
   for (const r of got.owners) {
-    assert.equal(r.owner, true)
-    assert.notEqual(r.id, got.outer)
+    assert.equal(r.owner, false)
+    assert.equal(r.id, got.outer)
   }
   assert.equal(got.byHand.owner, false)
   assert.equal(got.byHand.id, got.outer)
@@ -477,27 +478,4 @@ test('nesting works beside an AsyncLocalStorage of the caller, which keeps its o
   } finally {
     als.disable()
   }
-})
-
-test('nesting: the promise hooks are off while retrywise is idle, and on while a call may nest', async () => {
-  const { IDLE_MS } = require('../lib/context.js')
-  const e = new Engine({ ...fast, max_attempts: 1 })
-  await sleep(IDLE_MS + 200)
-  // Nothing in flight for a full idle period (the earlier tests' calls ended before it).
-  await sleep(IDLE_MS + 200)
-  assert.equal(hooksEnabled(), false)
-  // The explicit loop never enables them.
-  const c = e.begin({ route: 'x' })
-  c.nextAttempt()
-  c.report({ status: 200 })
-  assert.equal(hooksEnabled(), false)
-  const seen = await e.run(async () => {
-    const on = hooksEnabled()
-    await sleep(1)
-    return [on, probe(e).owner]
-  })
-  assert.deepEqual(seen, [true, false])
-  assert.equal(hooksEnabled(), true)
-  await sleep(2 * IDLE_MS + 200)
-  assert.equal(hooksEnabled(), false)
 })

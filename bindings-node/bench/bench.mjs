@@ -15,16 +15,10 @@
 // Each case runs with AsyncLocalStorage off and on. On: an AsyncLocalStorage
 // of the benchmark's own is in use around the loop (`als.run(...)`, as
 // frameworks and tracers do), so Node runs its async_hooks callbacks for
-// every promise. Off: none of the benchmark's; retrywise's own nesting hooks
-// (lib/context.js: promise hooks) are then enabled only while its engine.run
-// is in flight, and let go when idle: before each case with it off the
-// benchmark waits until that happened, so no case pays for the one before.
-// What no case can let go: once any promise hook was enabled (the first
-// case with AsyncLocalStorage on, or engine.run's), V8 takes its generic
-// promise paths for the rest of the process, so every row is measured so,
-// as in any process that uses an AsyncLocalStorage or engine.run.
-// instructions.sh runs each case in a process of its own, where a library
-// that enables no hook keeps V8's inlined promise paths.
+// every promise. Off: none of the benchmark's; retrywise's own (nesting) is
+// then enabled only while its engine.run is in flight, and let go when idle
+// (lib/context.js): before each case with it off the benchmark waits until
+// that happened, so no case pays for the one before.
 //
 // Rounds are interleaved (each round runs every case once, in both modes),
 // so noise that lasts longer than a case hits every library alike. Reported
@@ -33,7 +27,6 @@
 // says how far the comparison can be trusted on this machine.
 import { createRequire } from 'node:module'
 import { AsyncLocalStorage } from 'node:async_hooks'
-import { promiseHooks } from 'node:v8'
 import { retry, circuitBreaker, wrap, handleAll, ConsecutiveBreaker, ExponentialBackoff } from 'cockatiel'
 
 const require = createRequire(import.meta.url)
@@ -129,8 +122,8 @@ const als = new AsyncLocalStorage()
  */
 async function runCase(loop, on, n) {
   if (!on) {
-    // retrywise's nesting hooks are let go after IDLE_MS with nothing in
-    // flight (a check armed before its last call waits a period more).
+    // retrywise's own storage is let go after IDLE_MS with nothing in flight
+    // (a check armed before its last call waits a period more).
     await sleep(2 * IDLE_MS + 100)
     return loop(n)
   }
@@ -146,17 +139,13 @@ const MODES = [
   ['on', true],
 ]
 
-// `--one CASE N off|on [hooked]`: that case once, N calls, and nothing else
-// (for bench/instructions.sh, which counts instructions under valgrind).
-// `hooked`: a promise hook is enabled and stopped first, so V8's promise
-// paths are the generic ones, as in the interleaved rounds below once any
-// hook was enabled.
+// `--one CASE N off|on`: that case once, N calls, and nothing else (for
+// bench/instructions.sh, which counts instructions under valgrind).
 const one = process.argv.indexOf('--one')
 if (one >= 0) {
-  const [name, n, mode, hooked] = process.argv.slice(one + 1)
+  const [name, n, mode] = process.argv.slice(one + 1)
   const c = CASES.find(([label]) => label === name)
   if (c === undefined) throw new Error(`no case ${name}: ${CASES.map(([label]) => label).join(', ')}`)
-  if (hooked === 'hooked') promiseHooks.createHook({ init() {} })()
   if (mode === 'on') await als.run({ request: 'bench' }, () => c[1](Number(n)))
   else await c[1](Number(n))
   opossum.shutdown()

@@ -6,23 +6,18 @@
 # concurrent GC or compiler threads, whose share of the work varies from run
 # to run); the count per call is the slope between two runs, which leaves out
 # start-up and JIT warm-up. Both slopes are printed: their gap is the noise left.
-# HOOKED=1: each process enables and stops a promise hook first, so V8 takes its
-# generic promise paths, as in bench.mjs's rounds (where the first hook enabled,
-# an AsyncLocalStorage's or engine.run's nesting hooks, does it for the process).
-# Usage: [HOOKED=1] bash bindings-node/bench/instructions.sh [N1 N2 N3]   (about 10 minutes)
+# Usage: bash bindings-node/bench/instructions.sh [N1 N2 N3]   (about 10 minutes)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 n1="${1:-20000}"
 n2="${2:-60000}"
 n3="${3:-100000}"
-hooked=""
-[ "${HOOKED:-0}" = 1 ] && hooked=hooked
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is needed" >&2; exit 1; }
 count() {
     valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \
-        node --single-threaded "$here/bench.mjs" --one "$1" "$2" "$3" $hooked 2>&1 | sed -n 's/.*I *refs: *//p' | tr -d ,
+        node --single-threaded "$here/bench.mjs" --one "$1" "$2" "$3" 2>&1 | sed -n 's/.*I *refs: *//p' | tr -d ,
 }
-echo "node $(node --version) --single-threaded; instructions per call between $n1, $n2 and $n3 calls (valgrind cachegrind)${hooked:+; HOOKED=1: V8 generic promise paths}"
+echo "node $(node --version) --single-threaded; instructions per call between $n1, $n2 and $n3 calls (valgrind cachegrind)"
 for mode in off on; do
     echo "AsyncLocalStorage $mode"
     for c in 'retrywise README loop' 'retrywise engine.run' 'cockatiel wrap(retry, circuitBreaker)' 'opossum fire'; do

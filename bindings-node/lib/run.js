@@ -1,6 +1,6 @@
 'use strict'
 // engine.run: the decision loop done for the caller. Each attempt runs `fn`
-// with the attempt current (nesting, context.js), a timer and a lazy AbortSignal;
+// inside the attempt's async context with a timer and a lazy AbortSignal;
 // its result or error becomes the outcome the core decides on; the waits the
 // core hands out are slept here.
 
@@ -9,7 +9,7 @@ const { AttemptTimeoutError } = require('./errors.js')
 const { Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, reportOk } = require('./call.js')
 const { errorOutcome, timerKind } = require('./outcomes.js')
 const { abortReason, sleep, timers } = require('./timers.js')
-const { runIn, enter, leave } = require('./context.js')
+const { storage, enter, leave } = require('./context.js')
 
 const { STEP_RESULT, RESULT_ATTEMPT, ATTEMPT_STAMP, STOPPED_WAIT_MS, ACTION_SUCCEEDED, ACTION_RETRY, ACTION_FALLBACK } = SLOT
 
@@ -101,9 +101,8 @@ function captureResolvers(resolve, reject) {
 /**
  * One engine.run call as a small state machine: the returned promise is the
  * only one it creates (besides one `then` per asynchronous attempt), which
- * matters because while nesting's promise hooks (context.js) or an
- * AsyncLocalStorage are enabled every promise costs hook calls. The first
- * attempt was admitted by the native step that began the call.
+ * matters because with AsyncLocalStorage enabled every promise costs hook
+ * calls. The first attempt was admitted by the native step that began the call.
  */
 class Run {
   /**
@@ -129,7 +128,7 @@ class Run {
     this.lastErr = undefined
     /** @type {(() => void) | null} */
     this.onAbort = null
-    // In flight until finish(): nesting's promise hooks stay enabled (context.js).
+    // In flight until finish(): nesting's async context stays enabled (context.js).
     this.live = true
     enter()
     if (signal !== null) {
@@ -161,7 +160,7 @@ class Run {
     /** @type {any} */
     let value
     try {
-      value = runIn(attempt, this.fn, attempt)
+      value = storage.run(attempt, this.fn, attempt)
     } catch (err) {
       return this.failed(ra, err)
     }
