@@ -18,8 +18,8 @@
 //! `remaining` (a bucket may have refilled); one that may be older only lowers
 //! it within the same window, and is ignored when its window had reset before
 //! the current one began. Resets are taken at the latest instant a reading
-//! allows, except that a reset given in whole seconds (IETF `t`, Azure,
-//! Anthropic without fractions) is rounded: every newer reading of the same
+//! allows, except that a reset given in whole seconds (IETF `t`, Azure's
+//! seconds) is rounded: every newer reading of the same
 //! window bounds the same instant from above, so the earliest of those bounds
 //! is kept rather than the last one (which would move the reset later by up
 //! to a second with each reading).
