@@ -259,6 +259,11 @@ impl KindState {
         })
     }
 
+    /// True when a caller of `cost` fits what is left now (or nothing constrains the kind).
+    pub(crate) fn fits(&self, cost: u64) -> bool {
+        self.available().is_none_or(|a| a >= self.need(cost))
+    }
+
     /// Units a caller of `cost` needs free: at least one (every attempt uses
     /// some of each limit), at most the limit (a larger estimate could never
     /// fit, and waits one full window instead).
@@ -278,7 +283,7 @@ impl KindState {
             };
         };
         let c = need.min(l);
-        let share = |units: u64| (u128::from(units) * u128::from(w) / u128::from(l)) as u64;
+        let share = |units| share(units, w, l);
         for j in 1..RING as u64 {
             let taken = self.promised[Self::slot(self.epoch + j)];
             if taken.saturating_add(c) <= l {
@@ -311,7 +316,7 @@ impl KindState {
             .max(now)
             .saturating_add((epoch - self.epoch - 1).saturating_mul(w));
         let spread = match self.limit.filter(|&l| l > 0) {
-            Some(l) => (u128::from(units) * u128::from(w) / u128::from(l)) as u64,
+            Some(l) => share(units, w, l),
             None => p.unknown_spread,
         };
         Some((opens - now, spread.clamp(1, w)))
@@ -344,6 +349,11 @@ fn rounding(d: Duration, p: &Params) -> u64 {
         n if n % 1_000_000 == 0 => 1_000_000,
         _ => 0,
     }
+}
+
+/// The part of a window of `w` ns that `units` of a limit `l` (> 0) take.
+fn share(units: u64, w: u64, l: u64) -> u64 {
+    (u128::from(units) * u128::from(w) / u128::from(l)) as u64
 }
 
 /// Distance from instant `x` to the interval `lo..=hi`.
@@ -445,11 +455,7 @@ impl ScopeState {
         rng: &mut R,
     ) -> Option<Decision> {
         self.roll(now, p);
-        let room = self
-            .kinds
-            .iter()
-            .zip(costs)
-            .all(|(k, c)| k.available().is_none_or(|a| a >= k.need(c)));
+        let room = self.kinds.iter().zip(costs).all(|(k, c)| k.fits(c));
         if room {
             return None;
         }
@@ -489,12 +495,10 @@ impl ScopeState {
         let mut binding: Option<Sched> = None;
         let mut promises: [Promise; 4] = [None; 4];
         for (i, k) in self.kinds.iter().enumerate() {
-            let Some(avail) = k.available() else { continue };
-            let need = k.need(costs[i]);
-            if avail >= need {
+            if k.fits(costs[i]) {
                 continue;
             }
-            let s = k.schedule(need, now, p);
+            let s = k.schedule(k.need(costs[i]), now, p);
             promises[i] = s.promise;
             if binding.is_none_or(|b| s.due > b.due) {
                 binding = Some(s);
