@@ -178,6 +178,19 @@ test('nesting holds while a call is in flight however long, and again after retr
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
 
+/** A Promise subclass whose then starts its work on first use, as openai-node's APIPromise does. */
+class LazyPromise extends Promise {
+  /** @param {() => Promise<unknown>} make */
+  constructor(make) {
+    super((ok) => ok(null))
+    this.make = make
+  }
+  /** @type {Promise<any>['then']} */
+  then(onOk, onErr) {
+    return this.make().then(onOk, onErr)
+  }
+}
+
 /** Begins a call of `e` where it is called and says whether it is an owner and its request id. */
 function probe(e, spec = { route: 'inner' }) {
   const c = e.begin(spec)
@@ -288,18 +301,7 @@ test('nesting path: awaited thenables and Promise subclasses (an SDK-style lazy 
     const out = []
     // A plain thenable: its then is called by the job that adopts it.
     out.push(await { then: (/** @type {(v: unknown) => void} */ ok) => ok(probe(e)) })
-    // A Promise subclass whose then starts work on first use, as openai-node's APIPromise does.
-    class LazyPromise extends Promise {
-      /** @param {() => Promise<unknown>} make */
-      constructor(make) {
-        super((ok) => ok(null))
-        this.make = make
-      }
-      /** @type {Promise<any>['then']} */
-      then(onOk, onErr) {
-        return this.make().then(onOk, onErr)
-      }
-    }
+    // A Promise subclass whose then starts work on first use (LazyPromise).
     out.push(await new LazyPromise(async () => {
       await sleep(1)
       return probe(e)
@@ -349,17 +351,6 @@ test('nesting path: a wrapped fetch called from an SDK-like async chain inside e
   try {
     // What an SDK does between the caller and fetch: option preparation and an
     // awaited request builder behind a lazy Promise subclass, its own retries off.
-    class APIPromise extends Promise {
-      /** @param {() => Promise<unknown>} run */
-      constructor(run) {
-        super((ok) => ok(null))
-        this.run = run
-      }
-      /** @type {Promise<any>['then']} */
-      then(onOk, onErr) {
-        return this.run().then(onOk, onErr)
-      }
-    }
     class MiniSdk {
       /** @param {typeof fetch} f */
       constructor(f) {
@@ -378,7 +369,7 @@ test('nesting path: a wrapped fetch called from an SDK-like async chain inside e
       }
       /** @param {string} url */
       create(url) {
-        return new APIPromise(() => this.request(url))
+        return new LazyPromise(() => this.request(url))
       }
     }
     const e = new Engine(fast)
