@@ -261,7 +261,7 @@ impl Call {
                 };
                 limits.settle_in(cell, res, &r, usage, now.0);
             }
-            None => limits.observe_in(cell, &r, now.0),
+            None => limits.observe_in(cell, &r, f.started_ns, now.0),
         }
     }
 

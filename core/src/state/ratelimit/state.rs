@@ -82,6 +82,10 @@ pub(crate) struct KindState {
     pub(crate) remaining: Option<u64>,
     /// When the current window resets (meaningful with `remaining`).
     pub(crate) reset_at: u64,
+    /// The earliest instant the reset can be, when readings (or a stated
+    /// window's length added to them) bound it: a newer reading whose
+    /// bounds overlap `reset_lo ..= reset_at` bounds the same instant.
+    pub(crate) reset_lo: Option<u64>,
     /// Window length the provider stated, ns.
     pub(crate) window: Option<u64>,
     /// Longest reset any reading gave, ns (0: none yet): the window's length
@@ -151,6 +155,7 @@ impl KindState {
             self.began = start;
             self.remaining = probing.then_some(1);
             self.reset_at = recheck;
+            self.reset_lo = None;
             return;
         }
         let w = self.window_ns(p);
@@ -170,6 +175,12 @@ impl KindState {
         self.rolled_at = Some(start);
         self.began = start;
         self.reset_at = start.saturating_add(w);
+        // Windows of a stated length reset n of them after the bounded one;
+        // an inferred length may be short of the true one: no lower bound.
+        self.reset_lo = match (self.window, self.reset_lo) {
+            (Some(_), Some(lo)) => Some(lo.saturating_add(n.saturating_mul(w))),
+            _ => None,
+        };
     }
 
     /// Takes one response's window for this kind. The response's attempt was
@@ -213,6 +224,9 @@ impl KindState {
                 // Resetting after the current window: a new one (below).
                 Some((lo, _)) if lo > self.reset_at.saturating_add(p.same_window_slack) => {}
                 _ => {
+                    if let Some(b) = bounds {
+                        self.narrow(b);
+                    }
                     self.remaining = self.remaining.min(Some(r));
                     self.observed_at = self.observed_at.max(now);
                     return;
@@ -222,14 +236,12 @@ impl KindState {
         // The latest instant the reset can be: resuming early would spend what is not there.
         let latest = bounds.map_or(now.saturating_add(p.default_reset), |(_, hi)| hi);
         let held = self.remaining.is_some().then_some(self.reset_at);
-        // A reset in whole seconds was rounded: when the reading's bounds reach
-        // back to the held reset, both bound the same instant and the earlier
-        // bound holds (else each reading would move it later by up to a second).
-        let whole = w.reset.is_some_and(|d| d.subsec_nanos() == 0);
-        self.reset_at = match (held, bounds) {
-            (Some(at), Some((lo, _))) if whole && lo <= at => at.min(latest),
-            _ => latest,
-        };
+        // Bounds that do not overlap the held ones mean the reset moved (a
+        // draining bucket, or a new window): the reading's hold.
+        if !(held.is_some() && bounds.is_some_and(|b| self.narrow(b))) {
+            self.reset_at = latest;
+            self.reset_lo = bounds.map(|(lo, _)| lo);
+        }
         // Certainly resetting after the held reset: a new window began there.
         if let (Some(at), Some((lo, _))) = (held, bounds) {
             if lo > at.saturating_add(p.same_window_slack) {
@@ -241,10 +253,28 @@ impl KindState {
         self.rolled_at = None;
     }
 
+    /// Narrows the held reset to the part of a reading's bounds (`lo ..= hi`)
+    /// it shares, when the two overlap: both then bound the same instant.
+    /// Without it each reading would move the reset later by its own latency
+    /// (for whole seconds, by up to a second), and callers would wait past a
+    /// window that is already open. False (nothing changed) when they do not
+    /// overlap or the held reset is not bounded below.
+    fn narrow(&mut self, (lo, hi): (u64, u64)) -> bool {
+        match self.reset_lo {
+            Some(held_lo) if lo <= self.reset_at && hi >= held_lo => {
+                self.reset_at = self.reset_at.min(hi);
+                self.reset_lo = Some(held_lo.max(lo));
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Records that the window is exhausted until `until` (a 429 said so).
     pub(crate) fn hold(&mut self, now: u64, until: u64) {
         let live = self.remaining.is_some() && self.reset_at > now;
         self.reset_at = if live { self.reset_at.max(until) } else { until };
+        self.reset_lo = None;
         self.remaining = Some(0);
         self.observed_at = self.observed_at.max(now);
         self.rolled_at = None;

@@ -190,13 +190,18 @@ impl RateLimits {
             .get_or_insert(scope, now / 1_000_000, max, idle, ScopeCell::default)
     }
 
-    /// [`RateLimits::observe`] on a scope's state already at hand.
-    pub(crate) fn observe_in(&self, cell: &Cell, reading: &Reading, now: u64) {
+    /// [`RateLimits::observe`] on a scope's state already at hand, for the
+    /// response to an attempt sent at `sent` without a reservation (its
+    /// scope was blank): the provider produced it between `sent` and `now`.
+    pub(crate) fn observe_in(&self, cell: &Cell, reading: &Reading, sent: u64, now: u64) {
         self.count(reading);
         if !reading.is_empty() {
             cell.value.set_live();
             self.changes.mark(&cell.key);
-            cell.value.state.lock().observe(reading, now, now, &self.params);
+            cell.value
+                .state
+                .lock()
+                .observe(reading, sent.min(now), now, &self.params);
         }
     }
 

@@ -276,3 +276,32 @@ fn need_is_at_least_one_and_at_most_the_limit() {
     k.limit = Some(0);
     assert_eq!(k.need(0), 1);
 }
+
+#[test]
+fn readings_of_one_window_narrow_its_reset_to_their_shared_bounds() {
+    const MS: u64 = 1_000_000;
+    let p = params();
+    // The window truly resets at 60 s; each reading is produced when its
+    // attempt reaches the provider and arrives one latency later.
+    let mut k = KindState::default();
+    let mut resets = Vec::new();
+    for (sent, produced, arrived) in [(0, 100, 900), (200, 300, 400), (500, 900, 3_000), (600, 700, 750)] {
+        k.observe(
+            unstated(360_000, 300_000, 60_000 - produced),
+            sent * MS,
+            arrived * MS,
+            &p,
+        );
+        resets.push(k.reset_at / MS);
+    }
+    // Each bound holds; the earliest upper bound is kept, not the newest reading's.
+    assert_eq!(resets, [60_800, 60_100, 60_100, 60_050]);
+    assert!(k.reset_lo.is_some_and(|lo| lo <= 60_000 * MS));
+    // A reading whose bounds lie wholly after them: the reset moved (a new window).
+    k.observe(unstated(360_000, 359_000, 65_000), 1_000 * MS, 1_100 * MS, &p);
+    assert_eq!(k.reset_at / MS, 66_100);
+    // A 429's hold is no reading's bound: the next reading is taken as it is (earlier here).
+    k.hold(1_200 * MS, 61_000 * MS);
+    k.observe(unstated(360_000, 0, 58_700), 1_300 * MS, 1_400 * MS, &p);
+    assert_eq!(k.reset_at / MS, 60_100);
+}
