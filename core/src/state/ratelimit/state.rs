@@ -17,12 +17,13 @@
 //! attempt left after the last merged reading arrived is newer and replaces
 //! `remaining` (a bucket may have refilled); one that may be older only lowers
 //! it within the same window, and is ignored when its window had reset before
-//! the current one began. Resets are taken at the latest instant a reading
-//! allows, except that a reset given in whole seconds (IETF `t`, Azure's
-//! seconds) is rounded: every newer reading of the same
-//! window bounds the same instant from above, so the earliest of those bounds
-//! is kept rather than the last one (which would move the reset later by up
-//! to a second with each reading).
+//! the current one began. A reading bounds its reset between its attempt's
+//! send time and its arrival, each plus the stated reset (less a second for
+//! whole seconds, which providers round up); readings of one window bound the
+//! same instant, so the state keeps the overlap of their bounds and resumes
+//! at its latest instant, rather than at the last reading's upper bound (which
+//! would move the reset later by each answer's latency). Bounds that do not
+//! overlap mean the reset moved (a draining bucket, a new window).
 //!
 //! The window's length is what the provider states (IETF `w`); OpenAI and
 //! Anthropic state none, so it is taken to be the longest reset seen: a reset
