@@ -348,6 +348,11 @@ fn simulate_bad_policy_names_the_file_and_the_field() {
 fn scenario_checks(name: &str) {
     let r = simulate_json(&["--scenario", name, "--jobs", "1"]);
     assert_eq!((r["scenario"].as_str(), r["seed"].as_u64()), (Some(name), Some(42)));
+    checks_hold(name, &r);
+}
+
+/// The checks of one `simulate --json` report of scenario `name`.
+fn checks_hold(name: &str, r: &Value) {
     let check = |n: &str| r["checks"].as_array().unwrap().iter().find(|c| c["name"] == n).cloned();
     let (b, c) = (&r["strategies"][1], &r["strategies"][2]);
     let success = check("retrywise_success_not_worse_than_jitter_only").expect("every scenario checks success");
@@ -399,11 +404,29 @@ fn simulate_hard_outage_checks() {
 
 /// `rate-limited`: a provider limit of L requests per minute stated on every
 /// answer, offered 2 L: retrywise paces before the 429 — it sends at most 1 %
-/// of the 429s jitter alone sends and completes at least 95 % of L per minute.
+/// of the 429s jitter alone sends and completes at least 95 % of L per minute
+/// while the load lasts — at the default seed and at one where the window's
+/// opening once sent the waiters and the newcomers together.
 #[test]
 fn simulate_rate_limited_checks() {
-    scenario_checks("rate-limited");
-    let r = simulate_json(&["--scenario", "rate-limited", "--jobs", "1"]);
+    for seed in [42, 2] {
+        let r = simulate_json(&["--scenario", "rate-limited", "--jobs", "1", "--seed", &seed.to_string()]);
+        assert_eq!(r["seed"].as_u64(), Some(seed));
+        checks_hold("rate-limited", &r);
+        rate_limited_holds(&r);
+    }
+}
+
+fn rate_limited_holds(r: &Value) {
+    // Answers given before the offered load ends, per minute, against L (half the offered rate).
+    let secs = r["duration_s"].as_u64().unwrap();
+    let done: u64 = r["strategies"][2]["series"]["goodput"].as_array().unwrap()[..secs as usize]
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    let limit = r["qps"].as_f64().unwrap() / 2.0 * 60.0;
+    let per_min = done as f64 * 60.0 / secs as f64;
+    assert!(per_min >= 0.95 * limit, "{per_min} of {limit} per minute");
     for name in [
         "retrywise_429s_at_most_1pct_of_jitter_only",
         "retrywise_completes_95pct_of_the_limit",

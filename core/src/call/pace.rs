@@ -17,8 +17,10 @@
 //! when it is reported), waits (a [`Stopped`] with `wait`, reason
 //! `rate_limited`, detail `paced: ...`: the caller sleeps and asks again,
 //! keeping its place in the windows to come), or stops
-//! (`retry_after_exceeds_deadline` when the window has no room before the
-//! deadline, `quota_exhausted` while a per-day quota is out). A hedge is
+//! (`retry_after_exceeds_deadline` when the window has no room early enough
+//! to leave the attempt the longer of `min_attempt_ms` and the scope's
+//! smoothed answer time before the deadline, `quota_exhausted` while a
+//! per-day quota is out). A hedge is
 //! refused where a first attempt would wait.
 
 use super::{Call, InFlight, Stopped};
@@ -143,7 +145,7 @@ impl Call {
             input: e.needs.input_tokens,
             max_output: e.needs.max_output_tokens,
         });
-        let time_left = remaining.saturating_sub(self.min_attempt().0).dur();
+        let window = (remaining.dur(), self.min_attempt().0.dur());
         let ticket = if is_hedge {
             None
         } else {
@@ -155,7 +157,7 @@ impl Call {
             .pol
             .shared
             .ratelimits
-            .admit_in(cell, now.0, tokens, time_left, ticket, self.rng());
+            .admit_in(cell, now.0, tokens, window, ticket, self.rng());
         let scope = cell.key.as_str();
         match admission {
             Admission::Go(r) => Ok(r),

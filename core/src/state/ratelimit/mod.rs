@@ -14,7 +14,8 @@
 //!   provider limits: key × provider × model, as a string the caller builds).
 //!   [`RateLimits::admit`] before an attempt answers [`Admission::Go`] with a
 //!   [`Reservation`], [`Admission::Wait`] (paced: until the caller's slot
-//!   after the window resets, jittered, so waiters never wake together) or
+//!   after the window resets, or behind the waiters of the open window,
+//!   jittered, so waiters never wake together) or
 //!   [`Admission::Stop`] with [`StopWhy::RateLimitedUntil`] (the wait does not
 //!   fit the time left) or [`StopWhy::QuotaExhausted`] (a per-day quota stops
 //!   at once). [`RateLimits::settle`] takes the attempt's response (and
@@ -105,6 +106,7 @@
 //! ```
 
 mod admission;
+mod answer;
 mod concurrency;
 pub(crate) mod fleet;
 mod gate;

@@ -44,9 +44,18 @@
 //! after, and so on. No two waiters wake together, and no window is promised
 //! more than its limit. A waiter that comes back with its [`Ticket`](super::Ticket)
 //! redeems its slot; a newcomer is admitted only from what is left after the
-//! promises of the current window.
+//! promises of the current window, and, while the slots given out in it run
+//! past now, takes the next one (`queue_end`) rather than going at once:
+//! otherwise, at a window's opening, the newcomers would go together with
+//! the waiters paced across it, a burst of up to the whole allowance the
+//! provider's own capacity may not absorb. The queue never runs past the
+//! window's end: a newcomer it cannot fit is given a slot in the windows to
+//! come. A wait must leave the scope's smoothed answer time (`answer.rs`)
+//! before the caller's deadline, or the attempt it ends in would be cut
+//! before its answer.
 
 use super::admission::StopWhy;
+use super::answer::AnswerTime;
 use super::reading::{Kind, Window};
 use rand::Rng;
 use std::time::Duration;
@@ -108,6 +117,11 @@ pub(crate) struct KindState {
     pub(crate) epoch: u64,
     /// Units promised to waiters, for windows `epoch .. epoch + RING` (index `e % RING`).
     pub(crate) promised: [u64; RING],
+    /// Where the queue of the current window ends: the end of the last slot
+    /// given out in it (0: none). Until then a newcomer queues behind the
+    /// waiters at the window's pace instead of going ahead of them, which
+    /// would send the waiters and the newcomers at once when the window opens.
+    pub(crate) queue_end: u64,
 }
 
 /// Where a refused caller is queued.
@@ -124,6 +138,17 @@ impl KindState {
     fn window_ns(&self, p: &Params) -> u64 {
         let seen = (self.longest_reset > 0).then_some(self.longest_reset);
         self.window.or(seen).unwrap_or(p.default_window).max(1)
+    }
+
+    /// The part of a window its slots are spread over: the window less
+    /// how uncertain its reset is (`reset_lo ..= reset_at`). Slots begin
+    /// at the latest instant the window can open, so spread over the whole
+    /// window the last ones could fall after it has closed and spend the
+    /// next window's allowance (with whole-second resets, up to a second).
+    fn pace_ns(&self, p: &Params) -> u64 {
+        let w = self.window_ns(p);
+        let unsure = self.reset_lo.map_or(0, |lo| self.reset_at.saturating_sub(lo));
+        w.saturating_sub(unsure).max(w / 2).max(1)
     }
 
     #[inline]
@@ -157,6 +182,7 @@ impl KindState {
             self.remaining = probing.then_some(1);
             self.reset_at = recheck;
             self.reset_lo = None;
+            self.queue_end = 0;
             return;
         }
         let w = self.window_ns(p);
@@ -181,6 +207,12 @@ impl KindState {
         self.reset_lo = match (self.window, self.reset_lo) {
             (Some(_), Some(lo)) => Some(lo.saturating_add(n.saturating_mul(w))),
             _ => None,
+        };
+        // The waiters promised this window hold its first slots, one after another.
+        let waiting = self.promised[Self::slot(self.epoch)];
+        self.queue_end = match self.limit.filter(|&l| l > 0) {
+            Some(l) if waiting > 0 => start.saturating_add(share(waiting, self.pace_ns(p), l)),
+            _ => 0,
         };
     }
 
@@ -314,7 +346,8 @@ impl KindState {
             };
         };
         let c = need.min(l);
-        let share = |units| share(units, w, l);
+        let pace = self.pace_ns(p);
+        let share = |units| share(units, pace, l);
         for j in 1..RING as u64 {
             let taken = self.promised[Self::slot(self.epoch + j)];
             if taken.saturating_add(c) <= l {
@@ -333,6 +366,45 @@ impl KindState {
         }
     }
 
+    /// Queues a newcomer needing `need` units behind the waiters of the
+    /// current window when their slots still run past `now` (does not record
+    /// the promise: see [`KindState::enqueue`]). `None`: no queue, it may go.
+    pub(crate) fn queued(&self, need: u64, now: u64, p: &Params) -> Option<Sched> {
+        let l = self.limit.filter(|&l| l > 0)?;
+        if self.queue_end <= now || self.remaining.is_none() {
+            return None;
+        }
+        Some(Sched {
+            due: self.queue_end - now,
+            spread: share(need.min(l), self.pace_ns(p), l).max(1),
+            promise: Some((self.epoch, need.min(l))),
+        })
+    }
+
+    /// True when the current window's queue would put a newcomer needing
+    /// `need` units past the window's end: the window is spoken for, and the
+    /// newcomer is scheduled in the windows to come. Without it, units
+    /// handed back by callers that gave up would be promised again at slots
+    /// the window no longer has, ahead of the next window's waiters.
+    pub(crate) fn queue_full(&self, need: u64, now: u64, p: &Params) -> bool {
+        match self.limit.filter(|&l| l > 0) {
+            Some(l) if self.remaining.is_some() && self.queue_end > now => {
+                let slot = share(need.min(l), self.pace_ns(p), l);
+                self.queue_end.saturating_add(slot) > self.reset_at
+            }
+            _ => false,
+        }
+    }
+
+    /// Records a newcomer queued in the current window: the queue ends one
+    /// slot later.
+    pub(crate) fn enqueue(&mut self, s: &Sched) {
+        if let Some(pr) = s.promise {
+            self.promise(pr);
+            self.queue_end = self.queue_end.saturating_add(s.spread);
+        }
+    }
+
     /// For a promise of a window that has not opened by `now`: how long
     /// until it opens, and the width of one slot of its units (its holder
     /// comes back at the opening, jittered within that). `None` once the
@@ -347,7 +419,7 @@ impl KindState {
             .max(now)
             .saturating_add((epoch - self.epoch - 1).saturating_mul(w));
         let spread = match self.limit.filter(|&l| l > 0) {
-            Some(l) => share(units, w, l),
+            Some(l) => share(units, self.pace_ns(p), l),
             None => p.unknown_spread,
         };
         Some((opens - now, spread.clamp(1, w)))
@@ -421,6 +493,8 @@ pub(crate) struct ScopeState {
     pub(crate) quota_until: Option<u64>,
     /// The latest end of a hold a 429 of this process asked for (what a fleet shares as a cooldown).
     pub(crate) cooldown_until: u64,
+    /// How long answers take: what a paced wait leaves before the deadline.
+    pub(crate) answer: AnswerTime,
 }
 
 impl ScopeState {
@@ -430,8 +504,13 @@ impl ScopeState {
         }
     }
 
-    /// Takes one response's reading (its attempt sent at `sent`).
+    /// Takes one response's reading (its attempt sent at `sent`; at `now`
+    /// for a reading of no attempt) and, when it was an answer, how long the
+    /// answer took.
     pub(crate) fn observe(&mut self, r: &super::Reading, sent: u64, now: u64, p: &Params) {
+        if r.answered && now > sent {
+            self.answer.sample(now - sent);
+        }
         self.roll(now, p);
         for k in Kind::ALL {
             self.kinds[k.index()].observe(r.window(k), sent, now, p);
@@ -506,12 +585,15 @@ impl ScopeState {
     }
 
     /// Decides one attempt needing `costs` units per kind. On `Go` the units
-    /// are reserved; on `Wait` the returned promises are recorded.
+    /// are reserved; on `Wait` the returned promises are recorded. A
+    /// newcomer (`newcomer`; not a ticket holder at its slot) that fits joins
+    /// the current window's queue while it runs past `now`.
     pub(crate) fn decide<R: Rng + ?Sized>(
         &mut self,
         now: u64,
         costs: [u64; 4],
         time_left: u64,
+        newcomer: bool,
         p: &Params,
         rng: &mut R,
     ) -> Decision {
@@ -526,7 +608,7 @@ impl ScopeState {
         let mut binding: Option<Sched> = None;
         let mut promises: [Promise; 4] = [None; 4];
         for (i, k) in self.kinds.iter().enumerate() {
-            if k.fits(costs[i]) {
+            if k.fits(costs[i]) && !(newcomer && k.queue_full(k.need(costs[i]), now, p)) {
                 continue;
             }
             let s = k.schedule(k.need(costs[i]), now, p);
@@ -536,6 +618,11 @@ impl ScopeState {
             }
         }
         let Some(b) = binding else {
+            if newcomer {
+                if let Some(d) = self.join_queue(now, costs, time_left, p, rng) {
+                    return d;
+                }
+            }
             for (k, c) in self.kinds.iter_mut().zip(costs) {
                 k.in_flight = k.in_flight.saturating_add(c);
             }
@@ -551,6 +638,37 @@ impl ScopeState {
             }
         }
         Decision::Wait { wait, promises }
+    }
+
+    /// A newcomer that fits, behind the waiters of the current window: the
+    /// next slot of each kind whose queue runs past `now`, the latest one
+    /// binding (or a stop when it is past `time_left`: going now would send
+    /// it with the waiters it jumped). `None`: no queue, it may go.
+    fn join_queue<R: Rng + ?Sized>(
+        &mut self,
+        now: u64,
+        costs: [u64; 4],
+        time_left: u64,
+        p: &Params,
+        rng: &mut R,
+    ) -> Option<Decision> {
+        let mut slots: [Option<Sched>; 4] = [None; 4];
+        for ((s, k), c) in slots.iter_mut().zip(&self.kinds).zip(costs) {
+            *s = k.queued(k.need(c), now, p);
+        }
+        let b = slots.iter().flatten().max_by_key(|s| s.due).copied()?;
+        if b.due > time_left {
+            return Some(Decision::Stop(StopWhy::RateLimitedUntil(Duration::from_nanos(b.due))));
+        }
+        for (k, s) in self.kinds.iter_mut().zip(&slots) {
+            if let Some(s) = s {
+                k.enqueue(s);
+            }
+        }
+        Some(Decision::Wait {
+            wait: jittered(b.due, b.spread, time_left, rng),
+            promises: slots.map(|s| s.and_then(|s| s.promise)),
+        })
     }
 
     /// Ends a reservation of `costs`: the units leave the in-flight count;

@@ -16,6 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How late a sleeper may wake from a paced wait: waits end at least this
+/// long before the latest instant they could. A waiter given a slot at the
+/// edge of its deadline and woken a millisecond late (asyncio and libuv
+/// timers do; under load, by more) would find less than `min_attempt` left
+/// and stop, and the slot promised to it would go unused.
+const WAKE_SLACK: u64 = 20_000_000;
+
 /// Rate-limit knobs. Every default is chosen for the per-minute RPM/TPM
 /// limits of OpenAI, Azure OpenAI and Anthropic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,7 +240,9 @@ impl RateLimits {
     /// against token limits; `time_left` is how long the call may still wait
     /// (its deadline less the minimum attempt window); `ticket` is the one a
     /// previous [`Admission::Wait`] of this call returned. A wait that does
-    /// not fit `time_left` stops with [`StopWhy::RateLimitedUntil`](super::StopWhy).
+    /// not fit `time_left` less the scope's smoothed answer time (what its
+    /// attempt then needs to be answered) and 20 ms (a timer may wake late) stops with
+    /// [`StopWhy::RateLimitedUntil`](super::StopWhy).
     pub fn admit<R: Rng + ?Sized>(
         &self,
         scope: &str,
@@ -245,16 +254,20 @@ impl RateLimits {
     ) -> Admission {
         // The scope's state is made at its first attempt, so the attempts in
         // flight when its first reading arrives are counted against it.
-        self.admit_in(&self.cell(scope, now), now, tokens, time_left, ticket, rng)
+        let cell = self.cell(scope, now);
+        self.admit_in(&cell, now, tokens, (time_left, Duration::ZERO), ticket, rng)
     }
 
-    /// [`RateLimits::admit`] on a scope's state already at hand.
+    /// [`RateLimits::admit`] on a scope's state already at hand, for a call
+    /// with `remaining` until its deadline whose attempts need at least
+    /// `min_attempt`: a wait must leave the longer of that and the scope's
+    /// smoothed answer time, and [`WAKE_SLACK`] for its sleeper to wake late.
     pub(crate) fn admit_in<R: Rng + ?Sized>(
         &self,
         cell: &Cell,
         now: u64,
         tokens: TokenEstimate,
-        time_left: Duration,
+        (remaining, min_attempt): (Duration, Duration),
         ticket: Option<Ticket>,
         rng: &mut R,
     ) -> Admission {
@@ -264,7 +277,10 @@ impl RateLimits {
         let costs = costs(tokens);
         let (decision, kept) = {
             let mut st = cell.value.state.lock();
-            let (p, left) = (&self.params, ns(time_left));
+            let p = &self.params;
+            let left = ns(remaining)
+                .saturating_sub(ns(min_attempt).max(st.answer.needed()))
+                .saturating_sub(WAKE_SLACK);
             match ticket {
                 Some(t) => match st.hold_ticket(t.promises(), costs, now, left, p, rng) {
                     Some(Decision::Wait { wait, promises }) => (Decision::Wait { wait, promises }, Some(t)),
@@ -274,10 +290,10 @@ impl RateLimits {
                     }
                     None => {
                         t.redeem(&mut st);
-                        (st.decide(now, costs, left, p, rng), None)
+                        (st.decide(now, costs, left, false, p, rng), None)
                     }
                 },
-                None => (st.decide(now, costs, left, p, rng), None),
+                None => (st.decide(now, costs, left, true, p, rng), None),
             }
         };
         match decision {

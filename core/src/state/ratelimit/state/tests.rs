@@ -3,6 +3,7 @@
 use super::*;
 
 const S: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
 
 impl KindState {
     fn roll_(&mut self, now: u64, p: &Params) {
@@ -122,29 +123,31 @@ fn waiters_get_distinct_slots_and_no_window_is_promised_past_its_limit() {
     let mut dues = Vec::new();
     for _ in 0..9 {
         let s = k.schedule(1, 0, &p);
-        dues.push((s.due / S, s.spread / S, s.promise));
+        dues.push((s.due / MS, s.spread / MS, s.promise));
         if let Some(pr) = s.promise {
             k.promise(pr);
         }
     }
-    // Window 1 opens at 10 s, 15 s apart per unit (60 s / 4); window 2 at 70 s.
+    // Window 1 opens at 10 s (the reset, whole seconds: known to within a
+    // second), its slots spread over the 59 s it surely lasts: 14.75 s per
+    // unit (59 s / 4); window 2 at 70 s.
     assert_eq!(
         dues,
         [
-            (10, 15, Some((1, 1))),
-            (25, 15, Some((1, 1))),
-            (40, 15, Some((1, 1))),
-            (55, 15, Some((1, 1))),
-            (70, 15, Some((2, 1))),
-            (85, 15, Some((2, 1))),
-            (100, 15, Some((2, 1))),
-            (115, 15, Some((2, 1))),
-            (130, 15, Some((3, 1))),
+            (10_000, 14_750, Some((1, 1))),
+            (24_750, 14_750, Some((1, 1))),
+            (39_500, 14_750, Some((1, 1))),
+            (54_250, 14_750, Some((1, 1))),
+            (70_000, 14_750, Some((2, 1))),
+            (84_750, 14_750, Some((2, 1))),
+            (99_500, 14_750, Some((2, 1))),
+            (114_250, 14_750, Some((2, 1))),
+            (130_000, 14_750, Some((3, 1))),
         ]
     );
     // A cost larger than the limit waits one whole window for itself.
     let s = k.schedule(1_000, 0, &p);
-    assert_eq!((s.due / S, s.spread / S, s.promise), (190, 60, Some((4, 4))));
+    assert_eq!((s.due / S, s.spread / MS, s.promise), (190, 59_000, Some((4, 4))));
     // Beyond the tracked windows: a wait with no promise.
     let mut full = k.clone();
     for e in 1..RING as u64 {
@@ -170,7 +173,6 @@ fn unstated(limit: u64, remaining: u64, reset_ms: u64) -> Window {
 
 #[test]
 fn with_no_window_stated_the_longest_reset_is_the_window() {
-    const MS: u64 = 1_000_000;
     let p = params();
     let mut k = KindState::default();
     assert_eq!(k.window_ns(&p), 60 * S, "nothing read yet: the configured default");
@@ -178,11 +180,12 @@ fn with_no_window_stated_the_longest_reset_is_the_window() {
     k.observe(unstated(20, 19, 1_950), 50 * MS, 50 * MS, &p);
     k.observe(unstated(20, 0, 1_200), 800 * MS, 800 * MS, &p);
     assert_eq!((k.window_ns(&p), k.reset_at), (1_950 * MS, 2_000 * MS));
-    // Waiters get slots a twentieth of that apart, from the reset on.
+    // Waiters get slots a twentieth apart of the 1 949 ms the window surely
+    // lasts (its reset is known to a millisecond), from the reset on.
     let s = k.schedule(1, 800 * MS, &p);
-    assert_eq!((s.due, s.spread), (1_200 * MS, 97_500_000));
+    assert_eq!((s.due, s.spread), (1_200 * MS, 97_450_000));
     k.promise(s.promise.unwrap());
-    assert_eq!(k.schedule(1, 800 * MS, &p).due, 1_200 * MS + 97_500_000);
+    assert_eq!(k.schedule(1, 800 * MS, &p).due, 1_200 * MS + 97_450_000);
     // A reset with no reading after it assumes the next window that far on.
     k.roll(2_000 * MS, &p, true);
     assert_eq!((k.remaining, k.reset_at), (Some(20), 3_950 * MS));
@@ -201,7 +204,6 @@ fn with_no_window_stated_the_longest_reset_is_the_window() {
 
 #[test]
 fn a_late_reading_of_the_window_before_never_empties_the_current_one() {
-    const MS: u64 = 1_000_000;
     let p = params();
     let minute = |remaining, reset_ms| Window {
         window: Some(Duration::from_secs(60)),
@@ -232,7 +234,6 @@ fn a_late_reading_of_the_window_before_never_empties_the_current_one() {
 
 #[test]
 fn whole_second_resets_of_one_window_keep_the_earliest_bound() {
-    const MS: u64 = 1_000_000;
     let p = params();
     // The window truly resets at 3.0 s; each reading's `t` is rounded up to the second.
     let ietf = |remaining, t| Window {
@@ -279,7 +280,6 @@ fn need_is_at_least_one_and_at_most_the_limit() {
 
 #[test]
 fn readings_of_one_window_narrow_its_reset_to_their_shared_bounds() {
-    const MS: u64 = 1_000_000;
     let p = params();
     // The window truly resets at 60 s; each reading is produced when its
     // attempt reaches the provider and arrives one latency later.
