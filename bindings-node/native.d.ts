@@ -37,6 +37,69 @@ export declare class NativeEngine {
    */
   intern(s: string): number
   /**
+   * The engine's clock now, ms with their fraction: a finished call's
+   * remaining time is its `finished.DEADLINE_MS` minus this.
+   */
+  clockMs(): number
+  /** A policy version by the index a finished call gave (`finished.POLICY`). */
+  policyName(i: number): string | null
+  /** Name of an interned upstream index. */
+  upstreamName(i: number): string | null
+  /** Engine stats as JSON. */
+  stats(): string
+  /** Prometheus text exposition. */
+  prometheus(): string
+  /** The event ring buffer as JSON (oldest first). */
+  events(): string
+  /** Takes the event ring buffer as JSON. */
+  drainEvents(): string
+  /** Starts or stops collecting events for JS listeners. */
+  setListening(on: boolean): void
+  /** Events collected for listeners since the last call, as JSON; `null` when none. */
+  takeEvents(): string | null
+  /** Swaps the policy (same `kind` values as the constructor). */
+  reload(kind: number, policy?: string | undefined | null): void
+  /** Kill switch: bit 1 retries, 2 fallback, 4 hedging. */
+  setMode(retries: boolean, fallback: boolean, hedging: boolean): void
+  /** Current mode as bits (1 retries, 2 fallback, 4 hedging). */
+  mode(): number
+  /** The reconcile list as JSON. */
+  reconcileList(): string
+  /** Takes the reconcile list, as JSON. */
+  drainReconcile(): string
+  /** Breaker state name of an upstream. */
+  breakerState(upstream: string): string
+  /** The policy in force, as JSON. */
+  policy(): string
+  /** Version string of the policy in force. */
+  policyVersion(): string
+  /**
+   * The route a request for `model` takes (`Engine::route_for_model`: the
+   * policy's `models` map, a route or an upstream of that name); throws a
+   * policy error naming the keys to add for an unknown model.
+   */
+  routeForModel(model: string): string
+  /**
+   * How to reach `upstream` (`Engine::reach`) as JSON: `{upstream, baseUrl,
+   * api, model, apiKeyEnv, apiVersion, prefill}`, unset fields null.
+   */
+  reach(upstream: string): string
+  /**
+   * The request for an attempt on `upstream` (`wire::rewrite` with the
+   * upstream's reach and this process's environment), or `null` when the
+   * catalog says nothing that would change it.
+   */
+  rewrite(upstream: string, req: WireRequest): WireRequest | null
+  /**
+   * A stream gate for one attempt's body, reading malformed events as the
+   * policy says (`streams.malformed_event`). `endAtError`: an error event
+   * after output ends the stream before it (`StreamGate::end_at_error`),
+   * for wrapFetch, which continues the answer or ends the stream itself.
+   */
+  streamGate(contentType?: string | undefined | null, endAtError?: boolean | undefined | null): StreamGate
+  /** Moves the manual clock forward; throws unless built with `manualClock`. */
+  advanceClock(ms: number): void
+  /**
    * Begins a call: the fast path (route, deadline, idempotency, tenant).
    * `deadlineMs` < 0 means the policy default; `idempotency` is a code.
    * Returns the call's handle.
@@ -111,69 +174,6 @@ export declare class NativeEngine {
   callAttempts(h: number): number
   /** Time left before call `h`'s deadline, ms. */
   callRemainingMs(h: number): number
-  /**
-   * The engine's clock now, ms with their fraction: a finished call's
-   * remaining time is its `finished.DEADLINE_MS` minus this.
-   */
-  clockMs(): number
-  /** A policy version by the index a finished call gave (`finished.POLICY`). */
-  policyName(i: number): string | null
-  /** Name of an interned upstream index. */
-  upstreamName(i: number): string | null
-  /** Engine stats as JSON. */
-  stats(): string
-  /** Prometheus text exposition. */
-  prometheus(): string
-  /** The event ring buffer as JSON (oldest first). */
-  events(): string
-  /** Takes the event ring buffer as JSON. */
-  drainEvents(): string
-  /** Starts or stops collecting events for JS listeners. */
-  setListening(on: boolean): void
-  /** Events collected for listeners since the last call, as JSON; `null` when none. */
-  takeEvents(): string | null
-  /** Swaps the policy (same `kind` values as the constructor). */
-  reload(kind: number, policy?: string | undefined | null): void
-  /** Kill switch: bit 1 retries, 2 fallback, 4 hedging. */
-  setMode(retries: boolean, fallback: boolean, hedging: boolean): void
-  /** Current mode as bits (1 retries, 2 fallback, 4 hedging). */
-  mode(): number
-  /** The reconcile list as JSON. */
-  reconcileList(): string
-  /** Takes the reconcile list, as JSON. */
-  drainReconcile(): string
-  /** Breaker state name of an upstream. */
-  breakerState(upstream: string): string
-  /** The policy in force, as JSON. */
-  policy(): string
-  /** Version string of the policy in force. */
-  policyVersion(): string
-  /**
-   * The route a request for `model` takes (`Engine::route_for_model`: the
-   * policy's `models` map, a route or an upstream of that name); throws a
-   * policy error naming the keys to add for an unknown model.
-   */
-  routeForModel(model: string): string
-  /**
-   * How to reach `upstream` (`Engine::reach`) as JSON: `{upstream, baseUrl,
-   * api, model, apiKeyEnv, apiVersion, prefill}`, unset fields null.
-   */
-  reach(upstream: string): string
-  /**
-   * The request for an attempt on `upstream` (`wire::rewrite` with the
-   * upstream's reach and this process's environment), or `null` when the
-   * catalog says nothing that would change it.
-   */
-  rewrite(upstream: string, req: WireRequest): WireRequest | null
-  /**
-   * A stream gate for one attempt's body, reading malformed events as the
-   * policy says (`streams.malformed_event`). `endAtError`: an error event
-   * after output ends the stream before it (`StreamGate::end_at_error`),
-   * for wrapFetch, which continues the answer or ends the stream itself.
-   */
-  streamGate(contentType?: string | undefined | null, endAtError?: boolean | undefined | null): StreamGate
-  /** Moves the manual clock forward; throws unless built with `manualClock`. */
-  advanceClock(ms: number): void
 }
 
 /** Lean native fleet attachment. Use `engine.fleet()` from `index.js` instead. */

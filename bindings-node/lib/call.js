@@ -279,7 +279,7 @@ let finishedId
 
 /**
  * Outcome object -> native report; returns the action code (decision in scratch).
- * `mode` (the `report.RELEASE` slot, src/lib.rs `Inner::report`): 0 keeps the
+ * `mode` (the `report.RELEASE` slot, src/state.rs `Inner::report`): 0 keeps the
  * call, 2 finishes it when the decision is final and it holds nothing (a
  * status or bare success only: `finishedId` set).
  * @param {Call} call

@@ -20,7 +20,7 @@ const { describe } = require('./errors.js')
  */
 
 /**
- * What `native.vocab()` returns (src/lib.rs `vocab`, src/scratch.rs `vocab_json`).
+ * What `native.vocab()` returns (src/functions.rs `vocab`, src/scratch.rs `vocab_json`).
  * @typedef {object} Vocab
  * @property {string} version
  * @property {ErrorClass[]} errorClass

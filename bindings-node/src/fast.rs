@@ -28,9 +28,11 @@
 //! (`ERR_RETRYWISE_RELEASED`, `ERR_RETRYWISE_SCRATCH_DETACHED`, `TypeError`s,
 //! `ERR_RETRYWISE_PANIC` for a panic, after which the engine stays usable).
 
+use crate::convert::http_status;
+use crate::errors::{panic_message, Fail};
 use crate::finished::Done;
 use crate::scratch::{self, step, Slots};
-use crate::{http_status, panic_message, Fail, Inner};
+use crate::state::Inner;
 use napi::bindgen_prelude::*;
 use napi::sys;
 use retrywise::Outcome;

@@ -9,8 +9,9 @@
 //! asked of the core before the call is dropped (`next_attempt` gives the
 //! final stop, `next_hedge` its refusal), never re-derived here.
 
+use crate::convert::{class_code, ms_exact, on_failure_code};
+use crate::names::Names;
 use crate::scratch::{finished, Slots};
-use crate::{class_code, ms_exact, on_failure_code, Names};
 use retrywise::{Call, Engine};
 use smol_str::SmolStr;
 use std::time::Duration;

@@ -3,7 +3,8 @@
 //! commands on a Redis client on an unref'd timer. This file only converts
 //! the plan, the answers and the counters (numbers are ms, as f64).
 
-use crate::{guard, throw, throw_type, NativeEngine};
+use crate::engine::NativeEngine;
+use crate::errors::{guard, throw, throw_type};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use retrywise::fleet::{SyncPlan, CLAIM_SCRIPT, MERGE_SCRIPT};

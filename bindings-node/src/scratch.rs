@@ -22,7 +22,7 @@
 //! thread may hold a shared buffer, so every access is a relaxed atomic (a
 //! plain load or store on x86-64 and AArch64), never a data race.
 
-use crate::Fail;
+use crate::errors::Fail;
 use napi::bindgen_prelude::*;
 use napi::sys;
 use std::marker::PhantomData;

@@ -2,7 +2,7 @@
 //! JS. `wrapFetch` runs each attempt's body through one; it is exported for
 //! callers that read streams themselves.
 
-use crate::guard;
+use crate::errors::guard;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 

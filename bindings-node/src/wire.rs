@@ -1,7 +1,7 @@
 //! The core's wire helpers for the JS fetch wrapper: how to reach an
 //! upstream, and the request for it (`retrywise::wire`). Translation only.
 
-use crate::throw;
+use crate::errors::{throw, throw_type};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use retrywise::wire::{Reach, WireRequest};
@@ -59,8 +59,7 @@ pub(crate) fn rewrite(env: &Env, reach: &Reach, req: Request) -> Result<Option<R
 }
 
 fn family(env: &Env, api: &str) -> Result<ApiFamily> {
-    api.parse::<ApiFamily>()
-        .map_err(|e| crate::throw_type(env, &e.to_string()))
+    api.parse::<ApiFamily>().map_err(|e| throw_type(env, &e.to_string()))
 }
 
 /// The API family a request speaks, from its URL and headers (`ApiFamily::of_request`).
@@ -129,7 +128,7 @@ pub fn continuation_body(
 ) -> Result<Uint8Array> {
     let how = how
         .parse::<Continuation>()
-        .map_err(|e| crate::throw_type(&env, &e.to_string()))?;
+        .map_err(|e| throw_type(&env, &e.to_string()))?;
     retrywise::wire::continuation_body(family(&env, &api)?, &original, &transcript.inner, how)
         .map(Uint8Array::new)
         .map_err(|e| throw(&env, "ERR_RETRYWISE_WIRE", &format!("{}: {e}", e.code())))

@@ -4,7 +4,7 @@
 //! ever waits on the store.
 
 use crate::convert::{int_arg, str_arg, to_py, type_name};
-use crate::{guarded, guarded_gil};
+use crate::errors::{guarded, guarded_gil};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};

@@ -4,7 +4,7 @@
 //! the continuation's stream. Translation only: every rule is the core's.
 
 use crate::convert::{body_bytes, name_arg, parse_name, req_str, type_name};
-use crate::{err_class, held};
+use crate::errors::{err_class, held};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;

@@ -1,0 +1,359 @@
+//! `NativeEngine`'s methods on one call, named by its handle: begin, the
+//! attempt cycle (`nextAttempt`, the reports, `cancel`, `nextHedge`), release,
+//! and what the JS layer reads of a call by handle. The common steps also
+//! exist as fast entry points (`fast`); what concerns the engine as a whole is
+//! in `engine`.
+
+use crate::convert::{deadline, http_status, idempotency_of, outcome, pairs_to_headers};
+use crate::engine::NativeEngine;
+use crate::errors::{guard, throw, throw_type, Fail};
+use crate::scratch::{codes, hedge_after, hedge_no, step};
+use crate::state::live;
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use retrywise::idempotency::params_digest as core_params_digest;
+use retrywise::{Call, CallSpec, Continuation, HedgePlan, Inbound, IntoName, Needs, Outcome};
+
+#[napi]
+impl NativeEngine {
+    /// Begins a call: the fast path (route, deadline, idempotency, tenant).
+    /// `deadlineMs` < 0 means the policy default; `idempotency` is a code.
+    /// Returns the call's handle.
+    #[napi]
+    pub fn begin(
+        &mut self,
+        env: Env,
+        route: String,
+        deadline_ms: f64,
+        idempotency: u32,
+        tenant: Option<String>,
+    ) -> Result<f64> {
+        guard(&env, || {
+            let mut spec = CallSpec::new(route);
+            spec.deadline = deadline(deadline_ms);
+            spec.idempotency = idempotency_of(idempotency as f64).map_err(|f| f.into_error(&env))?;
+            spec.tenant = tenant.map(IntoName::into_name);
+            let (mut st, s) = self.st_slots(&env)?;
+            st.start(&s, spec, false)
+                .map(|(h, _)| h)
+                .map_err(|f| f.into_error(&env))
+        })
+    }
+
+    /// Begins a call with every field. `extra` is JSON:
+    /// `{tenant, task, priority, idempotencyKey, params, paramsDigest,
+    ///   needs: {capabilities, inputTokens, maxOutputTokens, dataBoundary, maxCost},
+    ///   inboundHeaders: [[name, value], ...]}`.
+    /// `parent` (a handle, < 0 for none) / `parentAttempt` (0 = latest): an enclosing
+    /// call of this engine (nesting); the new call inherits what is left of its
+    /// deadline, its ids and key, and is a non-owner.
+    /// With `first`, the call's first attempt is asked for in the same step
+    /// (result code in the `step.RESULT` slot of `vocab().scratch`, attempt or stop fields in scratch, as `nextAttempt`).
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin_ex(
+        &mut self,
+        env: Env,
+        route: String,
+        deadline_ms: f64,
+        idempotency: u32,
+        extra: String,
+        parent: f64,
+        parent_attempt: u32,
+        first: Option<bool>,
+    ) -> Result<f64> {
+        guard(&env, || {
+            let mut spec = CallSpec::new(route);
+            spec.deadline = deadline(deadline_ms);
+            spec.idempotency = idempotency_of(idempotency as f64).map_err(|f| f.into_error(&env))?;
+            let x: serde_json::Value =
+                serde_json::from_str(&extra).map_err(|e| throw_type(&env, &format!("spec: {e}")))?;
+            let s = |k: &str| x.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            spec.tenant = s("tenant").map(IntoName::into_name);
+            spec.task = s("task").map(IntoName::into_name);
+            spec.priority = s("priority").map(IntoName::into_name);
+            spec.idempotency_key = s("idempotencyKey");
+            spec.params_digest = s("paramsDigest");
+            if let Some(p) = x.get("params") {
+                spec.params_digest = Some(core_params_digest(p));
+            }
+            if let Some(n) = x.get("needs").filter(|n| n.is_object()) {
+                let u = |k: &str| n.get(k).and_then(|v| v.as_f64()).map(|f| f.max(0.0) as u64);
+                spec.needs = Needs {
+                    capabilities: n
+                        .get("capabilities")
+                        .and_then(|c| c.as_array())
+                        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                        .unwrap_or_default(),
+                    input_tokens: u("inputTokens"),
+                    max_output_tokens: u("maxOutputTokens"),
+                    data_boundary: n.get("dataBoundary").and_then(|v| v.as_str()).map(str::to_string),
+                    max_cost: n.get("maxCost").and_then(|v| v.as_f64()),
+                };
+            }
+            let (mut st, s) = self.st_slots(&env)?;
+            if parent >= 0.0 {
+                let e = st.entry(parent).map_err(|f| f.into_error(&env))?;
+                let call = e.call.as_ref().ok_or_else(|| Fail::released().into_error(&env))?;
+                spec.inbound = Some(e.inbound_for(call, parent_attempt));
+            } else if let Some(h) = x.get("inboundHeaders").and_then(|h| h.as_array()) {
+                let headers = pairs_to_headers(h);
+                match Inbound::from_headers(&headers) {
+                    Ok(i) => spec.inbound = i,
+                    Err(e) => return Err(throw(&env, "ERR_RETRYWISE_INBOUND", &e.to_string())),
+                }
+            }
+            let first = first.unwrap_or(false);
+            let (h, r) = st.start(&s, spec, first).map_err(|f| f.into_error(&env))?;
+            if first {
+                s.set(step::RESULT, r as f64);
+            }
+            Ok(h)
+        })
+    }
+
+    /// Drops a call (an unfinished one gives back its probe permits, gate
+    /// slots and budget holds, as dropping a core `Call` does). Idempotent.
+    #[napi]
+    pub fn release(&mut self, env: Env, h: f64) -> Result<()> {
+        guard(&env, || {
+            self.st(&env)?.release(h);
+            Ok(())
+        })
+    }
+
+    /// Drops the first `n` calls of `handles` (each as `release` does): one
+    /// crossing for a batch of finished calls. Unknown and released handles
+    /// are skipped.
+    #[napi]
+    pub fn release_many(&mut self, env: Env, handles: Float64Array, n: u32) -> Result<()> {
+        guard(&env, || {
+            let mut st = self.st(&env)?;
+            for &h in handles.iter().take(n as usize) {
+                st.release(h);
+            }
+            Ok(())
+        })
+    }
+
+    /// Live (unreleased) calls.
+    #[napi]
+    pub fn live_calls(&self, env: Env) -> Result<u32> {
+        let st = self.st(&env)?;
+        Ok((st.slab.len() - st.free.len()) as u32)
+    }
+
+    /// Admits the next attempt of call `h` (`0`, fields in scratch) or says
+    /// why none may start (`1`, stop fields in scratch).
+    #[napi]
+    pub fn next_attempt(&mut self, env: Env, h: f64) -> Result<i32> {
+        guard(&env, || {
+            let (mut st, s) = self.st_slots(&env)?;
+            st.next_attempt(&s, h, false).map_err(|f| f.into_error(&env))
+        })
+    }
+
+    /// Reports a bare HTTP status for the latest attempt (the fast path); returns the action code.
+    #[napi]
+    pub fn report_status(&mut self, env: Env, h: f64, status: u32) -> Result<i32> {
+        guard(&env, || {
+            let st16 = http_status(status as f64).map_err(|f| f.into_error(&env))?;
+            let (mut st, s) = self.st_slots(&env)?;
+            st.report(&s, h, &Outcome::status(st16), 0, 0)
+                .map(|r| r.0)
+                .map_err(|f| f.into_error(&env))
+        })
+    }
+
+    /// Reports a success with no status (a transport with no HTTP status); returns the action code.
+    #[napi]
+    pub fn report_ok(&mut self, env: Env, h: f64) -> Result<i32> {
+        guard(&env, || {
+            let (mut st, s) = self.st_slots(&env)?;
+            st.report(&s, h, &Outcome::success(), 0, 0)
+                .map(|r| r.0)
+                .map_err(|f| f.into_error(&env))
+        })
+    }
+
+    /// Reports a full outcome. Numbers < 0 mean absent; enum fields are codes.
+    /// `resumable`: a stream broken after output showed text only;
+    /// `continuation`: the code of how the attempt continued a broken stream.
+    /// `headers` is a flat `[name, value, ...]` list. `body` is read by
+    /// `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
+    /// a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn report(
+        &mut self,
+        env: Env,
+        h: f64,
+        status: f64,
+        error: i32,
+        phase: i32,
+        effect: i32,
+        vendor_code: Option<String>,
+        headers: Option<Vec<String>>,
+        input_tokens: f64,
+        body: Option<Uint8Array>,
+        attempt: u32,
+        ok: bool,
+        resumable: Option<bool>,
+        continuation: Option<i32>,
+    ) -> Result<i32> {
+        guard(&env, || {
+            let mut o = outcome(
+                &env,
+                status,
+                error,
+                phase,
+                effect,
+                vendor_code,
+                headers,
+                input_tokens,
+                body,
+                ok,
+            )?;
+            o.resumable = resumable.unwrap_or(false);
+            if let Some(c) = continuation.filter(|c| *c >= 0) {
+                o.continuation =
+                    Some(Continuation::from_code(c as u8).ok_or_else(|| throw_type(&env, "bad continuation code"))?);
+            }
+            let (mut st, s) = self.st_slots(&env)?;
+            st.report(&s, h, &o, attempt, 0)
+                .map(|r| r.0)
+                .map_err(|f| f.into_error(&env))
+        })
+    }
+
+    /// Cancels call `h`; the decision goes to scratch; returns the action code.
+    #[napi]
+    pub fn cancel(&mut self, env: Env, h: f64) -> Result<i32> {
+        guard(&env, || {
+            let (mut st, s) = self.st_slots(&env)?;
+            let st = &mut *st;
+            let e = live(&mut st.slab, h).ok_or_else(|| Fail::released().into_error(&env))?;
+            let call = e.call.as_mut().ok_or_else(|| Fail::released().into_error(&env))?;
+            let d = call.cancel();
+            Ok(e.put_decision(&s, &mut st.names, d))
+        })
+    }
+
+    /// Whether a hedged attempt may start: `HEDGE_START` (attempt in scratch),
+    /// `HEDGE_AFTER` (ask again after `hedge_after.WAIT_MS` ms) or `HEDGE_NO`
+    /// (`hedge_no.REASON`); slots and codes as `vocab().scratch` names them.
+    #[napi]
+    pub fn next_hedge(&mut self, env: Env, h: f64) -> Result<i32> {
+        guard(&env, || {
+            let (mut st, s) = self.st_slots(&env)?;
+            let st = &mut *st;
+            let e = live(&mut st.slab, h).ok_or_else(|| Fail::released().into_error(&env))?;
+            let call = e.call.as_mut().ok_or_else(|| Fail::released().into_error(&env))?;
+            match call.next_hedge() {
+                HedgePlan::Start(a) => {
+                    e.put_attempt(&s, &mut st.names, a);
+                    Ok(codes::HEDGE_START)
+                }
+                HedgePlan::After(d) => {
+                    s.set(hedge_after::WAIT_MS, d.as_secs_f64() * 1000.0);
+                    Ok(codes::HEDGE_AFTER)
+                }
+                HedgePlan::No(r) => {
+                    s.set(hedge_no::REASON, r.code() as f64);
+                    Ok(codes::HEDGE_NO)
+                }
+            }
+        })
+    }
+
+    /// Propagation headers of attempt `n` (0 = latest) of call `h` as a flat `[name, value, ...]` list.
+    #[napi]
+    pub fn attempt_headers(&mut self, env: Env, h: f64, n: u32) -> Result<Vec<String>> {
+        guard(&env, || {
+            let mut st = self.st(&env)?;
+            let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+            let mut out = Vec::new();
+            if let Some(a) = e.find_attempt(n) {
+                a.for_each_header(|k, v| {
+                    out.push(k.to_string());
+                    out.push(v.to_string());
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Upstream of attempt `n` (0 = latest); for names that were not interned.
+    #[napi]
+    pub fn upstream_of_attempt(&mut self, env: Env, h: f64, n: u32) -> Result<Option<String>> {
+        let mut st = self.st(&env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+        Ok(e.find_attempt(n).map(|a| a.upstream.to_string()))
+    }
+
+    /// Upstream of the last decision (for names that were not interned).
+    #[napi]
+    pub fn decision_upstream(&mut self, env: Env, h: f64) -> Result<Option<String>> {
+        let mut st = self.st(&env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+        Ok(e.upstream.as_deref().map(str::to_string))
+    }
+
+    /// Detail of the last decision or stop of call `h`.
+    #[napi]
+    pub fn detail(&mut self, env: Env, h: f64) -> Result<Option<String>> {
+        let mut st = self.st(&env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+        Ok(e.detail.clone())
+    }
+
+    /// Exclusions of the last decision as a flat `[upstream, why, ...]` list.
+    #[napi]
+    pub fn excluded(&mut self, env: Env, h: f64) -> Result<Vec<String>> {
+        let mut st = self.st(&env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+        Ok(e.excluded.iter().flat_map(|(a, b)| [a.clone(), b.clone()]).collect())
+    }
+
+    fn with_call<T>(&self, env: &Env, h: f64, f: impl FnOnce(&Call) -> T) -> Result<T> {
+        let mut st = self.st(env)?;
+        let e = st.entry(h).map_err(|f| f.into_error(env))?;
+        let call = e.call.as_ref().ok_or_else(|| Fail::released().into_error(env))?;
+        Ok(f(call))
+    }
+
+    /// Facts about call `h` as JSON: `{id, attempts, remainingMs, owner, finished, policyVersion, target}`.
+    #[napi]
+    pub fn call_info(&mut self, env: Env, h: f64) -> Result<String> {
+        self.with_call(&env, h, |call| {
+            serde_json::json!({
+                "id": call.id(),
+                "attempts": call.attempts(),
+                "remainingMs": call.remaining().as_millis() as u64,
+                "owner": call.is_owner(),
+                "finished": call.is_finished(),
+                "policyVersion": call.policy_version(),
+                "target": call.target(),
+            })
+            .to_string()
+        })
+    }
+
+    /// Logical request id of call `h`.
+    #[napi]
+    pub fn call_id(&mut self, env: Env, h: f64) -> Result<String> {
+        self.with_call(&env, h, |call| call.id().to_string())
+    }
+
+    /// Physical attempts call `h` started so far.
+    #[napi]
+    pub fn call_attempts(&mut self, env: Env, h: f64) -> Result<u32> {
+        self.with_call(&env, h, |call| call.attempts())
+    }
+
+    /// Time left before call `h`'s deadline, ms.
+    #[napi]
+    pub fn call_remaining_ms(&mut self, env: Env, h: f64) -> Result<f64> {
+        self.with_call(&env, h, |call| call.remaining().as_secs_f64() * 1000.0)
+    }
+}
