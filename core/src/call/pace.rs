@@ -21,7 +21,7 @@
 //! to leave the attempt the longer of `min_attempt_ms` and the scope's
 //! smoothed answer time before the deadline, `quota_exhausted` while a
 //! per-day quota is out). A hedge is
-//! refused where a first attempt would wait.
+//! refused where a first attempt would wait, and takes no slot in the queue.
 
 use super::{Call, InFlight, Stopped};
 use crate::clock::Nanos;
@@ -29,7 +29,7 @@ use crate::outcome::Outcome;
 use crate::rules::classify::{Classification, Disposition};
 use crate::rules::deadline::TokenEstimate;
 use crate::state::ratelimit::{
-    Admission, AimdConfig, Cell, Feedback, GatePermit, Reading, Reservation, StopWhy, Usage,
+    Admission, AimdConfig, Asker, Cell, Feedback, GatePermit, Reading, Reservation, StopWhy, Usage,
 };
 use crate::telemetry::EventKind;
 use crate::types::{ErrorClass, Phase, Reason};
@@ -145,7 +145,11 @@ impl Call {
             input: e.needs.input_tokens,
             max_output: e.needs.max_output_tokens,
         });
-        let window = (remaining.dur(), self.min_attempt().0.dur());
+        let asker = Asker {
+            remaining: remaining.dur(),
+            min_attempt: self.min_attempt().0.dur(),
+            hedge: is_hedge,
+        };
         let ticket = if is_hedge {
             None
         } else {
@@ -157,7 +161,7 @@ impl Call {
             .pol
             .shared
             .ratelimits
-            .admit_in(cell, now.0, tokens, window, ticket, self.rng());
+            .admit_in(cell, now.0, tokens, asker, ticket, self.rng());
         let scope = cell.key.as_str();
         match admission {
             Admission::Go(r) => Ok(r),

@@ -124,6 +124,7 @@ pub use concurrency::{AdaptiveConcurrency, AimdConfig, Feedback, Permit};
 pub(crate) use gate::GatePermit;
 pub use reading::{Kind, Reading, Window};
 pub use snapshot::{ConcurrencySnapshot, KindSnapshot, RateLimitCounters, RateLimitSnapshot, ScopeSnapshot};
+pub(crate) use table::Asker;
 pub use table::{RateLimitConfig, RateLimits};
 
 #[cfg(test)]

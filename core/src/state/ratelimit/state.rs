@@ -477,6 +477,20 @@ fn jittered<R: Rng + ?Sized>(due: u64, spread: u64, time_left: u64, rng: &mut R)
 /// What a settled attempt consumed, per kind (`None`: never sent, nothing).
 pub(crate) type Consumed = Option<[u64; 4]>;
 
+/// Who asks for admission, as it stands against the open window's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// A first ask (or one whose ticket is of another scope): it queues
+    /// behind the waiters of the open window.
+    Newcomer,
+    /// Back at its slot with its ticket: it is the queue, and goes.
+    Holder,
+    /// A hedge: it never waits, so where a newcomer would queue it is
+    /// refused without taking a slot (a slot taken and then dropped would
+    /// delay every caller queued after it).
+    Hedge,
+}
+
 /// The decision before the attempt, as data (the table wraps it in handles).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Decision {
@@ -585,18 +599,19 @@ impl ScopeState {
     }
 
     /// Decides one attempt needing `costs` units per kind. On `Go` the units
-    /// are reserved; on `Wait` the returned promises are recorded. A
-    /// newcomer (`newcomer`; not a ticket holder at its slot) that fits joins
-    /// the current window's queue while it runs past `now`.
+    /// are reserved; on `Wait` the returned promises are recorded. A caller
+    /// that fits but is not a [`Caller::Holder`] joins the current window's
+    /// queue while it runs past `now`.
     pub(crate) fn decide<R: Rng + ?Sized>(
         &mut self,
         now: u64,
         costs: [u64; 4],
         time_left: u64,
-        newcomer: bool,
+        caller: Caller,
         p: &Params,
         rng: &mut R,
     ) -> Decision {
+        let queues = caller != Caller::Holder;
         self.roll(now, p);
         if let Some(until) = self.quota_until {
             if now < until {
@@ -608,7 +623,7 @@ impl ScopeState {
         let mut binding: Option<Sched> = None;
         let mut promises: [Promise; 4] = [None; 4];
         for (i, k) in self.kinds.iter().enumerate() {
-            if k.fits(costs[i]) && !(newcomer && k.queue_full(k.need(costs[i]), now, p)) {
+            if k.fits(costs[i]) && !(queues && k.queue_full(k.need(costs[i]), now, p)) {
                 continue;
             }
             let s = k.schedule(k.need(costs[i]), now, p);
@@ -618,8 +633,8 @@ impl ScopeState {
             }
         }
         let Some(b) = binding else {
-            if newcomer {
-                if let Some(d) = self.join_queue(now, costs, time_left, p, rng) {
+            if queues {
+                if let Some(d) = self.join_queue(now, costs, time_left, caller, p, rng) {
                     return d;
                 }
             }
@@ -643,12 +658,14 @@ impl ScopeState {
     /// A newcomer that fits, behind the waiters of the current window: the
     /// next slot of each kind whose queue runs past `now`, the latest one
     /// binding (or a stop when it is past `time_left`: going now would send
-    /// it with the waiters it jumped). `None`: no queue, it may go.
+    /// it with the waiters it jumped). A hedge is told to wait (which refuses
+    /// it) without taking a slot. `None`: no queue, it may go.
     fn join_queue<R: Rng + ?Sized>(
         &mut self,
         now: u64,
         costs: [u64; 4],
         time_left: u64,
+        caller: Caller,
         p: &Params,
         rng: &mut R,
     ) -> Option<Decision> {
@@ -659,6 +676,12 @@ impl ScopeState {
         let b = slots.iter().flatten().max_by_key(|s| s.due).copied()?;
         if b.due > time_left {
             return Some(Decision::Stop(StopWhy::RateLimitedUntil(Duration::from_nanos(b.due))));
+        }
+        if caller == Caller::Hedge {
+            return Some(Decision::Wait {
+                wait: b.due,
+                promises: [None; 4],
+            });
         }
         for (k, s) in self.kinds.iter_mut().zip(&slots) {
             if let Some(s) = s {

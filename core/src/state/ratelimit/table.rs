@@ -8,7 +8,7 @@ use super::admission::{Admission, Cell, Reservation, ScopeCell, Ticket, Usage};
 use super::fleet::Changes;
 use super::reading::{Kind, Reading};
 use super::snapshot::{ConcurrencySnapshot, KindSnapshot, RateLimitCounters, RateLimitSnapshot, ScopeSnapshot};
-use super::state::{ns, Decision, Params};
+use super::state::{ns, Caller, Decision, Params};
 use crate::rules::deadline::TokenEstimate;
 use crate::state::registry::Registry;
 use rand::Rng;
@@ -22,6 +22,17 @@ use std::time::Duration;
 /// timers do; under load, by more) would find less than `min_attempt` left
 /// and stop, and the slot promised to it would go unused.
 const WAKE_SLACK: u64 = 20_000_000;
+
+/// Who asks [`RateLimits::admit_in`], and how long it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Asker {
+    /// Until the call's deadline.
+    pub(crate) remaining: Duration,
+    /// What its attempts need at least (`min_attempt_ms`).
+    pub(crate) min_attempt: Duration,
+    /// A hedge: refused, never queued, where a first attempt would wait.
+    pub(crate) hedge: bool,
+}
 
 /// Rate-limit knobs. Every default is chosen for the per-minute RPM/TPM
 /// limits of OpenAI, Azure OpenAI and Anthropic.
@@ -255,7 +266,12 @@ impl RateLimits {
         // The scope's state is made at its first attempt, so the attempts in
         // flight when its first reading arrives are counted against it.
         let cell = self.cell(scope, now);
-        self.admit_in(&cell, now, tokens, (time_left, Duration::ZERO), ticket, rng)
+        let asker = Asker {
+            remaining: time_left,
+            min_attempt: Duration::ZERO,
+            hedge: false,
+        };
+        self.admit_in(&cell, now, tokens, asker, ticket, rng)
     }
 
     /// [`RateLimits::admit`] on a scope's state already at hand, for a call
@@ -267,7 +283,11 @@ impl RateLimits {
         cell: &Cell,
         now: u64,
         tokens: TokenEstimate,
-        (remaining, min_attempt): (Duration, Duration),
+        Asker {
+            remaining,
+            min_attempt,
+            hedge,
+        }: Asker,
         ticket: Option<Ticket>,
         rng: &mut R,
     ) -> Admission {
@@ -290,10 +310,13 @@ impl RateLimits {
                     }
                     None => {
                         t.redeem(&mut st);
-                        (st.decide(now, costs, left, false, p, rng), None)
+                        (st.decide(now, costs, left, Caller::Holder, p, rng), None)
                     }
                 },
-                None => (st.decide(now, costs, left, true, p, rng), None),
+                None => {
+                    let caller = if hedge { Caller::Hedge } else { Caller::Newcomer };
+                    (st.decide(now, costs, left, caller, p, rng), None)
+                }
             }
         };
         match decision {

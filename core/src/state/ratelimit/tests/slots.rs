@@ -107,6 +107,15 @@ fn newcomers_queue_behind_the_waiters_of_an_open_window_and_never_past_its_end()
     // (Each admission is kept: a dropped ticket hands its slot back.)
     let b = ask(&l, SCOPE, 0, secs(600), &mut r);
     waits(&b, 20, 30);
+    // A hedge at 11 s would queue: it is refused (told to wait) and takes no slot.
+    let hedge = Asker {
+        remaining: secs(600),
+        min_attempt: Duration::ZERO,
+        hedge: true,
+    };
+    let h = l.admit_in(&l.cell(SCOPE, 11 * S), 11 * S, none(), hedge, None, &mut r);
+    assert_eq!(kind_of(&h), D::Wait(secs(19)));
+    drop(h);
     // At 11 s the window has room for 4, but its queue runs to 30 s: a
     // newcomer takes the next slot (30 s) instead of going with the waiters.
     let c = ask(&l, SCOPE, 11 * S, secs(600), &mut r);
