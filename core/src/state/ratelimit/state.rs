@@ -366,18 +366,27 @@ impl KindState {
         }
     }
 
-    /// Queues a newcomer needing `need` units behind the waiters of the
-    /// current window when their slots still run past `now` (does not record
-    /// the promise: see [`KindState::enqueue`]). `None`: no queue, it may go.
-    pub(crate) fn queued(&self, need: u64, now: u64, p: &Params) -> Option<Sched> {
+    /// When the slots of the current window's queue run past `now`: the
+    /// units a newcomer needing `need` takes (at most the limit) and the
+    /// share of the window they take. `None`: no queue.
+    fn queue_slot(&self, need: u64, now: u64, p: &Params) -> Option<(u64, u64)> {
         let l = self.limit.filter(|&l| l > 0)?;
         if self.queue_end <= now || self.remaining.is_none() {
             return None;
         }
+        let units = need.min(l);
+        Some((units, share(units, self.pace_ns(p), l)))
+    }
+
+    /// Queues a newcomer needing `need` units behind the waiters of the
+    /// current window when their slots still run past `now` (does not record
+    /// the promise: see [`KindState::enqueue`]). `None`: no queue, it may go.
+    pub(crate) fn queued(&self, need: u64, now: u64, p: &Params) -> Option<Sched> {
+        let (units, slot) = self.queue_slot(need, now, p)?;
         Some(Sched {
             due: self.queue_end - now,
-            spread: share(need.min(l), self.pace_ns(p), l).max(1),
-            promise: Some((self.epoch, need.min(l))),
+            spread: slot.max(1),
+            promise: Some((self.epoch, units)),
         })
     }
 
@@ -387,13 +396,8 @@ impl KindState {
     /// handed back by callers that gave up would be promised again at slots
     /// the window no longer has, ahead of the next window's waiters.
     pub(crate) fn queue_full(&self, need: u64, now: u64, p: &Params) -> bool {
-        match self.limit.filter(|&l| l > 0) {
-            Some(l) if self.remaining.is_some() && self.queue_end > now => {
-                let slot = share(need.min(l), self.pace_ns(p), l);
-                self.queue_end.saturating_add(slot) > self.reset_at
-            }
-            _ => false,
-        }
+        self.queue_slot(need, now, p)
+            .is_some_and(|(_, slot)| self.queue_end.saturating_add(slot) > self.reset_at)
     }
 
     /// Records a newcomer queued in the current window: the queue ends one
