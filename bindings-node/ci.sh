@@ -52,6 +52,9 @@ if [ -z "$tests" ] || [ "$tests" = 0 ]; then
   exit 1
 fi
 
+echo "== node --test nesting.test.js with RETRYWISE_NESTING=async-local-storage (the other nesting carrier)"
+RETRYWISE_NESTING=async-local-storage node --test __test__/nesting.test.js
+
 echo "== npm install ./bindings-node from another project"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT

@@ -2,7 +2,7 @@
 // retrywise for Node: the idiomatic JS layer over the lean native API
 // (native.js). Every decision is made by the Rust core; the modules in lib/
 // translate values to the core's codes and back and add the Node idioms
-// (sleeping, AbortSignals, AsyncLocalStorage nesting, a fetch wrapper).
+// (sleeping, AbortSignals, async-context nesting, a fetch wrapper).
 // This file only re-exports them; lib/ mirrors the Python package:
 //
 //   vocab        the core's names and codes, the scratch layout (read once)

@@ -285,6 +285,13 @@ export declare function checkPolicy(kind: number, policy?: string | undefined | 
  */
 export declare function continuationBody(api: string, original: Uint8Array, transcript: Transcript, how: string): Uint8Array
 
+/**
+ * `{ swap(value), get() }` over V8's continuation-preserved embedder data
+ * (see the `continuation` module), or `null` when the host does not export
+ * V8's functions for it. Read once by `lib/context.js`.
+ */
+export declare function continuationCarrier(): { swap(value: unknown): unknown; get(): unknown } | null
+
 /** `rw1_` + 32 hex digits of SHA-256(tenant ␀ operation ␀ digest). */
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string
 

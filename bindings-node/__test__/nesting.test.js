@@ -173,12 +173,16 @@ test('nesting holds while a call is in flight however long, and again after retr
   assert.equal(r.id, r.sent)
 })
 
-// What carries the attempt (lib/context.js, README "Nesting"): fn's synchronous code,
-// every promise continuation registered inside it, and the callbacks it schedules.
+// What carries the attempt (lib/context.js, README "Nesting"): fn's synchronous code and
+// every promise continuation registered inside it, with either carrier; with
+// AsyncLocalStorage also the callbacks it schedules and the work a thenable's then starts
+// when awaited. ci.sh runs this file under both carriers (RETRYWISE_NESTING).
+const { carrierName } = require('../lib/context.js')
+const fullCarrier = carrierName === 'async-local-storage'
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
 
-/** A Promise subclass whose then starts its work on first use, as openai-node's APIPromise does. */
+/** A Promise subclass whose then starts its work on first use. */
 class LazyPromise extends Promise {
   /** @param {() => Promise<unknown>} make */
   constructor(make) {
@@ -296,18 +300,49 @@ test('nesting path: async generators and for await', async () => {
   })
 })
 
-test('nesting path: awaited thenables and Promise subclasses (an SDK-style lazy promise)', async () => {
+test('nesting path: awaited Promise subclasses whose work started inside the attempt', async () => {
   await nestedEverywhere(async (e) => {
     const out = []
-    // A plain thenable: its then is called by the job that adopts it.
-    out.push(await { then: (/** @type {(v: unknown) => void} */ ok) => ok(probe(e)) })
-    // A Promise subclass whose then starts work on first use (LazyPromise).
-    out.push(await new LazyPromise(async () => {
+    // The SDK shape (openai-node's APIPromise): the work starts when the promise is made.
+    const started = (async () => {
       await sleep(1)
       return probe(e)
-    }))
+    })()
+    out.push(await new LazyPromise(() => started))
+    // A subclass that keeps Promise's then.
+    class Sub extends Promise {}
+    out.push(await Sub.resolve(1).then(() => probe(e)))
+    out.push(probe(e))
     return out
   })
+})
+
+test('nesting path: work a thenable starts in its then when awaited', async () => {
+  const e = new Engine({ ...fast, max_attempts: 1 })
+  const got = await e.run(
+    async (outer) => ({
+      outer: outer.requestId,
+      // A plain thenable: its then is called by the job that adopts it.
+      plain: await { then: (/** @type {(v: unknown) => void} */ ok) => ok(probe(e)) },
+      // A Promise subclass whose then starts its work on first use.
+      lazy: await new LazyPromise(async () => {
+        await sleep(1)
+        return probe(e)
+      }),
+      back: probe(e),
+    }),
+    { route: 'outer', deadlineMs: 10_000 },
+  )
+  // V8 runs the job that calls an awaited thenable's then without the continuation's
+  // data (Node 20): with that carrier, a call begun there is an owner.
+  for (const r of [got.plain, got.lazy]) {
+    assert.equal(r.owner, !fullCarrier)
+    if (fullCarrier) assert.equal(r.id, got.outer)
+    else assert.notEqual(r.id, got.outer)
+  }
+  // The continuation of the await is back in the attempt either way.
+  assert.equal(got.back.owner, false)
+  assert.equal(got.back.id, got.outer)
 })
 
 test('nesting path: callbacks of timers, setImmediate, nextTick and queueMicrotask scheduled inside the attempt', async () => {
@@ -326,16 +361,38 @@ test('nesting path: callbacks of timers, setImmediate, nextTick and queueMicrota
     },
     { route: 'outer', deadlineMs: 10_000 },
   )
-  // The async context carries into every callback scheduled inside the attempt:
-  // a call begun there is no second retry owner.
-  for (const r of got.owners) {
-    assert.equal(r.owner, false)
-    assert.equal(r.id, got.outer)
+  // AsyncLocalStorage carries the context into every callback scheduled inside the
+  // attempt: a call begun there is no second retry owner. V8's continuation data does
+  // not follow a callback Node schedules: a call begun there is an owner, unless tied
+  // by the attempt's headers.
+  for (const [i, r] of got.owners.entries()) {
+    assert.equal(r.owner, !fullCarrier, `callback ${i}`)
+    if (fullCarrier) assert.equal(r.id, got.outer)
+    else assert.notEqual(r.id, got.outer)
   }
   assert.equal(got.byHand.owner, false)
   assert.equal(got.byHand.id, got.outer)
   assert.equal(got.back.owner, false)
   assert.equal(got.back.id, got.outer)
+})
+
+test('nesting carrier: V8 continuation data on Node 20 unless RETRYWISE_NESTING asks for AsyncLocalStorage', () => {
+  const asked = process.env.RETRYWISE_NESTING
+  const major = Number(process.versions.node.split('.')[0])
+  if (asked === 'async-local-storage') assert.equal(carrierName, 'async-local-storage')
+  else if (major === 20) assert.equal(carrierName, 'continuation')
+  else assert.ok(['continuation', 'async-local-storage'].includes(carrierName))
+})
+
+test('nesting carrier: an unknown RETRYWISE_NESTING is refused at load, naming the variable', () => {
+  const { spawnSync } = require('node:child_process')
+  const r = spawnSync(process.execPath, ['-e', "require('./index.js')"], {
+    cwd: require('node:path').join(__dirname, '..'),
+    env: { ...process.env, RETRYWISE_NESTING: 'hooks' },
+    encoding: 'utf8',
+  })
+  assert.notEqual(r.status, 0)
+  assert.match(r.stderr, /RETRYWISE_NESTING must be "continuation" or "async-local-storage"; got "hooks"/)
 })
 
 test('nesting path: a wrapped fetch called from an SDK-like async chain inside engine.run', async () => {
@@ -369,7 +426,9 @@ test('nesting path: a wrapped fetch called from an SDK-like async chain inside e
       }
       /** @param {string} url */
       create(url) {
-        return new LazyPromise(() => this.request(url))
+        // As openai-node's APIPromise: the request starts here, parsing when awaited.
+        const started = this.request(url)
+        return new LazyPromise(() => started)
       }
     }
     const e = new Engine(fast)

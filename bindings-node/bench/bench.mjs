@@ -15,10 +15,12 @@
 // Each case runs with AsyncLocalStorage off and on. On: an AsyncLocalStorage
 // of the benchmark's own is in use around the loop (`als.run(...)`, as
 // frameworks and tracers do), so Node runs its async_hooks callbacks for
-// every promise. Off: none of the benchmark's; retrywise's own (nesting) is
-// then enabled only while its engine.run is in flight, and let go when idle
-// (lib/context.js): before each case with it off the benchmark waits until
-// that happened, so no case pays for the one before.
+// every promise. Off: none of the benchmark's. retrywise's nesting carrier is
+// printed: on Node 20, V8's continuation data (no async_hooks); with
+// RETRYWISE_NESTING=async-local-storage its own AsyncLocalStorage, enabled only
+// while its engine.run is in flight and let go when idle (lib/context.js):
+// before each case with it off the benchmark then waits until that happened,
+// so no case pays for the one before.
 //
 // Rounds are interleaved (each round runs every case once, in both modes),
 // so noise that lasts longer than a case hits every library alike. Reported
@@ -32,7 +34,7 @@ import { retry, circuitBreaker, wrap, handleAll, ConsecutiveBreaker, Exponential
 const require = createRequire(import.meta.url)
 const CircuitBreaker = require('opossum')
 const { Engine } = require('../index.js')
-const { IDLE_MS } = require('../lib/context.js')
+const { IDLE_MS, carrierName } = require('../lib/context.js')
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 3)
 const ITER = Number(process.env.BENCH_ITER || 200_000)
@@ -124,7 +126,7 @@ async function runCase(loop, on, n) {
   if (!on) {
     // retrywise's own storage is let go after IDLE_MS with nothing in flight
     // (a check armed before its last call waits a period more).
-    await sleep(2 * IDLE_MS + 100)
+    if (carrierName === 'async-local-storage') await sleep(2 * IDLE_MS + 100)
     return loop(n)
   }
   try {
@@ -168,7 +170,7 @@ const median = (v) => sorted(v)[Math.floor(v.length / 2)]
 const f0 = (x) => x.toFixed(0).padStart(6)
 const f2 = (x) => x.toFixed(2)
 
-console.log(`node ${process.version}, one process; ${ROUNDS} interleaved rounds of ${ITER} calls per case and mode`)
+console.log(`node ${process.version}, one process; ${ROUNDS} interleaved rounds of ${ITER} calls per case and mode; retrywise nesting carrier: ${carrierName}`)
 console.log('ns per successful call, wall clock: best of the rounds (median, worst); x = best / cockatiel best;')
 console.log('rounds = retrywise / cockatiel in each round; cpu = process CPU time (user + system, all threads) in the best round')
 const pad = Math.max(...CASES.map(([name]) => name.length))

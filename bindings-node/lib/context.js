@@ -3,23 +3,68 @@
 // begun inside one inherits its deadline and ids and is a non-owner (the
 // core decides what that means; this only carries the attempt along).
 //
-// Carrying it across `await` takes an AsyncLocalStorage, and while one is
-// enabled Node 20 runs async_hooks callbacks for every promise in the
-// process (an awaited async function costs about three times as much). So
-// retrywise's storage is enabled only while a call that may nest is in
-// flight (an engine.run, a wrapped fetch's attempt), and disabled once none
-// has been for IDLE_MS: a process that makes no such call pays nothing for
-// it, and one that makes them in bursts does not switch Node's promise
-// hooks at every gap. A task that outlives its call finds no attempt then,
-// as it finds a finished one before: it begins as an owner.
+// Two carriers, chosen once when the module loads:
+//
+// - `continuation` (Node 20, and 22 unless its AsyncContextFrame is on): V8's
+//   continuation-preserved embedder data (native `continuationCarrier()`),
+//   which V8 captures when a reaction is registered (`await`, `then`) and
+//   restores while it runs, at no cost to promises. It follows every promise
+//   continuation, thenables and Promise subclasses included, but not a
+//   callback Node schedules itself (timers, setImmediate, nextTick,
+//   queueMicrotask, event emitters): a call begun there is an owner unless
+//   given `inboundHeaders: attempt.headers`. Node itself leaves that slot
+//   unused on these versions, which is checked: an AsyncLocalStorage that
+//   writes it makes retrywise use the other carrier.
+// - `async-local-storage` (Node with AsyncContextFrame, on by default from
+//   24, which stores its contexts in that same slot and carries them into
+//   callbacks at no cost to promises; or `RETRYWISE_NESTING=async-local-storage`
+//   on Node 20, for code that begins nested calls from such callbacks). On
+//   Node 20, while an AsyncLocalStorage is enabled, async_hooks callbacks run
+//   for every promise in the process (an awaited async function costs about
+//   three times as much). So this storage is enabled only while a call that
+//   may nest is in flight (an engine.run, a wrapped fetch's attempt), and
+//   disabled once none has been for IDLE_MS.
+//
+// Either way, code that runs when no call that may nest is in flight finds no
+// attempt: a task that outlives its call begins as an owner.
 
 const { AsyncLocalStorage } = require('node:async_hooks')
+const { continuationCarrier } = require('../native.js')
 
 /**
  * The store is the Attempt itself (its call and engine are attempt._call, attempt._call._e).
  * @type {AsyncLocalStorage<import('./call.js').Attempt>}
  */
 const storage = new AsyncLocalStorage()
+
+/** @typedef {{ swap(value: unknown): unknown, get(): unknown }} Carrier */
+
+/**
+ * The continuation carrier when it may be used: asked for with
+ * RETRYWISE_NESTING (`continuation`, `async-local-storage`, unset: the
+ * fastest that is complete enough), available from the host, and the slot
+ * not written by Node's own AsyncLocalStorage.
+ * @returns {Carrier | null}
+ */
+function chooseCarrier() {
+  const asked = process.env.RETRYWISE_NESTING
+  if (asked !== undefined && asked !== '' && asked !== 'continuation' && asked !== 'async-local-storage') {
+    throw new Error(`RETRYWISE_NESTING must be "continuation" or "async-local-storage"; got ${JSON.stringify(asked)}`)
+  }
+  if (asked === 'async-local-storage') return null
+  const c = continuationCarrier()
+  if (c === null) return null
+  // Node's AsyncLocalStorage on AsyncContextFrame keeps its frame in the slot.
+  const probe = new AsyncLocalStorage()
+  const seen = probe.run(1, () => c.get())
+  probe.disable()
+  return seen === undefined ? c : null
+}
+
+const carrier = chooseCarrier()
+
+/** Which carrier this process uses: 'continuation' or 'async-local-storage'. */
+const carrierName = carrier === null ? 'async-local-storage' : 'continuation'
 
 /** How long no call that may nest must have been in flight before the storage is disabled, ms. */
 const IDLE_MS = 1000
@@ -30,7 +75,7 @@ let started = 0
 /** `started` when the pending idle check was armed; -1: none armed. */
 let armedAt = -1
 
-/** A call that may nest started: the storage stays enabled until it ends. */
+/** A call that may nest started: with AsyncLocalStorage, it stays enabled until it ends. */
 function enter() {
   inFlight++
   started++
@@ -39,7 +84,7 @@ function enter() {
 /** A call that may nest ended: with none in flight for IDLE_MS, the storage is disabled. */
 function leave() {
   inFlight--
-  if (inFlight === 0 && armedAt < 0) armIdleCheck()
+  if (inFlight === 0 && armedAt < 0 && carrier === null) armIdleCheck()
 }
 
 function armIdleCheck() {
@@ -52,8 +97,37 @@ function disableIfIdle() {
   armedAt = -1
   if (inFlight > 0) return // the next leave() arms it again
   if (started !== seen) return armIdleCheck() // used meanwhile: idle for a full period first
-  // run() enables it again when the next call that may nest starts.
+  // enterAttempt() enables it again when the next call that may nest starts.
   storage.disable()
+}
+
+/**
+ * Calls `fn(arg)` with `attempt` as the current retrywise attempt: its
+ * synchronous code and every continuation it registers run in it.
+ * @template A, R
+ * @param {import('./call.js').Attempt} attempt
+ * @param {(arg: A) => R} fn
+ * @param {A} arg
+ * @returns {R}
+ */
+function runIn(attempt, fn, arg) {
+  if (carrier === null) return storage.run(attempt, fn, arg)
+  const prev = carrier.swap(attempt)
+  try {
+    return fn(arg)
+  } finally {
+    carrier.swap(prev)
+  }
+}
+
+/**
+ * The innermost retrywise attempt the caller runs inside, or undefined.
+ * @returns {import('./call.js').Attempt | undefined}
+ */
+function currentAttempt() {
+  if (carrier === null) return storage.getStore()
+  // Nothing that may nest in flight: no attempt is current (a task that outlived its call).
+  return inFlight === 0 ? undefined : /** @type {import('./call.js').Attempt | undefined} */ (carrier.get())
 }
 
 /**
@@ -72,7 +146,7 @@ const als = {
     /** @type {R} */
     let r
     try {
-      r = storage.run(attempt, fn)
+      r = runIn(attempt, fn, undefined)
     } catch (e) {
       leave()
       throw e
@@ -82,18 +156,6 @@ const als = {
     else leave()
     return r
   },
-  /** @returns {import('./call.js').Attempt | undefined} */
-  getStore() {
-    return storage.getStore()
-  },
 }
 
-/**
- * The innermost retrywise attempt the caller runs inside, or undefined.
- * @returns {import('./call.js').Attempt | undefined}
- */
-function currentAttempt() {
-  return storage.getStore()
-}
-
-module.exports = { als, storage, enter, leave, currentAttempt, IDLE_MS }
+module.exports = { als, enter, leave, runIn, currentAttempt, carrierName, IDLE_MS }

@@ -6,7 +6,7 @@
 const native = require('../native.js')
 const { SLOT, toCode } = require('./vocab.js')
 const { describe, translateNativeError } = require('./errors.js')
-const { storage } = require('./context.js')
+const { currentAttempt } = require('./context.js')
 const { headerPairs } = require('./outcomes.js')
 const { Call } = require('./call.js')
 const { startRun } = require('./run.js')
@@ -243,7 +243,7 @@ class Engine {
     const idem = spec.idempotency === undefined ? 0 : toCode('idempotency', spec.idempotency, `${argName}.idempotency`)
     const tenant = spec.tenant
     if (tenant !== undefined && tenant !== null && typeof tenant !== 'string') throw new TypeError(`${argName}.tenant must be a string`)
-    const parent = spec.inherit === false ? undefined : storage.getStore()
+    const parent = spec.inherit === false ? undefined : currentAttempt()
     const simple =
       parent === undefined &&
       spec.task === undefined &&

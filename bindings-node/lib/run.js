@@ -9,7 +9,7 @@ const { AttemptTimeoutError } = require('./errors.js')
 const { Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, reportOk } = require('./call.js')
 const { errorOutcome, timerKind } = require('./outcomes.js')
 const { abortReason, sleep, timers } = require('./timers.js')
-const { storage, enter, leave } = require('./context.js')
+const { runIn, enter, leave } = require('./context.js')
 
 const { STEP_RESULT, RESULT_ATTEMPT, ATTEMPT_STAMP, STOPPED_WAIT_MS, ACTION_SUCCEEDED, ACTION_RETRY, ACTION_FALLBACK } = SLOT
 
@@ -160,7 +160,7 @@ class Run {
     /** @type {any} */
     let value
     try {
-      value = storage.run(attempt, this.fn, attempt)
+      value = runIn(attempt, this.fn, attempt)
     } catch (err) {
       return this.failed(ra, err)
     }

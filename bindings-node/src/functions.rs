@@ -116,3 +116,11 @@ pub fn check_policy(env: Env, kind: u32, policy: Option<String>) -> Result<Strin
         Ok(serde_json::to_string(&p).unwrap_or_default())
     })
 }
+
+/// `{ swap(value), get() }` over V8's continuation-preserved embedder data
+/// (see the `continuation` module), or `null` when the host does not export
+/// V8's functions for it. Read once by `lib/context.js`.
+#[napi(ts_return_type = "{ swap(value: unknown): unknown; get(): unknown } | null")]
+pub fn continuation_carrier(env: Env) -> Result<Option<Object<'static>>> {
+    guard(&env, || crate::continuation::carrier(&env))
+}

@@ -28,6 +28,7 @@
 #![deny(clippy::all)]
 
 mod clock;
+mod continuation;
 mod convert;
 mod entry;
 mod errors;
@@ -51,6 +52,6 @@ mod functions;
 
 pub use engine::NativeEngine;
 pub use functions::{
-    check_policy, derive_idempotency_key, json_media_type, now_ms, params_digest, policy_schema, timer_error,
-    vendor_code_from_body, vocab,
+    check_policy, continuation_carrier, derive_idempotency_key, json_media_type, now_ms, params_digest, policy_schema,
+    timer_error, vendor_code_from_body, vocab,
 };
