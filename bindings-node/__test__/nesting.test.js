@@ -384,6 +384,34 @@ test('nesting carrier: V8 continuation data on Node 20 unless RETRYWISE_NESTING 
   else assert.ok(['continuation', 'async-local-storage'].includes(carrierName))
 })
 
+test('nesting carrier: V8 continuation data enables no async_hooks, the storage does while a run is in flight', () => {
+  const { spawnSync } = require('node:child_process')
+  // In a process of its own: promises get async ids only while Node's promise hooks are on.
+  const script = `
+    const { executionAsyncId } = require('node:async_hooks')
+    const { Engine } = require('./index.js')
+    const e = new Engine()
+    ;(async () => {
+      const ids = []
+      await e.run(async () => { await null; ids.push(executionAsyncId()) }, { route: 'x' })
+      await null
+      ids.push(executionAsyncId())
+      console.log(JSON.stringify(ids))
+    })()`
+  /** @param {string} nesting */
+  const ids = (nesting) => {
+    const r = spawnSync(process.execPath, ['-e', script], {
+      cwd: require('node:path').join(__dirname, '..'),
+      env: { ...process.env, RETRYWISE_NESTING: nesting },
+      encoding: 'utf8',
+    })
+    assert.equal(r.status, 0, r.stderr)
+    return JSON.parse(r.stdout)
+  }
+  assert.equal(ids('async-local-storage').filter((id) => id > 0).length, 2)
+  if (Number(process.versions.node.split('.')[0]) === 20) assert.deepEqual(ids('continuation'), [0, 0])
+})
+
 test('nesting carrier: an unknown RETRYWISE_NESTING is refused at load, naming the variable', () => {
   const { spawnSync } = require('node:child_process')
   const r = spawnSync(process.execPath, ['-e', "require('./index.js')"], {

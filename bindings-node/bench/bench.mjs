@@ -22,7 +22,7 @@
 // before each case with it off the benchmark then waits until that happened,
 // so no case pays for the one before.
 //
-// Rounds are interleaved (each round runs every case once, in both modes),
+// Rounds are interleaved (each round runs every case once, in one mode),
 // so noise that lasts longer than a case hits every library alike. Reported
 // per case and mode: the best of the rounds (the number compared), the
 // median and the worst; and retrywise / cockatiel per round, whose spread
@@ -154,13 +154,17 @@ if (one >= 0) {
   process.exit(0)
 }
 
-for (const [, on] of MODES) for (const [, loop] of CASES) await runCase(loop, on, WARMUP)
-
+// Every round with AsyncLocalStorage off runs before the first with it on:
+// once async_hooks were enabled in a process, V8 keeps its promise fast paths
+// off for good, so "off" rows measured after an "on" row would not be what a
+// process that never enables async_hooks gets.
 /** samples[mode][case] = ns/op per round */
 const samples = MODES.map(() => CASES.map(() => []))
-for (let r = 0; r < ROUNDS; r++) {
-  for (let m = 0; m < MODES.length; m++) {
-    for (let c = 0; c < CASES.length; c++) samples[m][c].push(await runCase(CASES[c][1], MODES[m][1], ITER))
+for (let m = 0; m < MODES.length; m++) {
+  const on = MODES[m][1]
+  for (const [, loop] of CASES) await runCase(loop, on, WARMUP)
+  for (let r = 0; r < ROUNDS; r++) {
+    for (let c = 0; c < CASES.length; c++) samples[m][c].push(await runCase(CASES[c][1], on, ITER))
   }
 }
 opossum.shutdown()

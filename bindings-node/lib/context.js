@@ -9,12 +9,13 @@
 //   continuation-preserved embedder data (native `continuationCarrier()`),
 //   which V8 captures when a reaction is registered (`await`, `then`) and
 //   restores while it runs, at no cost to promises. It follows every promise
-//   continuation, thenables and Promise subclasses included, but not a
-//   callback Node schedules itself (timers, setImmediate, nextTick,
-//   queueMicrotask, event emitters): a call begun there is an owner unless
-//   given `inboundHeaders: attempt.headers`. Node itself leaves that slot
-//   unused on these versions, which is checked: an AsyncLocalStorage that
-//   writes it makes retrywise use the other carrier.
+//   continuation (await chains, then/catch/finally, Promise combinators,
+//   async generators, Promise subclasses whose work started in the attempt),
+//   but not a callback Node schedules itself (timers, setImmediate, nextTick,
+//   queueMicrotask, event emitters), nor work a thenable starts in its own
+//   `then` when awaited (V8 runs that job without the data): a call begun
+//   there is an owner unless given `inboundHeaders: attempt.headers`. Node itself leaves that slot
+//   unused on these versions (its AsyncLocalStorage is the async_hooks one).
 // - `async-local-storage` (Node with AsyncContextFrame, on by default from
 //   24, which stores its contexts in that same slot and carries them into
 //   callbacks at no cost to promises; or `RETRYWISE_NESTING=async-local-storage`
@@ -52,13 +53,13 @@ function chooseCarrier() {
     throw new Error(`RETRYWISE_NESTING must be "continuation" or "async-local-storage"; got ${JSON.stringify(asked)}`)
   }
   if (asked === 'async-local-storage') return null
-  const c = continuationCarrier()
-  if (c === null) return null
-  // Node's AsyncLocalStorage on AsyncContextFrame keeps its frame in the slot.
-  const probe = new AsyncLocalStorage()
-  const seen = probe.run(1, () => c.get())
-  probe.disable()
-  return seen === undefined ? c : null
+  // Node's AsyncLocalStorage on AsyncContextFrame keeps its frame in the slot;
+  // the one on async_hooks (Node 20, 22 by default) propagates stores itself
+  // (`_propagate`) and leaves the slot alone. Told apart without running one:
+  // enabling async_hooks even once leaves V8's promise fast paths off for
+  // the rest of the process.
+  const hooksBased = typeof (/** @type {any} */ (AsyncLocalStorage.prototype)._propagate) === 'function'
+  return hooksBased ? continuationCarrier() : null
 }
 
 const carrier = chooseCarrier()
