@@ -461,7 +461,12 @@ export declare function wrapFetch(engine: Engine, fetch?: FetchLike | null, opts
  * a granted retry could not start (breaker opened, deadline spent meanwhile).
  */
 export declare function decisionOf(response: Response): Decision | null
-/** The innermost retrywise attempt the current async context runs in. */
+/**
+ * The innermost retrywise attempt (of an `engine.run` or a wrapped fetch) the
+ * current async context runs in. On Node 20 it follows promise continuations
+ * (await, then) but not callbacks Node schedules (timers, nextTick, emitters)
+ * unless `RETRYWISE_NESTING=async-local-storage`; see the README's Nesting.
+ */
 export declare function currentAttempt(): Attempt | undefined
 export declare function paramsDigest(params: unknown): string
 export declare function deriveIdempotencyKey(tenant: string, operation: string, digest: string): string
