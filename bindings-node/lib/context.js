@@ -5,26 +5,28 @@
 //
 // Two carriers, chosen once when the module loads:
 //
-// - `continuation` (Node 20, and 22 unless its AsyncContextFrame is on): V8's
-//   continuation-preserved embedder data (native `continuationCarrier()`),
-//   which V8 captures when a reaction is registered (`await`, `then`) and
-//   restores while it runs, at no cost to promises. It follows every promise
-//   continuation (await chains, then/catch/finally, Promise combinators,
-//   async generators, Promise subclasses whose work started in the attempt),
-//   but not a callback Node schedules itself (timers, setImmediate, nextTick,
-//   queueMicrotask, event emitters), nor work a thenable starts in its own
-//   `then` when awaited (V8 runs that job without the data): a call begun
-//   there is an owner unless given `inboundHeaders: attempt.headers`. Node itself leaves that slot
-//   unused on these versions (its AsyncLocalStorage is the async_hooks one).
-// - `async-local-storage` (Node with AsyncContextFrame, on by default from
-//   24, which stores its contexts in that same slot and carries them into
-//   callbacks at no cost to promises; or `RETRYWISE_NESTING=async-local-storage`
-//   on Node 20, for code that begins nested calls from such callbacks). On
-//   Node 20, while an AsyncLocalStorage is enabled, async_hooks callbacks run
-//   for every promise in the process (an awaited async function costs about
-//   three times as much). So this storage is enabled only while a call that
-//   may nest is in flight (an engine.run, a wrapped fetch's attempt), and
-//   disabled once none has been for IDLE_MS.
+// - `continuation` (Node 20): V8's continuation-preserved embedder data
+//   (native `continuationCarrier()`), which V8 captures when a reaction is
+//   registered (`await`, `then`) and restores while it runs, at no cost to
+//   promises. It follows every promise continuation (await chains,
+//   then/catch/finally, Promise combinators, async generators, Promise
+//   subclasses whose work started in the attempt), but not a callback Node
+//   schedules itself (timers, setImmediate, nextTick, queueMicrotask, event
+//   emitters), nor work a thenable starts in its own `then` when awaited (V8
+//   runs that job without the data): a call begun there is an owner unless
+//   given `inboundHeaders: attempt.headers`. Node 20 itself leaves that slot
+//   unused (its AsyncLocalStorage is the async_hooks one). Only Node 20's V8
+//   is used this way: it is the one the tests run on.
+// - `async-local-storage`: Node 22 and later (from 24, or on 22 with
+//   --experimental-async-context-frame, Node keeps it in that same slot and
+//   carries it into callbacks at no cost to promises), or
+//   `RETRYWISE_NESTING=async-local-storage` on Node 20, for code that begins
+//   nested calls from such callbacks. On Node 20, while an AsyncLocalStorage
+//   is enabled, async_hooks callbacks run for every promise in the process
+//   (an awaited async function costs about three times as much). So this
+//   storage is enabled only while a call that may nest is in flight (an
+//   engine.run, a wrapped fetch's attempt), and disabled once none has been
+//   for IDLE_MS.
 //
 // Either way, code that runs when no call that may nest is in flight finds no
 // attempt: a task that outlives its call begins as an owner.
@@ -41,10 +43,10 @@ const storage = new AsyncLocalStorage()
 /** @typedef {{ swap(value: unknown): unknown, get(): unknown }} Carrier */
 
 /**
- * The continuation carrier when it may be used: asked for with
- * RETRYWISE_NESTING (`continuation`, `async-local-storage`, unset: the
- * fastest that is complete enough), available from the host, and the slot
- * not written by Node's own AsyncLocalStorage.
+ * The continuation carrier, or null for the storage. RETRYWISE_NESTING
+ * `async-local-storage` asks for the storage; unset (or `continuation`), the
+ * continuation carrier is used on Node 20 when the host exports V8's
+ * functions for it and Node's own AsyncLocalStorage does not write the slot.
  * @returns {Carrier | null}
  */
 function chooseCarrier() {
@@ -53,11 +55,13 @@ function chooseCarrier() {
     throw new Error(`RETRYWISE_NESTING must be "continuation" or "async-local-storage"; got ${JSON.stringify(asked)}`)
   }
   if (asked === 'async-local-storage') return null
-  // Node's AsyncLocalStorage on AsyncContextFrame keeps its frame in the slot;
-  // the one on async_hooks (Node 20, 22 by default) propagates stores itself
-  // (`_propagate`) and leaves the slot alone. Told apart without running one:
-  // enabling async_hooks even once leaves V8's promise fast paths off for
-  // the rest of the process.
+  // Node 20 only: the V8 whose C++ ABI and promise jobs the tests checked.
+  if (process.versions.node.split('.')[0] !== '20') return null
+  // Node's AsyncLocalStorage on AsyncContextFrame would keep its frame in the
+  // slot; the one on async_hooks propagates stores itself (`_propagate`) and
+  // leaves the slot alone. Told apart without running one: enabling
+  // async_hooks even once leaves V8's promise fast paths off for the rest of
+  // the process.
   const hooksBased = typeof (/** @type {any} */ (AsyncLocalStorage.prototype)._propagate) === 'function'
   return hooksBased ? continuationCarrier() : null
 }
@@ -98,7 +102,7 @@ function disableIfIdle() {
   armedAt = -1
   if (inFlight > 0) return // the next leave() arms it again
   if (started !== seen) return armIdleCheck() // used meanwhile: idle for a full period first
-  // enterAttempt() enables it again when the next call that may nest starts.
+  // runIn() (storage.run) enables it again when the next call that may nest starts.
   storage.disable()
 }
 
