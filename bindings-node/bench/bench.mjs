@@ -29,7 +29,7 @@
 // says how far the comparison can be trusted on this machine.
 import { createRequire } from 'node:module'
 import { AsyncLocalStorage } from 'node:async_hooks'
-import { retry, circuitBreaker, wrap, handleAll, ConsecutiveBreaker, ExponentialBackoff } from 'cockatiel'
+import { cockatiel, op, sleep, value } from './peers.mjs'
 
 const require = createRequire(import.meta.url)
 const CircuitBreaker = require('opossum')
@@ -40,10 +40,6 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS || 3)
 const ITER = Number(process.env.BENCH_ITER || 200_000)
 const WARMUP = Math.min(ITER, 20_000)
 
-const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
-const value = { ok: true }
-const op = async () => value
-
 // retrywise, as a new user writes it.
 const engine = new Engine()
 const spec = { route: 'openai/gpt-4o-mini', deadlineMs: 10_000 }
@@ -51,11 +47,7 @@ async function doIo(attempt) {
   return { status: 200 }
 }
 
-// The peers, as their READMEs configure them.
-const cockatiel = wrap(
-  retry(handleAll, { maxAttempts: 3, backoff: new ExponentialBackoff() }),
-  circuitBreaker(handleAll, { halfOpenAfter: 10 * 1000, breaker: new ConsecutiveBreaker(5) }),
-)
+// The peers, as their READMEs configure them (cockatiel in peers.mjs).
 const opossum = new CircuitBreaker(op, { timeout: 3000, errorThresholdPercentage: 50, resetTimeout: 30000 })
 
 /** A timer for one case: wall ns and process CPU ns (user + system) per call. */

@@ -6,7 +6,7 @@
 // data (Node 20's default) nothing does (lib/context.js).
 // `node bindings-node/bench/bystander.mjs` (RETRYWISE_NESTING picks the carrier; BENCH_ROUNDS, BENCH_ITER).
 import { createRequire } from 'node:module'
-import { retry, circuitBreaker, wrap, handleAll, ConsecutiveBreaker, ExponentialBackoff } from 'cockatiel'
+import { cockatiel, op, sleep } from './peers.mjs'
 
 const require = createRequire(import.meta.url)
 const { Engine } = require('../index.js')
@@ -15,12 +15,6 @@ const { carrierName, IDLE_MS } = require('../lib/context.js')
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 5)
 const ITER = Number(process.env.BENCH_ITER || 200_000)
 
-const cockatiel = wrap(
-  retry(handleAll, { maxAttempts: 3, backoff: new ExponentialBackoff() }),
-  circuitBreaker(handleAll, { halfOpenAfter: 10 * 1000, breaker: new ConsecutiveBreaker(5) }),
-)
-const value = { ok: true }
-const op = async () => value
 async function loop(n) {
   for (let i = 0; i < n; i++) await cockatiel.execute(op)
 }
@@ -29,7 +23,6 @@ async function time(n) {
   await loop(n)
   return Number(process.hrtime.bigint() - t0) / n
 }
-const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
 
 const engine = new Engine()
 await loop(Math.min(ITER, 20_000))
