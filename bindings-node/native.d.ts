@@ -19,7 +19,7 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
  */
 export declare class NativeEngine {
   /**
-   * `scratch`: a `Float64Array` of at least `vocab().scratch.len` (32)
+   * `scratch`: a `Float64Array` of at least `vocab().scratch.len` (40)
    * elements over a `SharedArrayBuffer` (no detach check per step) or a
    * fixed-length `ArrayBuffer` (see the `scratch` module). `kind`: 0 default
    * policy, 1 JSON text of a policy object, 2 JSON/YAML/TOML text, 3 a file path.
@@ -402,6 +402,12 @@ export declare function paramsDigest(paramsJson: string): string
 
 /** The JSON Schema of the policy document. */
 export declare function policySchema(): string
+
+/**
+ * The text of a finished call's id from the two numbers its last step left
+ * in scratch (`finished.ID_HI`, `finished.ID_LO`): printed only when asked.
+ */
+export declare function requestIdText(hi: number, lo: number): string
 
 /**
  * The error kind an expired attempt timer means (`Attempt::timer_error`,

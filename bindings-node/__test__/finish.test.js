@@ -6,6 +6,7 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const { Engine, StoppedError } = require('..')
+const native = require('../native.js')
 
 const fast = { backoff: { base_ms: 1, cap_ms: 2 } }
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms))
@@ -90,6 +91,12 @@ test('a stop with a detail, a report with headers and a stop at nextAttempt fini
   assert.match(stop.detail, /retryable_status/)
   assert.equal(e.liveCalls, 0)
   assert.equal(inner.id, 'up-1')
+  // A success with a status only finishes the call in the fast step; an inherited id has no numbers, so the step hands its text over.
+  const kept = e.begin({ route: 'u', inboundHeaders: { 'retrywise-deadline-ms': '2000', 'retrywise-request-id': 'up-2' } })
+  kept.nextAttempt()
+  assert.equal(kept.report({ status: 200 }).action, 'succeeded')
+  assert.equal(e.liveCalls, 0)
+  assert.equal(kept.id, 'up-2')
   assert.equal(inner.info().owner, false)
   assert.throws(
     () => inner.nextAttempt(),
@@ -149,4 +156,20 @@ test('a finished call keeps its own policy version and target across reloads', (
   assert.equal(e.liveCalls, 0)
   assert.deepEqual([a.info().policyVersion, a.info().target], ['v1', 'openai/gpt-4o'])
   assert.deepEqual([b.info().policyVersion, b.info().target], ['v2', 'anthropic/claude'])
+})
+
+test('a finished call keeps its id as two numbers and prints it when asked', () => {
+  const e = new Engine(null, { seed: 9 })
+  const c = e.begin({ route: 'openai/gpt-4o' })
+  const printed = c.nextAttempt().requestId
+  c.report({ status: 200 })
+  assert.equal(e.liveCalls, 0)
+  const fin = c._fin
+  assert.equal(fin._id, null, 'not printed by the step')
+  assert.equal(native.requestIdText(fin.idHi, fin.idLo), printed)
+  assert.equal(c.id, printed)
+  assert.equal(c.info().id, printed)
+  for (const [hi, lo] of [[-1, 0], [0.5, 0], [0, 2 ** 40], [2 ** 52, 0], [NaN, 0]]) {
+    assert.throws(() => native.requestIdText(hi, lo), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: /are not the numbers of a request id/ }, `${hi} ${lo}`)
+  }
 })

@@ -130,24 +130,26 @@ test('run: the attempt timer ends an attempt that ignores its signal, within the
 })
 
 test('run: attempts are stamped on the process clock (nowMs) however long after it started their engine was built', async () => {
-  // engine.run's attempt timers compare the stamp (scratch[9]) with nowMs().
+  // engine.run's attempt timers compare the stamp (attempt.STAMP) with nowMs().
   // The stamp is the engine's own reading moved by the engine's offset from
   // the process clock, so an engine built 250 ms after the first one checks it.
   const native = require('../native.js')
-  new native.NativeEngine(new Float64Array(32), 0, null, '1', false)
+  const { len, slots } = JSON.parse(native.vocab()).scratch
+  new native.NativeEngine(new Float64Array(len), 0, null, '1', false)
   await new Promise((r) => setTimeout(r, 250))
-  const s = new Float64Array(32)
+  const s = new Float64Array(len)
   const n = new native.NativeEngine(s, 0, null, '1', false)
   const f = n.fast()
-  s[24] = n.intern('openai/gpt-4o')
-  s[25] = 10_000
-  s[26] = 0
-  s[27] = -1
+  s[slots.begin.ROUTE] = n.intern('openai/gpt-4o')
+  s[slots.begin.DEADLINE_MS] = 10_000
+  s[slots.begin.IDEMPOTENCY] = 0
+  s[slots.begin.TENANT] = -1
   const before = native.nowMs()
   f.beginAttempt()
   const after = native.nowMs()
-  assert.equal(s[12], 0)
-  assert.ok(s[9] >= before - 1 && s[9] <= after + 1, `stamp ${s[9]} not within [${before}, ${after}]`)
+  assert.equal(s[slots.step.RESULT], 0)
+  const stamp = s[slots.attempt.STAMP]
+  assert.ok(stamp >= before - 1 && stamp <= after + 1, `stamp ${stamp} not within [${before}, ${after}]`)
 })
 
 test('run: AbortSignal aborts the attempt and reports it as cancelled', async () => {

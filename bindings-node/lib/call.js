@@ -6,6 +6,7 @@
 const { SLOT, toCode, ACTION, REASON, ERROR_CLASS, WAIT_SOURCE, ON_FAILURE, CONTINUATION } = require('./vocab.js')
 const { describe, StoppedError } = require('./errors.js')
 const { flatHeaders, bodyBytes } = require('./outcomes.js')
+const native = require('../native.js')
 
 const {
   ATTEMPT_NUMBER,
@@ -63,6 +64,8 @@ const {
   FINISHED_TARGET,
   FINISHED_POLICY,
   FINISHED_DEADLINE_MS,
+  FINISHED_ID_HI,
+  FINISHED_ID_LO,
 } = SLOT
 
 /**
@@ -271,9 +274,10 @@ function stoppedFromDecision(call, d, cause, response) {
 }
 
 /**
- * The id a fast report step returned when it finished its call (`mode` 2), or
- * undefined: read right after `reportNative`, before anything else can step.
- * @type {string | undefined}
+ * What a fast report step returned when it finished its call (`mode` 2):
+ * `true` (the id is in scratch as numbers) or the id's text; undefined when
+ * it did not. Read right after `reportNative`, before anything else can step.
+ * @type {true | string | undefined}
  */
 let finishedId
 
@@ -382,10 +386,15 @@ function isFinal(action) {
 class Finished {
   /**
    * @param {Float64Array} s scratch, just written
-   * @param {string} id
+   * @param {true | string} id the step's value: its id's text, or `true` when
+   *   the id is in the `finished.ID_*` slots (printed only when asked: most
+   *   calls never are)
    */
   constructor(s, id) {
-    this.id = id
+    /** @type {string | null} */
+    this._id = id === true ? null : id
+    this.idHi = s[FINISHED_ID_HI]
+    this.idLo = s[FINISHED_ID_LO]
     /** @type {Decision | null} */
     this.decision = null
     this.attempts = s[FINISHED_ATTEMPTS]
@@ -403,6 +412,12 @@ class Finished {
     this.targetName = null
     /** @type {string | null} */
     this.policyName = null
+  }
+
+  /** @type {string} */
+  get id() {
+    if (this._id === null) this._id = native.requestIdText(this.idHi, this.idLo)
+    return this._id
   }
 
   /**

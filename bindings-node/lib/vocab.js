@@ -162,6 +162,8 @@ const SLOT = Object.freeze({
   FINISHED_TARGET: slot('finished', 'TARGET'),
   FINISHED_POLICY: slot('finished', 'POLICY'),
   FINISHED_DEADLINE_MS: slot('finished', 'DEADLINE_MS'),
+  FINISHED_ID_HI: slot('finished', 'ID_HI'),
+  FINISHED_ID_LO: slot('finished', 'ID_LO'),
   // Arguments of the fast entry points.
   BEGIN_ROUTE: slot('begin', 'ROUTE'),
   BEGIN_DEADLINE_MS: slot('begin', 'DEADLINE_MS'),

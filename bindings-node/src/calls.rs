@@ -34,7 +34,7 @@ impl NativeEngine {
             spec.idempotency = idempotency_of(idempotency as f64).map_err(|f| f.into_error(&env))?;
             spec.tenant = tenant.map(IntoName::into_name);
             let (mut st, s) = self.st_slots(&env)?;
-            st.start(&s, spec, false)
+            st.start(&s, &mut spec, false)
                 .map(|(h, _)| h)
                 .map_err(|f| f.into_error(&env))
         })
@@ -104,7 +104,7 @@ impl NativeEngine {
                 }
             }
             let first = first.unwrap_or(false);
-            let (h, r) = st.start(&s, spec, first).map_err(|f| f.into_error(&env))?;
+            let (h, r) = st.start(&s, &mut spec, first).map_err(|f| f.into_error(&env))?;
             if first {
                 s.set(step::RESULT, r as f64);
             }

@@ -39,7 +39,7 @@ pub struct NativeEngine {
 
 #[napi]
 impl NativeEngine {
-    /// `scratch`: a `Float64Array` of at least `vocab().scratch.len` (32)
+    /// `scratch`: a `Float64Array` of at least `vocab().scratch.len` (40)
     /// elements over a `SharedArrayBuffer` (no detach check per step) or a
     /// fixed-length `ArrayBuffer` (see the `scratch` module). `kind`: 0 default
     /// policy, 1 JSON text of a policy object, 2 JSON/YAML/TOML text, 3 a file path.

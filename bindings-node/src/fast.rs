@@ -23,7 +23,8 @@
 //! Ids come from `NativeEngine.intern`. The stamp is `nowMs()` when the
 //! attempt was admitted. With `report::RELEASE` 2, a report whose decision
 //! finished the call (final, nothing held) also writes the `finished` fields
-//! and returns the call's id; `finish()` does the same for a call finished
+//! and returns `true` (the id in `finished::ID_HI`/`ID_LO`; for an id
+//! inherited from an upstream owner, its text); `finish()` does the same for a call finished
 //! otherwise (by a stop), without freeing it. Every other step returns `undefined`. Errors are thrown as by the napi-rs methods
 //! (`ERR_RETRYWISE_RELEASED`, `ERR_RETRYWISE_SCRATCH_DETACHED`, `TypeError`s,
 //! `ERR_RETRYWISE_PANIC` for a panic, after which the engine stays usable).
@@ -159,21 +160,20 @@ unsafe extern "C" fn trampoline<const OP: u8>(env: sys::napi_env, info: sys::nap
     }
 }
 
-/// The id of a call a step finished, as a JS string read off the call itself
-/// (no copy), then the call freed when the step said so.
+/// A call a step finished: `true` when its id went into scratch as numbers
+/// (`finished::ID_HI`), else its id's text read off the call (no copy); then
+/// the call freed when the step said so.
 fn hand_over(env: &Env, st: &mut Inner, done: Done) -> sys::napi_value {
     let mut v = ptr::null_mut();
-    if let Some(call) = st.entry(done.h).ok().and_then(|e| e.call.as_ref()) {
+    // Either fails only on a broken env, leaving `v` null (undefined): JS then sees no finished call.
+    if done.numbered {
+        // SAFETY: `env` is this step's env.
+        unsafe { sys::napi_get_boolean(env.raw(), true, &mut v) };
+    } else if let Some(call) = st.entry(done.h).ok().and_then(|e| e.call.as_ref()) {
         let b = call.id().as_bytes();
-        // Fails only on a broken env, leaving `v` null (undefined): JS then sees no finished call.
-        // An id made here is hex: Latin-1 needs no UTF-8 decoding.
         // SAFETY: `env` is this step's env and `b` outlives the call that copies it.
         unsafe {
-            if b.is_ascii() {
-                sys::napi_create_string_latin1(env.raw(), b.as_ptr().cast(), b.len() as isize, &mut v);
-            } else {
-                sys::napi_create_string_utf8(env.raw(), b.as_ptr().cast(), b.len() as isize, &mut v);
-            }
+            sys::napi_create_string_utf8(env.raw(), b.as_ptr().cast(), b.len() as isize, &mut v);
         }
     }
     if done.free {

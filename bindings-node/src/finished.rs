@@ -12,15 +12,18 @@
 use crate::convert::{class_code, ms_exact, on_failure_code};
 use crate::names::Names;
 use crate::scratch::{finished, Slots};
-use retrywise::{Call, Engine};
+use retrywise::{Call, Engine, RequestId};
 use smol_str::SmolStr;
 use std::time::Duration;
 
-/// A call a step finished: its id goes back to JS as the step's value, read
-/// while the call still exists; `free`: the step frees it right after.
+/// A call a step finished: the step returns `true`, or its id's text when
+/// it has no numbers (read while the call still exists); `free`: the step
+/// frees it right after.
 pub(crate) struct Done {
     pub(crate) h: f64,
     pub(crate) free: bool,
+    /// The id went into the `finished` slots as numbers.
+    pub(crate) numbered: bool,
 }
 
 /// Policy versions by index (the JS side caches the strings by index): a
@@ -59,7 +62,8 @@ impl Versions {
 }
 
 /// Writes into the `finished` slots what `call` (finished, holding nothing)
-/// still tells once freed (its id is read by the step). `deadline`: the call's deadline on
+/// still tells once freed, its id as numbers (an inherited id is read by the
+/// step: the result is false). `deadline`: the call's deadline on
 /// the engine's clock when an attempt gave it (its start plus the time it
 /// had left), else it is read off the clock.
 pub(crate) fn put_finished(
@@ -69,7 +73,7 @@ pub(crate) fn put_finished(
     engine: &Engine,
     call: &mut Call,
     deadline: Option<Duration>,
-) {
+) -> bool {
     s.set(finished::ATTEMPTS, call.attempts() as f64);
     s.set(finished::OWNER, call.is_owner() as u8 as f64);
     // A finished call admits no attempt: this reads its final stop.
@@ -95,4 +99,68 @@ pub(crate) fn put_finished(
     s.set(finished::POLICY, versions.index(call.policy_version()));
     let deadline = deadline.unwrap_or_else(|| engine.now() + call.remaining());
     s.set(finished::DEADLINE_MS, ms_exact(deadline));
+    let parts = id_parts(call.request_id());
+    let (hi, lo) = parts.unwrap_or((-1.0, 0.0));
+    s.set(finished::ID_HI, hi);
+    s.set(finished::ID_LO, lo);
+    parts.is_some()
+}
+
+/// 2^40: `ID_LO` holds the low 40 bits of the sequence number.
+const LO: f64 = 1_099_511_627_776.0;
+
+/// An id the engine made as two numbers an f64 holds exactly: the prefix
+/// and the sequence number's top 20 bits (52 bits), its low 40 bits. Most
+/// finished calls are never asked for their id, so none is printed here
+/// (printing it and making a JS string of it was a tenth of a success's
+/// native time). `None` for an inherited id.
+fn id_parts(id: &RequestId) -> Option<(f64, f64)> {
+    let (prefix, seq) = id.parts()?;
+    Some((
+        ((prefix as u64) << 20 | seq >> 40) as f64,
+        (seq & ((1 << 40) - 1)) as f64,
+    ))
+}
+
+/// The id [`id_parts`] gave `(hi, lo)`; `None` for numbers it cannot have given.
+pub(crate) fn id_text(hi: f64, lo: f64) -> Option<String> {
+    let exact = |x: f64, below: f64| x >= 0.0 && x < below && x.fract() == 0.0;
+    if !exact(hi, 4_503_599_627_370_496.0) || !exact(lo, LO) {
+        return None;
+    }
+    let (hi, lo) = (hi as u64, lo as u64);
+    Some(RequestId::from_parts((hi >> 20) as u32, (hi & 0xf_ffff) << 40 | lo).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_go_through_two_numbers_and_back() {
+        for (prefix, seq) in [
+            (0, 0),
+            (u32::MAX, (1 << 60) - 1),
+            (0xdead_beef, 42),
+            (1, 1 << 40),
+            (7, (1 << 40) - 1),
+        ] {
+            let id = RequestId::from_parts(prefix, seq);
+            let (hi, lo) = id_parts(&id).unwrap();
+            assert_eq!(id_text(hi, lo).as_deref(), Some(id.to_string().as_str()));
+        }
+        assert_eq!(
+            id_parts(&RequestId::from_parts(0xdead_beef, 42)),
+            Some((0xdead_beef_u32 as f64 * 1_048_576.0, 42.0))
+        );
+        for (hi, lo) in [
+            (-1.0, 0.0),
+            (0.5, 0.0),
+            (0.0, LO),
+            (f64::NAN, 0.0),
+            (4_503_599_627_370_496.0, 0.0),
+        ] {
+            assert_eq!(id_text(hi, lo), None, "{hi} {lo}");
+        }
+    }
 }

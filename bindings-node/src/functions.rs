@@ -37,6 +37,14 @@ pub fn vocab() -> String {
     .to_string()
 }
 
+/// The text of a finished call's id from the two numbers its last step left
+/// in scratch (`finished.ID_HI`, `finished.ID_LO`): printed only when asked.
+#[napi]
+pub fn request_id_text(env: Env, hi: f64, lo: f64) -> Result<String> {
+    crate::finished::id_text(hi, lo)
+        .ok_or_else(|| throw_type(&env, &format!("({hi}, {lo}) are not the numbers of a request id")))
+}
+
 /// The error kind an expired attempt timer means (`Attempt::timer_error`,
 /// one mapping for every binding): `timer` is `connect`, `first_byte`, `idle`
 /// or `total`; `totalMs` / `remainingMs` are the attempt's; `bodyStarted`:

@@ -53,5 +53,5 @@ mod functions;
 pub use engine::NativeEngine;
 pub use functions::{
     check_policy, continuation_carrier, derive_idempotency_key, json_media_type, now_ms, params_digest, policy_schema,
-    timer_error, vendor_code_from_body, vocab,
+    request_id_text, timer_error, vendor_code_from_body, vocab,
 };

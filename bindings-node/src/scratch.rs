@@ -30,7 +30,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Elements the scratch buffer must have.
-pub(crate) const LEN: usize = 32;
+pub(crate) const LEN: usize = 40;
 
 /// Defines each group of slots as a module of constants, the JSON table that
 /// `vocab()` exports, and compile-time checks: every slot in bounds, no two
@@ -75,8 +75,8 @@ macro_rules! dir {
 
 /// Where results go (`output` groups) and where the fast entry points read
 /// their arguments (`input` groups): disjoint, so inputs survive the writes.
-const OUTPUTS: (usize, usize) = (0, 24);
-const INPUTS: (usize, usize) = (24, LEN);
+const OUTPUTS: (usize, usize) = (0, 32);
+const INPUTS: (usize, usize) = (32, LEN);
 
 const fn distinct(s: &[usize]) -> bool {
     let mut i = 0;
@@ -199,36 +199,41 @@ layout! {
         POLICY = 22,
         /// The deadline on the engine's clock (`clockMs`), ms.
         DEADLINE_MS = 23,
+        /// The call's id as two exact numbers (`finished::id_parts`), printed
+        /// only when asked (`requestIdText`); `ID_HI` -1: the step returned the
+        /// id's text instead (an id inherited from an upstream owner).
+        ID_HI = 24,
+        ID_LO = 25,
     }
     /// `begin()` / `beginAttempt()` arguments.
     input begin {
         /// Interned id (`intern`).
-        ROUTE = 24,
+        ROUTE = 32,
         /// < 0: the policy default.
-        DEADLINE_MS = 25,
-        IDEMPOTENCY = 26,
+        DEADLINE_MS = 33,
+        IDEMPOTENCY = 34,
         /// Interned id, or < 0 for none.
-        TENANT = 27,
+        TENANT = 35,
     }
     /// `next()` arguments.
     input next {
-        HANDLE = 24,
+        HANDLE = 32,
         /// 1: stamp the attempt (`attempt::STAMP`).
-        STAMP = 25,
+        STAMP = 33,
     }
     /// `reportStatus()` / `reportOk()` arguments.
     input report {
-        HANDLE = 24,
+        HANDLE = 32,
         /// HTTP status (`reportStatus` only).
-        STATUS = 25,
+        STATUS = 33,
         /// 1: release the call if it succeeded. 2: finish it if the decision
         /// is final and it holds nothing (`finished` fields; freed in the step
         /// unless the decision has text left to read, see `fast`).
-        RELEASE = 26,
+        RELEASE = 34,
     }
     /// `release()` / `finish()` arguments.
     input release {
-        HANDLE = 24,
+        HANDLE = 32,
     }
 }
 
@@ -298,10 +303,9 @@ impl Scratch {
     /// `ArrayBuffer` (a resizable one could shrink under the engine).
     pub(crate) fn new(env: &Env, value: Unknown<'_>) -> std::result::Result<Scratch, Fail> {
         let bad = || {
-            Fail::Type(
-                "scratch must be a Float64Array of at least 32 elements over a SharedArrayBuffer or a fixed-length ArrayBuffer"
-                    .to_string(),
-            )
+            Fail::Type(format!(
+                "scratch must be a Float64Array of at least {LEN} elements over a SharedArrayBuffer or a fixed-length ArrayBuffer"
+            ))
         };
         let ok = |status| status == sys::Status::napi_ok;
         let raw = env.raw();

@@ -118,14 +118,20 @@ impl Inner {
         spec.deadline = deadline(s.get(DEADLINE_MS));
         spec.idempotency = idempotency;
         spec.tenant = tenant;
-        self.start(s, spec, first)
+        self.start(s, &mut spec, first)
     }
 
     /// Begins a call, and with `first` asks for its first attempt in the same
     /// step. Returns the handle and, with `first`,
     /// `ATTEMPT` or `STOPPED` (fields in scratch).
     #[inline]
-    pub(crate) fn start(&mut self, s: &Slots, spec: CallSpec, first: bool) -> std::result::Result<(f64, i32), Fail> {
+    /// `spec` is lent, not moved: moving one copies it (~340 bytes) at each call it passes.
+    pub(crate) fn start(
+        &mut self,
+        s: &Slots,
+        spec: &mut CallSpec,
+        first: bool,
+    ) -> std::result::Result<(f64, i32), Fail> {
         // Freed here, its slot and its thread's upstream reference are the new call's.
         let pending = s.get(step::PENDING_RELEASE);
         if pending >= 0.0 {
@@ -135,12 +141,12 @@ impl Inner {
         let (idx, h) = self.reserve()?;
         let e = &mut self.slab[idx];
         if !first {
-            e.call = Some(self.engine.begin(spec));
+            e.call = Some(self.engine.begin_from(spec));
             return Ok((h, codes::ATTEMPT));
         }
         // `begin` then `next_attempt` (two clock readings) costs fewer
         // instructions than `begin_attempt`, whose returned pair is copied.
-        let r = e.call.insert(self.engine.begin(spec)).next_attempt();
+        let r = e.call.insert(self.engine.begin_from(spec)).next_attempt();
         Ok((h, e.put_next(s, &mut self.names, r, true, self.rt_offset_ms)))
     }
 
@@ -167,11 +173,15 @@ impl Inner {
             return Ok(None);
         }
         let d = call.final_decision();
-        finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call, e.deadline);
+        let numbered = finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call, e.deadline);
         if let Some(d) = d {
             e.put_decision(s, &mut self.names, d);
         }
-        Ok(Some(finished::Done { h, free: false }))
+        Ok(Some(finished::Done {
+            h,
+            free: false,
+            numbered,
+        }))
     }
 
     /// Reports `o` for attempt `attempt` (0: the latest) of call `h`. `mode`
@@ -211,12 +221,18 @@ impl Inner {
             let Some(call) = e.call.as_mut() else {
                 return Ok((action, false, None));
             };
-            finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call, e.deadline);
+            let numbered =
+                finished::put_finished(s, &mut self.names, &mut self.versions, &self.engine, call, e.deadline);
             let text_left = s.get(decision::FLAGS) as u8 & (flags::DECISION_DETAIL | flags::DECISION_EXCLUDED) != 0
                 || s.get(decision::UPSTREAM) < -1.0
                 || s.get(scratch::finished::TARGET) < 0.0
                 || s.get(scratch::finished::POLICY) < 0.0;
-            return Ok((action, !text_left, Some(finished::Done { h, free: !text_left })));
+            let done = finished::Done {
+                h,
+                free: !text_left,
+                numbered,
+            };
+            return Ok((action, !text_left, Some(done)));
         }
         Ok((action, false, None))
     }

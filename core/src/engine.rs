@@ -406,6 +406,24 @@ impl Engine {
         self.begin_at(&mut spec, self.inner.shared.clock.now_ns())
     }
 
+    /// Exactly [`Engine::begin`], for a spec the caller built in place: what
+    /// the call keeps is taken out of `spec`, the rest stays there. A spec is
+    /// about 340 bytes, and passing one by value copies it at each step: a
+    /// binding that begins many calls builds its spec once and lends it.
+    ///
+    /// ```
+    /// use retrywise::{CallSpec, Engine, Policy};
+    /// let engine = Engine::new(Policy::default()).unwrap();
+    /// let mut spec = CallSpec::new("openai/gpt-4o").tenant("acme");
+    /// let mut call = engine.begin_from(&mut spec);
+    /// assert_eq!(call.attempts(), 0);
+    /// assert_eq!(call.next_attempt().unwrap().number, 1);
+    /// ```
+    #[inline]
+    pub fn begin_from(&self, spec: &mut CallSpec) -> Call {
+        self.begin_at(spec, self.inner.shared.clock.now_ns())
+    }
+
     /// Begins one logical request and asks for its first attempt, with one
     /// clock reading for both: exactly `begin` followed at once by
     /// [`Call::next_attempt`]. The returned pair is built and then copied

@@ -104,6 +104,32 @@ impl RequestId {
     pub fn to_smol_str(&self) -> SmolStr {
         self.id.text()
     }
+
+    /// An id made by an engine as its two numbers (prefix, sequence number);
+    /// `None` for one inherited from an upstream owner. A binding that keeps
+    /// many finished calls keeps these and prints the id only when it is
+    /// asked for ([`RequestId::from_parts`]).
+    ///
+    /// ```
+    /// # use retrywise::{CallSpec, Engine, Policy, RequestId};
+    /// let engine = Engine::new(Policy::default()).unwrap();
+    /// let call = engine.begin(CallSpec::new("openai/gpt-4o"));
+    /// let (prefix, seq) = call.request_id().parts().unwrap();
+    /// assert_eq!(RequestId::from_parts(prefix, seq), call.id());
+    /// ```
+    #[inline]
+    pub fn parts(&self) -> Option<(u32, u64)> {
+        match self.id {
+            CallId::Local { prefix, seq } => Some((prefix, seq)),
+            CallId::Remote(_) => None,
+        }
+    }
+
+    /// The id an engine made from `prefix` and `seq` ([`RequestId::parts`]);
+    /// only the low 60 bits of `seq` are kept, as when the engine made it.
+    pub fn from_parts(prefix: u32, seq: u64) -> Self {
+        RequestId::local(prefix, seq)
+    }
 }
 
 impl PartialEq for RequestId {
@@ -169,6 +195,10 @@ mod tests {
         let id = RequestId::local(0xdead_beef, 42);
         assert_eq!(id.to_smol_str(), "deadbeef00000000000002a");
         assert_eq!(id.with_str(str::len), 23);
+        assert_eq!(id.parts(), Some((0xdead_beef, 42)));
+        assert_eq!(RequestId::from_parts(0xdead_beef, 42), id);
+        assert_eq!(RequestId::from_parts(1, u64::MAX).parts(), Some((1, (1 << 60) - 1)));
+        assert_eq!(RequestId::remote("upstream-id-7").parts(), None);
         assert_eq!(id.clone(), id);
         assert_ne!(RequestId::local(1, 1), RequestId::local(1, 2));
         let remote = RequestId::remote("upstream-id-7");

@@ -246,6 +246,12 @@ impl Call {
         self.id_text.get_or_init(|| self.id.to_smol_str())
     }
 
+    /// Logical request id as the engine keeps it: [`RequestId::parts`]
+    /// gives it without printing it.
+    pub fn request_id(&self) -> &RequestId {
+        &self.id
+    }
+
     /// Physical attempts started so far (hedges and fallbacks included).
     pub fn attempts(&self) -> u32 {
         self.attempts
