@@ -138,29 +138,25 @@ function currentAttempt() {
 /**
  * Runs `fn` with `attempt` as the current retrywise attempt, counted as in
  * flight until `fn`'s result settles (wrapFetch's attempts).
+ * @template R
+ * @param {import('./call.js').Attempt} attempt
+ * @param {() => R} fn
+ * @returns {R}
  */
-const als = {
-  /**
-   * @template R
-   * @param {import('./call.js').Attempt} attempt
-   * @param {() => R} fn
-   * @returns {R}
-   */
-  run(attempt, fn) {
-    enter()
-    /** @type {R} */
-    let r
-    try {
-      r = runIn(attempt, fn, undefined)
-    } catch (e) {
-      leave()
-      throw e
-    }
-    const p = /** @type {any} */ (r)
-    if (p !== null && typeof p === 'object' && typeof p.then === 'function') p.then(leave, leave)
-    else leave()
-    return r
-  },
+function runInFlight(attempt, fn) {
+  enter()
+  /** @type {R} */
+  let r
+  try {
+    r = runIn(attempt, fn, undefined)
+  } catch (e) {
+    leave()
+    throw e
+  }
+  const p = /** @type {any} */ (r)
+  if (p !== null && typeof p === 'object' && typeof p.then === 'function') p.then(leave, leave)
+  else leave()
+  return r
 }
 
-module.exports = { als, enter, leave, runIn, currentAttempt, carrierName, IDLE_MS }
+module.exports = { runInFlight, enter, leave, runIn, currentAttempt, carrierName, IDLE_MS }

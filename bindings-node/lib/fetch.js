@@ -11,7 +11,7 @@ const { describe, AttemptTimeoutError } = require('./errors.js')
 const { Call, Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, DECISION, decisionOf } = require('./call.js')
 const { headerPairs, errorOutcome, timerKind, bodyBytes } = require('./outcomes.js')
 const { abortReason, sleep, attemptController, raceAbort, restartIdle } = require('./timers.js')
-const { als } = require('./context.js')
+const { runInFlight } = require('./context.js')
 const { Engine } = require('./engine.js')
 const { wrapBody } = require('./stream.js')
 
@@ -387,7 +387,7 @@ class FetchCall {
       let res
       try {
         res = await raceAbort(
-          als.run(attempt, () => this.fetch(wire.url, init)),
+          runInFlight(attempt, () => this.fetch(wire.url, init)),
           ctl.ac.signal,
         )
       } catch (err) {

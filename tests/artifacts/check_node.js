@@ -16,6 +16,14 @@ assert.deepEqual(
 )
 console.log('retrywise', rw.version, 'addon from', path.relative(process.cwd(), addons[0]))
 
+// A release build has no test hooks: a policy that sets one is refused.
+assert.throws(
+  () => new rw.Engine({ testing: { panic_on_vendor_code: 'boom' } }),
+  (e) => e instanceof rw.PolicyError && /testing/.test(e.message),
+  'the addon accepts test hooks: it was built with the test-hooks feature',
+)
+console.log('no test hooks: a policy that sets one is refused')
+
 // The decision loop: a 503 asking for 5 ms, then a 200 (no Retry-After
 // jitter, so the wait is exactly the hint).
 const engine = new rw.Engine({ max_attempts: 3, retry_after: { jitter_ms: 0 } }, { seed: 7, manualClock: true })

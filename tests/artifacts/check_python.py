@@ -18,6 +18,15 @@ assert site.parent.name == "site-packages", f"retrywise imported from {site}, no
 (native,) = site.glob("_retrywise*.so")
 print("retrywise", retrywise.__version__, "from", native.name)
 
+# A release build has no test hooks: a policy that sets one is refused.
+try:
+    retrywise.Engine({"testing": {"panic_on_vendor_code": "boom"}})
+except retrywise.PolicyError as e:
+    assert "testing" in str(e), e
+else:
+    raise AssertionError("the wheel accepts test hooks: it was built with the test-hooks feature")
+print("no test hooks: a policy that sets one is refused")
+
 # The decision loop: a 503 asking for 5 ms, then a 200 (no Retry-After
 # jitter, so the wait is exactly the hint).
 engine = retrywise.Engine({"max_attempts": 3, "retry_after": {"jitter_ms": 0}}, seed=7, manual_clock=True)
