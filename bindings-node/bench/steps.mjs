@@ -9,6 +9,9 @@
 //   a 200 that finishes and frees the call), and the await;
 // - native beginAttempt+reportOk: engine.run's two steps (begin with the
 //   first attempt, a success that releases the call), and the await;
+// - promise and then: the least an engine.run-shaped wrapper does with no
+//   library at all (its own promise, fn called, a then on fn's promise that
+//   settles it), and the await;
 // - nesting swap pair: what engine.run's attempt pays to carry its attempt
 //   (lib/context.js runIn: set V8's continuation data, then restore it), and
 //   the await; on Node 20's continuation carrier only;
@@ -44,6 +47,25 @@ function putSpec() {
   s[SLOT.BEGIN_DEADLINE_MS] = spec.deadlineMs
   s[SLOT.BEGIN_IDEMPOTENCY] = 0
   s[SLOT.BEGIN_TENANT] = -1
+}
+
+// An engine.run-shaped wrapper with no library: one executor for every
+// promise (as lib/run.js), fn's promise settled through a then.
+let capturedResolve = null
+let capturedReject = null
+const capture = (resolve, reject) => {
+  capturedResolve = resolve
+  capturedReject = reject
+}
+function wrapped(fn) {
+  const p = new Promise(capture)
+  const resolve = capturedResolve
+  const reject = capturedReject
+  fn().then(
+    (v) => resolve(v),
+    (e) => reject(e),
+  )
+  return p
 }
 
 /** @type {Array<[string, (n: number) => Promise<void>]>} */
@@ -84,6 +106,12 @@ const CASES = [
         s[SLOT.REPORT_RELEASE] = 1
         f.reportOk()
       }
+    },
+  ],
+  [
+    'promise and then',
+    async (n) => {
+      for (let i = 0; i < n; i++) await wrapped(async () => value)
     },
   ],
   [

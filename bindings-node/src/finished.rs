@@ -6,8 +6,8 @@
 //! `FinalizationRegistry` entry costs more than the whole decision cycle).
 //! What the call can still be asked afterwards is written into the scratch's
 //! `finished` slots first, and the JS `Call` keeps it: the core's answers,
-//! asked of the core before the call is dropped (`next_attempt` gives the
-//! final stop, `next_hedge` its refusal), never re-derived here.
+//! asked of the core before the call is dropped (`final_stop` gives what
+//! `next_attempt` answers now, `next_hedge` its refusal), never re-derived here.
 
 use crate::convert::{class_code, ms_exact, on_failure_code};
 use crate::names::Names;
@@ -76,15 +76,15 @@ pub(crate) fn put_finished(
 ) -> bool {
     s.set(finished::ATTEMPTS, call.attempts() as f64);
     s.set(finished::OWNER, call.is_owner() as u8 as f64);
-    // A finished call admits no attempt: this reads its final stop.
-    let (reason, class, on_failure, has_detail) = match call.next_attempt() {
-        Err(st) => (
+    // What `next_attempt` answers now (the core's final stop, no clock read).
+    let (reason, class, on_failure, has_detail) = match call.final_stop() {
+        Some(st) => (
             st.reason.code() as f64,
             class_code(st.class),
             on_failure_code(st.on_failure),
             st.detail.is_some(),
         ),
-        Ok(_) => unreachable!("a finished call admitted an attempt"),
+        None => unreachable!("put_finished on a call that is not finished"),
     };
     s.set(finished::STOP_REASON, reason);
     s.set(finished::STOP_CLASS, class);

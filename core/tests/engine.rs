@@ -37,6 +37,7 @@ fn success_on_first_attempt() {
     assert!(d.is_final());
     let s = c.next_attempt().unwrap_err();
     assert_eq!(s.reason, Reason::CallFinished);
+    assert_eq!(c.final_stop(), Some(s));
     let st = e.stats();
     assert_eq!(
         (st.overall.logical_requests, st.overall.attempts, st.overall.successes),

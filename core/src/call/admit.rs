@@ -42,6 +42,25 @@ impl Call {
         self.next_attempt_in()
     }
 
+    /// What [`Call::next_attempt`] answers once the call is finished (its
+    /// final stop), read without the clock or the admission path; `None`
+    /// while the call is not finished. For a binding that keeps a finished
+    /// call's answers after freeing it.
+    ///
+    /// ```
+    /// use retrywise::{CallSpec, Engine, Outcome, Policy, Reason};
+    /// let engine = Engine::new(Policy::default()).unwrap();
+    /// let mut call = engine.begin(CallSpec::new("openai/gpt-4o"));
+    /// call.next_attempt().unwrap();
+    /// assert_eq!(call.final_stop(), None);
+    /// call.report(&Outcome::success());
+    /// assert_eq!(call.final_stop().unwrap().reason, Reason::CallFinished);
+    /// assert_eq!(call.final_stop(), call.next_attempt().err());
+    /// ```
+    pub fn final_stop(&self) -> Option<Stopped> {
+        self.final_decision.as_ref().map(|f| f.stopped())
+    }
+
     #[inline]
     pub(super) fn next_attempt_in(&mut self) -> Result<Attempt, Stopped> {
         let now = self.now();
