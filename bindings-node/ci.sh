@@ -19,9 +19,9 @@ fi
 echo "== npm ci"
 npm ci --no-audit --no-fund
 
-# The tests need the same code, not the shipped build's fat LTO: the plain
-# release profile builds in half the time and reuses the workspace's release
-# dependencies. scripts/package builds the shipped addon (release-node, no test hooks).
+# The tests need the same code, not the shipped build's fat LTO: with the
+# plain release profile the crate builds in about half the time.
+# scripts/package builds the shipped addon (release-node, no test hooks).
 echo "== build (napi build --profile release; test hooks on for the panic test)"
 npm run build:test
 

@@ -123,9 +123,9 @@ impl Inner {
 
     /// Begins a call, and with `first` asks for its first attempt in the same
     /// step. Returns the handle and, with `first`,
-    /// `ATTEMPT` or `STOPPED` (fields in scratch).
+    /// `ATTEMPT` or `STOPPED` (fields in scratch). `spec` is lent, not moved:
+    /// moving one copies it (~340 bytes) at each call it passes.
     #[inline]
-    /// `spec` is lent, not moved: moving one copies it (~340 bytes) at each call it passes.
     pub(crate) fn start(
         &mut self,
         s: &Slots,
