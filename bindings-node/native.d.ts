@@ -231,10 +231,18 @@ export declare class StreamGate {
   get streamError(): string | null
   /**
    * The outcome of the attempt whose body ended (or broke) now with HTTP
-   * `status`, as JSON `{status, error, phase, vendorCode}` (null fields
-   * absent): the status, or the failure an error event named.
+   * `status`, as JSON `{status, error, phase, vendorCode, resumable}`
+   * (absent fields null): the status, or the failure an error event named.
    */
   outcome(status: number): string
+  /**
+   * The outcome of the attempt whose body ended cleanly now with HTTP
+   * `status`, `transcript` being what the caller received, as JSON
+   * `{status, error, phase, vendorCode, resumable}` (the core's
+   * `StreamGate::end_outcome`): as `outcome`, except that text shown
+   * without its finish was cut.
+   */
+  endOutcome(status: number, transcript: Transcript): string
   /**
    * Bytes received from upstream in; what the consumer may see now out
    * (empty while only preamble arrived; `chunk` itself once visible).
@@ -411,8 +419,8 @@ export declare function requestIdText(hi: number, lo: number): string
 
 /**
  * The error kind an expired attempt timer means (`Attempt::timer_error`,
- * one mapping for every binding): `timer` is `connect`, `first_byte`, `idle`
- * or `total`; `totalMs` / `remainingMs` are the attempt's; `bodyStarted`:
+ * one mapping for every binding): `timer` is `connect`, `first_byte`,
+ * `first_token`, `idle` or `total`; `totalMs` / `remainingMs` are the attempt's; `bodyStarted`:
  * the response's headers had arrived.
  */
 export declare function timerError(timer: string, totalMs: number, remainingMs: number, bodyStarted: boolean): string

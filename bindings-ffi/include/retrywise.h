@@ -565,8 +565,6 @@ typedef enum rw_effect {
 
 /**
  * One of an attempt's timers (core `Timer`), for `rw_attempt_timer_error`.
- * A first-token timer (`first_token_timeout_ms`) is `RW_TIMER_FIRST_BYTE`:
- * the core reads its expiry as a first-byte timeout in `RW_PHASE_STREAM_OPEN`.
  */
 typedef enum rw_timer {
   /**
@@ -574,7 +572,7 @@ typedef enum rw_timer {
    */
   RW_TIMER_CONNECT = 0,
   /**
-   * No response byte (or, for a stream, no first token) in time.
+   * No response byte in time (`first_byte_timeout_ms`).
    */
   RW_TIMER_FIRST_BYTE = 1,
   /**
@@ -585,6 +583,11 @@ typedef enum rw_timer {
    * The attempt as a whole ran `total_timeout_ms`.
    */
   RW_TIMER_TOTAL = 3,
+  /**
+   * A stream showed no output in time (`first_token_timeout_ms`): the core
+   * reads it as a first-byte timeout, reported in `RW_PHASE_STREAM_OPEN`.
+   */
+  RW_TIMER_FIRST_TOKEN = 4,
 } rw_timer;
 
 /**
@@ -805,7 +808,7 @@ typedef struct rw_attempt {
   /**
    * Request sent -> first visible output of a streamed answer, ms
    * (keep-alive pings and an opening preamble do not count). Its expiry is
-   * `rw_attempt_timer_error(.., RW_TIMER_FIRST_BYTE, ..)`, reported with
+   * `rw_attempt_timer_error(.., RW_TIMER_FIRST_TOKEN, ..)`, reported with
    * `RW_PHASE_STREAM_OPEN`.
    */
   uint64_t first_token_timeout_ms;
@@ -1561,8 +1564,8 @@ void rw_stream_gate_free(struct rw_stream_gate *gate);
  * deadline's own (`RW_ERROR_KIND_DEADLINE_EXCEEDED`) when the attempt was
  * given all the time left (`total_timeout_ms >= remaining_ms`); otherwise a
  * hang before the response (`body_started` false: no headers yet) is a
- * first-byte timeout and one inside the body an idle stream. An expired
- * first-token timer is `RW_TIMER_FIRST_BYTE`. `RW_ERROR_KIND_NONE` when
+ * first-byte timeout and one inside the body an idle stream; a stream with
+ * no output by its first-token timer is a first-byte timeout. `RW_ERROR_KIND_NONE` when
  * `attempt` is NULL or `timer` is not an `rw_timer` value.
  *
  * Thread safety: may be called from any thread; reads only `*attempt`.

@@ -11,8 +11,8 @@ use retrywise_core::rules::deadline::timer_error;
 /// deadline's own (`RW_ERROR_KIND_DEADLINE_EXCEEDED`) when the attempt was
 /// given all the time left (`total_timeout_ms >= remaining_ms`); otherwise a
 /// hang before the response (`body_started` false: no headers yet) is a
-/// first-byte timeout and one inside the body an idle stream. An expired
-/// first-token timer is `RW_TIMER_FIRST_BYTE`. `RW_ERROR_KIND_NONE` when
+/// first-byte timeout and one inside the body an idle stream; a stream with
+/// no output by its first-token timer is a first-byte timeout. `RW_ERROR_KIND_NONE` when
 /// `attempt` is NULL or `timer` is not an `rw_timer` value.
 ///
 /// Thread safety: may be called from any thread; reads only `*attempt`.

@@ -182,7 +182,7 @@ pub struct rw_attempt {
     pub detail: rw_str,
     /// Request sent -> first visible output of a streamed answer, ms
     /// (keep-alive pings and an opening preamble do not count). Its expiry is
-    /// `rw_attempt_timer_error(.., RW_TIMER_FIRST_BYTE, ..)`, reported with
+    /// `rw_attempt_timer_error(.., RW_TIMER_FIRST_TOKEN, ..)`, reported with
     /// `RW_PHASE_STREAM_OPEN`.
     pub first_token_timeout_ms: u64,
     /// With `RW_STOPPED`: -1 for a stop. Otherwise not a stop but "not yet":

@@ -254,27 +254,34 @@ pub enum rw_continuation {
 }
 
 /// One of an attempt's timers (core `Timer`), for `rw_attempt_timer_error`.
-/// A first-token timer (`first_token_timeout_ms`) is `RW_TIMER_FIRST_BYTE`:
-/// the core reads its expiry as a first-byte timeout in `RW_PHASE_STREAM_OPEN`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum rw_timer {
     /// Connecting took longer than `connect_timeout_ms`.
     Connect = 0,
-    /// No response byte (or, for a stream, no first token) in time.
+    /// No response byte in time (`first_byte_timeout_ms`).
     FirstByte = 1,
     /// The body went silent for `idle_timeout_ms`.
     Idle = 2,
     /// The attempt as a whole ran `total_timeout_ms`.
     Total = 3,
+    /// A stream showed no output in time (`first_token_timeout_ms`): the core
+    /// reads it as a first-byte timeout, reported in `RW_PHASE_STREAM_OPEN`.
+    FirstToken = 4,
 }
 
 impl rw_timer {
     /// C code → core timer (`None` for a code C may not pass).
     pub(crate) fn core_from_code(code: i32) -> Option<Timer> {
-        [Timer::Connect, Timer::FirstByte, Timer::Idle, Timer::Total]
-            .into_iter()
-            .find(|t| rw_timer::from(*t) as i32 == code)
+        [
+            Timer::Connect,
+            Timer::FirstByte,
+            Timer::Idle,
+            Timer::Total,
+            Timer::FirstToken,
+        ]
+        .into_iter()
+        .find(|t| rw_timer::from(*t) as i32 == code)
     }
 }
 
@@ -340,7 +347,7 @@ parse_enum!(
 );
 
 map_enum!(rw_continuation, Continuation, [Prefill, Instruction]);
-map_enum!(rw_timer, Timer, [Connect, FirstByte, Idle, Total]);
+map_enum!(rw_timer, Timer, [Connect, FirstByte, Idle, Total, FirstToken]);
 
 map_enum!(
     rw_error_class,
@@ -495,10 +502,11 @@ mod tests {
             (1, Timer::FirstByte),
             (2, Timer::Idle),
             (3, Timer::Total),
+            (4, Timer::FirstToken),
         ] {
             assert_eq!(rw_timer::core_from_code(c), Some(t));
         }
-        assert_eq!(rw_timer::core_from_code(4), None);
+        assert_eq!(rw_timer::core_from_code(5), None);
         assert_eq!(rw_timer::core_from_code(-1), None);
         assert_eq!(rw_error_kind::core_from_code(-1), None);
         assert_eq!(rw_error_kind::core_from_code(12), None);

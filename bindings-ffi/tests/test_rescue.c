@@ -36,10 +36,12 @@ static void test_timers(void) {
   CHECK(rw_attempt_timer_error(&a, RW_TIMER_TOTAL, true) == RW_ERROR_KIND_DEADLINE_EXCEEDED);
   CHECK(rw_attempt_timer_error(&a, RW_TIMER_CONNECT, false) == RW_ERROR_KIND_CONNECT_TIMEOUT);
   CHECK(rw_attempt_timer_error(&a, RW_TIMER_FIRST_BYTE, false) == RW_ERROR_KIND_FIRST_BYTE_TIMEOUT);
+  /* A stream silent past its first-token timer showed nothing: a first-byte timeout. */
+  CHECK(rw_attempt_timer_error(&a, RW_TIMER_FIRST_TOKEN, true) == RW_ERROR_KIND_FIRST_BYTE_TIMEOUT);
   CHECK(rw_attempt_timer_error(&a, RW_TIMER_IDLE, true) == RW_ERROR_KIND_STREAM_IDLE_TIMEOUT);
   /* NULL and unknown timers are not errors of any kind. */
   CHECK(rw_attempt_timer_error(NULL, RW_TIMER_TOTAL, false) == RW_ERROR_KIND_NONE);
-  CHECK(rw_attempt_timer_error(&a, 4, false) == RW_ERROR_KIND_NONE);
+  CHECK(rw_attempt_timer_error(&a, 5, false) == RW_ERROR_KIND_NONE);
   CHECK(rw_attempt_timer_error(&a, -1, false) == RW_ERROR_KIND_NONE);
   rw_call_free(c);
   rw_engine_free(e);
@@ -67,7 +69,7 @@ static void test_silence_fallback(void) {
   rw_call *c = begin(e, "r", 30000);
   CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
   CHECK(str_eq(a.upstream, "a"));
-  rw_outcome o = outcome(200, rw_attempt_timer_error(&a, RW_TIMER_FIRST_BYTE, true), RW_PHASE_STREAM_OPEN);
+  rw_outcome o = outcome(200, rw_attempt_timer_error(&a, RW_TIMER_FIRST_TOKEN, true), RW_PHASE_STREAM_OPEN);
   CHECK(o.error_kind == RW_ERROR_KIND_FIRST_BYTE_TIMEOUT);
   CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
   CHECK(d.action == RW_ACTION_FALLBACK && str_eq(d.upstream, "b"));

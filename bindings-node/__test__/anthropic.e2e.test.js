@@ -159,6 +159,8 @@ for (const [primary, backup, via, maxMs] of [
   ['fb-stream-cut:k=3', 'fb-ok', ['prefill'], 1500],
   // An overloaded error event after text: never shown to the SDK, the answer continued.
   ['fb-stream-cut:k=3:end=error', 'fb-ok', ['prefill'], 1500],
+  // A clean end of body after text, with no message_stop: a cut all the same.
+  ['fb-stream-cut:k=3:end=close', 'fb-ok', ['prefill'], 1500],
   // The stall is noticed at idle_ms (300 ms).
   ['fb-stream-stall:k=3', 'fb-ok', ['prefill'], 2000],
   // The backup refuses the prefill: asked again by instruction, the refusal never shown.

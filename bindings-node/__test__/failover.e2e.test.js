@@ -115,6 +115,8 @@ for (const [fault, { stream = false, counts, text, error, stops, maxMs }] of Obj
   'fb-no-done': { stream: true, counts: { 'fb-no-done': 1 }, text: ANSWER('fb-no-done'), stops: {}, maxMs: 1000 },
   // stream_recovery: never (the default): a cut or stall after output is a clean typed error, never a truncated success.
   'fb-stream-cut': { stream: true, counts: { 'fb-stream-cut': 1 }, error: (e) => e instanceof StoppedError && e.reason === 'stream_visible_output', stops: { stream_visible_output: 1 }, maxMs: 1000 },
+  // A clean end of body after text with no finish_reason and no [DONE] is a cut too.
+  'fb-stream-cut:end=close': { stream: true, counts: { 'fb-stream-cut:end=close': 1 }, error: (e) => e instanceof StoppedError && e.reason === 'stream_visible_output', stops: { stream_visible_output: 1 }, maxMs: 1000 },
   'fb-stream-stall': { stream: true, counts: { 'fb-stream-stall': 1 }, error: (e) => e instanceof StoppedError && e.reason === 'stream_visible_output', stops: { stream_visible_output: 1 }, maxMs: 1500 },
 })) {
   test(`${fault}${stream ? ' (streamed)' : ''}: ${text ? 'answered' : 'a clean error'}, attempts per model ${JSON.stringify(counts)}`, async () => {
@@ -188,6 +190,8 @@ async function runContinue(primaryModel, backupModel, backupCaps) {
 for (const [primary, backup, caps, via] of [
   ['fb-stream-cut:k=3', 'fb-ok', ['streaming', 'assistant_prefill'], ['prefill']],
   ['fb-stream-cut:k=3', 'fb-ok', ['streaming'], ['instruction']],
+  // A clean end of body after text, with no finish_reason and no [DONE]: a cut all the same.
+  ['fb-stream-cut:k=3:end=close', 'fb-ok', ['streaming', 'assistant_prefill'], ['prefill']],
   ['fb-stream-stall:k=3', 'fb-ok', ['streaming', 'assistant_prefill'], ['prefill']],
   ['fb-stream-cut:k=3', 'fb-no-prefill', ['streaming', 'assistant_prefill'], ['prefill', 'instruction']],
   // The backup restates the quoted text before going on: the splice drops the repetition.

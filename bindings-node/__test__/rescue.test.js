@@ -179,6 +179,14 @@ test('an attempt timer shorter than the time left is a first-byte timeout (the c
     (err) => err instanceof StoppedError && err.reason === 'max_attempts' && err.cause instanceof AttemptTimeoutError,
   )
   assert.deepEqual(kinds, ['first_byte_timeout', 'first_byte_timeout'])
+  // Every timer by name (attempt 10 ms of 100 left, body started): a stream
+  // silent past its first-token timer showed nothing, a first-byte timeout.
+  const { timerError } = require('../native.js')
+  assert.deepEqual(
+    ['connect', 'first_byte', 'first_token', 'idle', 'total'].map((t) => timerError(t, 10, 100, true)),
+    ['connect_timeout', 'first_byte_timeout', 'first_byte_timeout', 'stream_idle_timeout', 'stream_idle_timeout'],
+  )
+  assert.throws(() => timerError('first_tokens', 10, 100, true), (err) => err instanceof TypeError && /first_token, idle or total/.test(err.message))
 })
 
 const { localServer } = require('./helpers.js')

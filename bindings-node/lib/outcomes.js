@@ -173,7 +173,7 @@ function errorOutcome(err, attemptSignal, phase) {
  * The ErrorKind an expired timer of `attempt` means, as the core maps it
  * (`Attempt::timer_error`); `bodyStarted`: the response's headers had arrived.
  * @param {Attempt} attempt
- * @param {'connect' | 'first_byte' | 'idle' | 'total'} timer
+ * @param {'connect' | 'first_byte' | 'first_token' | 'idle' | 'total'} timer
  * @param {boolean} bodyStarted
  * @returns {ErrorKind}
  */

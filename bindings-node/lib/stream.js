@@ -115,18 +115,29 @@ class StreamGate {
  * @returns {import('../index').Outcome}
  */
 function outcomeOf(g, status) {
-  const o = JSON.parse(g.outcome(status))
+  return outcomeFromJson(g.outcome(status))
+}
+
+/**
+ * An outcome as the native gate writes it (JSON, absent fields null), with null fields left out.
+ * @param {string} json
+ * @returns {import('../index').Outcome}
+ */
+function outcomeFromJson(json) {
+  const o = JSON.parse(json)
   /** @type {import('../index').Outcome} */
   const out = { status: o.status }
   if (o.error !== null) out.error = o.error
   if (o.phase !== null) out.phase = o.phase
   if (o.vendorCode !== null) out.vendorCode = o.vendorCode
+  if (o.resumable) out.resumable = true
   return out
 }
 
 /**
  * The success response of `self` with its body wrapped: the idle timer runs
- * between chunks, the end of the body reports success, and a failure reports
+ * between chunks, the end of the body reports success (or a cut, when the
+ * caller was shown text and never its finish), and a failure reports
  * phase `stream_open` (nothing delivered yet: the core may retry, and the next
  * attempt's body is spliced in) or `stream_visible` (bytes were delivered:
  * never replayed). Each attempt's event stream passes through the core's
@@ -199,7 +210,7 @@ function wrapBody(self, first) {
       firstToken = setTimeout(
         () => {
           firstToken = null
-          if (pulling && cur === parts) parts.ctl.ac.abort(new AttemptTimeoutError(timerKind(parts.attempt, 'first_byte', true), ms))
+          if (pulling && cur === parts) parts.ctl.ac.abort(new AttemptTimeoutError(timerKind(parts.attempt, 'first_token', true), ms))
         },
         Math.max(0, ms - (performance.now() - parts.sentAt)),
       )
@@ -348,19 +359,25 @@ function wrapBody(self, first) {
       }
       if (chunk.done) {
         stopTimers()
-        /** @type {import('../index').Outcome} */
-        let outcome = { status: cur.res.status }
-        if (cur.gate !== null) {
+        const g = cur.gate
+        cur.gate = null
+        if (g !== null) {
           // A stream of preamble only, or a last event without its blank line.
-          let rest = cur.gate.finish()
-          outcome = outcomeOf(cur.gate, cur.res.status)
-          cur.gate = null
+          let rest = g.finish()
           if (cur.splicer !== null && rest.byteLength > 0) rest = cur.splicer.feed(rest)
           if (rest.byteLength > 0) deliver(controller, rest)
         }
         if (cur.splicer !== null) {
           const tail = cur.splicer.finish()
           if (tail.byteLength > 0) deliver(controller, tail)
+        }
+        // Whether the answer the caller received was whole is the core's call
+        // (text shown without its finish was cut, however the body ended).
+        /** @type {import('../index').Outcome} */
+        const outcome = g !== null ? outcomeFromJson(g.endOutcome(cur.res.status, transcript)) : { status: cur.res.status }
+        if (outcome.error !== undefined) {
+          if (await failed(controller, new Error(`stream ended without its finish (${outcome.error})`), outcome)) continue
+          return
         }
         self._report(outcome)
         finish()

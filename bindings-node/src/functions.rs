@@ -46,8 +46,8 @@ pub fn request_id_text(env: Env, hi: f64, lo: f64) -> Result<String> {
 }
 
 /// The error kind an expired attempt timer means (`Attempt::timer_error`,
-/// one mapping for every binding): `timer` is `connect`, `first_byte`, `idle`
-/// or `total`; `totalMs` / `remainingMs` are the attempt's; `bodyStarted`:
+/// one mapping for every binding): `timer` is `connect`, `first_byte`,
+/// `first_token`, `idle` or `total`; `totalMs` / `remainingMs` are the attempt's; `bodyStarted`:
 /// the response's headers had arrived.
 #[napi]
 pub fn timer_error(
@@ -60,12 +60,13 @@ pub fn timer_error(
     let t = match timer.as_str() {
         "connect" => Timer::Connect,
         "first_byte" => Timer::FirstByte,
+        "first_token" => Timer::FirstToken,
         "idle" => Timer::Idle,
         "total" => Timer::Total,
         _ => {
             return Err(throw_type(
                 &env,
-                &format!("timer must be connect, first_byte, idle or total, got {timer}"),
+                &format!("timer must be connect, first_byte, first_token, idle or total, got {timer}"),
             ))
         }
     };

@@ -52,18 +52,25 @@ impl StreamGate {
     }
 
     /// The outcome of the attempt whose body ended (or broke) now with HTTP
-    /// `status`, as JSON `{status, error, phase, vendorCode}` (null fields
-    /// absent): the status, or the failure an error event named.
+    /// `status`, as JSON `{status, error, phase, vendorCode, resumable}`
+    /// (absent fields null): the status, or the failure an error event named.
     #[napi]
     pub fn outcome(&self, status: u32) -> String {
-        let o = self.gate.outcome(status.min(u16::MAX as u32) as u16);
-        serde_json::json!({
-            "status": o.status,
-            "error": o.error.map(|e| e.as_str()),
-            "phase": o.phase.map(|p| p.as_str()),
-            "vendorCode": o.vendor_code,
-        })
-        .to_string()
+        outcome_json(&self.gate.outcome(status.min(u16::MAX as u32) as u16))
+    }
+
+    /// The outcome of the attempt whose body ended cleanly now with HTTP
+    /// `status`, `transcript` being what the caller received, as JSON
+    /// `{status, error, phase, vendorCode, resumable}` (the core's
+    /// `StreamGate::end_outcome`): as `outcome`, except that text shown
+    /// without its finish was cut.
+    #[napi]
+    pub fn end_outcome(&self, status: u32, transcript: &crate::wire::Transcript) -> String {
+        outcome_json(
+            &self
+                .gate
+                .end_outcome(status.min(u16::MAX as u32) as u16, transcript.core()),
+        )
     }
 
     /// Bytes received from upstream in; what the consumer may see now out
@@ -104,4 +111,16 @@ impl StreamGate {
     pub fn held(&self) -> u32 {
         self.gate.held() as u32
     }
+}
+
+/// An outcome as the JSON the JS layer reads (null fields kept as null).
+fn outcome_json(o: &retrywise::Outcome) -> String {
+    serde_json::json!({
+        "status": o.status,
+        "error": o.error.map(|e| e.as_str()),
+        "phase": o.phase.map(|p| p.as_str()),
+        "vendorCode": o.vendor_code,
+        "resumable": o.resumable,
+    })
+    .to_string()
 }

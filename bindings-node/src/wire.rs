@@ -80,6 +80,13 @@ pub struct Transcript {
     inner: retrywise::wire::Transcript,
 }
 
+impl Transcript {
+    /// The core's transcript (for the stream gate's end outcome).
+    pub(crate) fn core(&self) -> &retrywise::wire::Transcript {
+        &self.inner
+    }
+}
+
 #[napi]
 impl Transcript {
     /// A transcript of a stream in `api` (`openai`, `anthropic`, `azure_openai`).

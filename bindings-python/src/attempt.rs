@@ -188,13 +188,13 @@ impl PyAttempt {
     }
     /// The ErrorKind to report when one of this attempt's timers expired:
     /// `timer` "connect" | "first_byte" | "first_token" | "idle" | "total";
-    /// `body_started`: the response's headers had arrived. (A first-token
-    /// expiry is a first-byte timeout: the stream was silent.)
+    /// `body_started`: the response's headers had arrived.
     fn timer_error(&self, timer: &Bound<'_, PyAny>, body_started: bool) -> PyResult<&'static str> {
         use retrywise::Timer;
         let t = match req_str("timer", timer)?.as_str() {
             "connect" => Timer::Connect,
-            "first_byte" | "first_token" => Timer::FirstByte,
+            "first_byte" => Timer::FirstByte,
+            "first_token" => Timer::FirstToken,
             "idle" => Timer::Idle,
             "total" => Timer::Total,
             other => {

@@ -449,6 +449,26 @@ impl PyStreamGate {
         d.set_item("vendor_code", o.vendor_code)?;
         Ok(d)
     }
+    /// `call.report(**gate.end_outcome(status, transcript))` for an attempt
+    /// whose body ended cleanly now, `transcript` being what the caller
+    /// received: `outcome(status)`, except that text shown without its finish
+    /// was cut (`connection_reset`, never a success); `resumable` says whether
+    /// another upstream may continue it.
+    fn end_outcome<'py>(
+        &self,
+        py: Python<'py>,
+        status: u16,
+        transcript: &Bound<'py, PyTranscript>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.gate.end_outcome(status, &transcript.borrow().t);
+        let d = PyDict::new(py);
+        d.set_item("status", o.status)?;
+        d.set_item("error", o.error.map(|k| k.as_str()))?;
+        d.set_item("phase", o.phase.map(|p| p.as_str()))?;
+        d.set_item("vendor_code", o.vendor_code)?;
+        d.set_item("resumable", o.resumable)?;
+        Ok(d)
+    }
     /// The phase a failure of the body would have now.
     #[getter]
     fn phase(&self) -> &'static str {

@@ -76,6 +76,18 @@ def test_attempt_timeouts_and_propagation_headers(engine: Engine) -> None:
     assert int(h["retrywise-deadline-ms"]) <= 2_000
     assert h["idempotency-key"] == "k-1" and a.idempotency_key == "k-1"
     assert "Attempt" in repr(a) and "Timeouts" in repr(t)
+    # Expired timers as the core maps them: given all the time left, total is the deadline's;
+    # a stream silent past its first-token timer showed nothing, a first-byte timeout.
+    kinds = {name: a.timer_error(name, True) for name in ("connect", "first_byte", "first_token", "idle", "total")}
+    assert kinds == {
+        "connect": "connect_timeout",
+        "first_byte": "first_byte_timeout",
+        "first_token": "first_byte_timeout",
+        "idle": "stream_idle_timeout",
+        "total": "deadline_exceeded",
+    }
+    with pytest.raises(ValueError, match="timer must be one of"):
+        a.timer_error("first_tokens", True)
 
 
 def test_retry_after_and_stop_reasons() -> None:
@@ -378,6 +390,21 @@ def test_stream_gate_holds_a_preamble_until_the_first_meaningful_event() -> None
     pre = retrywise.StreamGate("text/event-stream")
     assert pre.feed(start) == b""
     assert pre.finish() == start  # a body that ends holding delivers what it held
+
+    # A body that ends after text without its finish was cut (the core decides, in every binding).
+    cut = retrywise.StreamGate("text/event-stream")
+    seen = retrywise.Transcript("openai")
+    seen.observe(cut.feed(role + text))
+    assert cut.end_outcome(200, seen) == {
+        "status": 200,
+        "error": "connection_reset",
+        "phase": "stream_visible",
+        "vendor_code": None,
+        "resumable": True,
+    }
+    seen.observe(cut.feed(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'))
+    assert cut.end_outcome(200, seen) == cut.outcome(200) | {"resumable": False}
+    assert cut.outcome(200) == {"status": 200, "error": None, "phase": None, "vendor_code": None}
 
     for ct in (None, "application/json"):
         p = retrywise.StreamGate(ct)

@@ -122,6 +122,7 @@ STREAM_CASES: dict[str, tuple[list[str], str, str, float]] = {
     **{k: v for k, v in JSON_CASES.items() if k not in ("fb-stream-cut", "fb-stream-stall", "fb-malformed-sse")},
     "fb-stream-cut": ([P, B], B, "primary", 0.0),  # continued by prefill, spliced
     "fb-stream-cut:end=error": ([P, B], B, "primary", 0.0),  # an error event after output
+    "fb-stream-cut:end=close": ([P, B], B, "primary", 0.0),  # a clean end without the finish: a cut
     "fb-stream-cut:k=0": ([P, P, B], B, "backup", 0.0),  # cut before output: retried, then fallback
     "fb-stream-stall": ([P, B], B, "primary", 0.9),  # a stall after output continued elsewhere
     "fb-malformed-sse": ([P], P, "primary", 0.0),  # the bad event skipped: the whole answer

@@ -52,6 +52,7 @@ use crate::outcome::{media_type, Outcome};
 use crate::types::{ErrorKind, MalformedEvent, Phase};
 pub use crate::wire::sse::meaningful;
 use crate::wire::sse::EventReader;
+use crate::wire::Transcript;
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -217,6 +218,53 @@ impl StreamGate {
                 o
             }
         }
+    }
+
+    /// The outcome of an attempt whose body ended *cleanly* now with HTTP
+    /// `status`, given `delivered`, the transcript of what the caller
+    /// received: [`StreamGate::outcome`], except that an answer that showed
+    /// text and never finished (no `finish_reason`, `message_stop` or
+    /// `response.completed`) was cut however the body ended. A close-delimited
+    /// body, or a proxy that ends its chunked stream when the upstream drops,
+    /// ends like a complete one. Such an answer is a
+    /// [`ErrorKind::ConnectionReset`] in the gate's phase, never a success.
+    /// After output, the outcome is `resumable` when only text reached the
+    /// caller, so a route with `stream_recovery: continue` continues it elsewhere.
+    ///
+    /// ```
+    /// use retrywise::stream::StreamGate;
+    /// use retrywise::wire::Transcript;
+    /// use retrywise::{ApiFamily, ErrorKind, Phase};
+    ///
+    /// let text = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    /// let mut gate = StreamGate::new(Some("text/event-stream"));
+    /// let mut seen = Transcript::new(ApiFamily::OpenAi);
+    /// seen.observe(&gate.feed(text));
+    /// // The body ended here: no finish_reason, no [DONE].
+    /// let cut = gate.end_outcome(200, &seen);
+    /// assert_eq!(cut.error, Some(ErrorKind::ConnectionReset));
+    /// assert_eq!(cut.phase, Some(Phase::StreamVisible));
+    /// assert!(cut.resumable);
+    ///
+    /// let finish = b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+    /// seen.observe(&gate.feed(finish));
+    /// let done = gate.end_outcome(200, &seen);
+    /// assert_eq!((done.status, done.error, done.resumable), (Some(200), None, false));
+    /// ```
+    pub fn end_outcome(&self, status: u16, delivered: &Transcript) -> Outcome {
+        let mut o = self.outcome(status);
+        let cut = self.error.is_none() && !delivered.text().is_empty() && !delivered.finished();
+        if cut {
+            o.error = Some(ErrorKind::ConnectionReset);
+            o.phase = Some(if self.visible {
+                Phase::StreamVisible
+            } else {
+                Phase::StreamOpen
+            });
+        }
+        // An error event or a cut after output: whether another upstream may go on from it.
+        o.resumable = self.visible && (cut || self.error.is_some()) && delivered.resumable();
+        o
     }
 
     /// Whether bytes were released: a cut from now on is `StreamVisible`.

@@ -306,6 +306,8 @@ fn timer_expiry_maps_to_one_error_kind() {
     assert_eq!(a.timer_error(Timer::Total, true), ErrorKind::StreamIdleTimeout);
     assert_eq!(a.timer_error(Timer::Connect, false), ErrorKind::ConnectTimeout);
     assert_eq!(a.timer_error(Timer::FirstByte, false), ErrorKind::FirstByteTimeout);
+    // A stream with no output by its first-token timer: nothing was shown, a first-byte timeout.
+    assert_eq!(a.timer_error(Timer::FirstToken, true), ErrorKind::FirstByteTimeout);
     assert_eq!(a.timer_error(Timer::Idle, true), ErrorKind::StreamIdleTimeout);
 
     let (e, _) = engine("");

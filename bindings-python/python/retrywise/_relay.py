@@ -101,19 +101,10 @@ class _RelayBase:
 
     def report_end(self) -> Decision:
         """The leg's body ended: a success, the error event it carried, or a
-        cut (text shown and no finish: the connection ended the answer early)."""
-        leg, t = self.leg, self.transcript
-        if leg.gate.stream_error is None and t.text and not t.finished:
-            return self.call.report(
-                status=leg.status,
-                error="connection_reset",
-                phase=leg.phase,
-                headers=leg.headers,
-                resumable=t.resumable,
-                continuation=leg.how,
-            )
+        cut (the core's `end_outcome`: text shown and no finish)."""
+        leg = self.leg
         return self.call.report(
-            **leg.gate.outcome(leg.status), headers=leg.headers, resumable=t.resumable, continuation=leg.how
+            **leg.gate.end_outcome(leg.status, self.transcript), headers=leg.headers, continuation=leg.how
         )
 
     def report_failure(self, exc: BaseException) -> Decision:

@@ -217,6 +217,9 @@ class StreamGate:
         """The error event the stream carried: ``code``, ``message``, ``after_output``, ``status``."""
     def outcome(self, status: int) -> dict[str, Any]:
         """``call.report(**gate.outcome(status))`` for an attempt whose body ended now."""
+    def end_outcome(self, status: int, transcript: Transcript) -> dict[str, Any]:
+        """``call.report(**gate.end_outcome(status, transcript))`` for an attempt
+        whose body ended cleanly now: text shown without its finish was cut."""
     @property
     def phase(self) -> Literal["stream_open", "stream_visible"]: ...
     @property

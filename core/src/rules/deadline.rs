@@ -117,6 +117,9 @@ pub enum Timer {
     Connect,
     /// No response byte within `timeouts.first_byte`.
     FirstByte,
+    /// A streamed answer showed no output within `timeouts.first_token` of
+    /// its request (keep-alive pings and an opening preamble do not count).
+    FirstToken,
     /// The body went silent for `timeouts.idle`.
     Idle,
     /// The attempt as a whole ran `timeouts.total`.
@@ -127,11 +130,13 @@ pub enum Timer {
 /// total timer is the deadline's own when the attempt was given all the time
 /// left (`total_ms ≥ remaining_ms`); otherwise a hang before the response
 /// (`body_started` false) is a first-byte timeout and one inside the body an
-/// idle stream.
+/// idle stream. A stream silent past its first-token timer is a first-byte
+/// timeout too: nothing reached the caller, so it is retried like a hang
+/// before the response (reported in phase `stream_open`).
 pub fn timer_error(timer: Timer, total_ms: u64, remaining_ms: u64, body_started: bool) -> ErrorKind {
     match timer {
         Timer::Connect => ErrorKind::ConnectTimeout,
-        Timer::FirstByte => ErrorKind::FirstByteTimeout,
+        Timer::FirstByte | Timer::FirstToken => ErrorKind::FirstByteTimeout,
         Timer::Idle => ErrorKind::StreamIdleTimeout,
         Timer::Total if total_ms >= remaining_ms => ErrorKind::DeadlineExceeded,
         Timer::Total if body_started => ErrorKind::StreamIdleTimeout,

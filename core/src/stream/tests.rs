@@ -170,6 +170,67 @@ fn end_at_error_keeps_the_error_event_from_the_consumer() {
     assert_eq!(g.stream_error().map(|e| e.after_output), Some(false));
 }
 
+/// Feeds `chunks` through a gate (SSE) and a transcript of what it delivered.
+fn delivered(chunks: &[&str], api: crate::types::ApiFamily) -> (StreamGate, crate::wire::Transcript) {
+    let mut g = sse().end_at_error();
+    let mut t = crate::wire::Transcript::new(api);
+    for c in chunks {
+        t.observe(&g.feed(c.as_bytes()));
+    }
+    (g, t)
+}
+
+#[test]
+fn a_clean_end_after_text_without_a_finish_is_a_cut() {
+    use crate::types::ApiFamily::{Anthropic, OpenAi};
+    let stop = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+    // Text, then the body ends: a cut, continued elsewhere if the route says so.
+    let (g, t) = delivered(&[ROLE, TEXT, TEXT], OpenAi);
+    let o = g.end_outcome(200, &t);
+    assert_eq!(
+        (o.status, o.error, o.phase, o.resumable),
+        (
+            Some(200),
+            Some(ErrorKind::ConnectionReset),
+            Some(Phase::StreamVisible),
+            true
+        )
+    );
+    // With its finish (a finish_reason, or the terminator alone): the 200 it is.
+    for tail in [&[stop][..], &[DONE][..], &[stop, DONE][..]] {
+        let (g, t) = delivered(&[&[ROLE, TEXT][..], tail].concat(), OpenAi);
+        assert_eq!(g.end_outcome(200, &t), crate::outcome::Outcome::status(200));
+    }
+    // Nothing shown (a preamble only, or an empty body): no answer was cut.
+    for chunks in [&[ROLE][..], &[][..]] {
+        let (g, t) = delivered(chunks, OpenAi);
+        assert_eq!(g.end_outcome(200, &t), crate::outcome::Outcome::status(200));
+    }
+    // Anthropic: text blocks, then no message_stop.
+    let start =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\"}}\n\n";
+    let block = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
+    let end = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let (g, t) = delivered(&[start, block, delta], Anthropic);
+    assert_eq!(g.end_outcome(200, &t).error, Some(ErrorKind::ConnectionReset));
+    let (g, t) = delivered(&[start, block, delta, end], Anthropic);
+    assert_eq!(g.end_outcome(200, &t), crate::outcome::Outcome::status(200));
+    // An error event after text is the event's failure, continued when only text was shown.
+    let err = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
+    let (g, t) = delivered(&[ROLE, TEXT, err], OpenAi);
+    let o = g.end_outcome(200, &t);
+    assert_eq!(
+        (o.status, o.error, o.phase, o.resumable),
+        (Some(529), None, Some(Phase::StreamVisible), true)
+    );
+    // Not an event stream: the status alone.
+    let mut g = StreamGate::new(Some("application/json"));
+    let mut t = crate::wire::Transcript::new(OpenAi);
+    t.observe(&g.feed(b"{\"choices\":[]}"));
+    assert_eq!(g.end_outcome(200, &t), crate::outcome::Outcome::status(200));
+}
+
 #[test]
 fn preamble_shapes_are_held() {
     let anthropic = concat!(

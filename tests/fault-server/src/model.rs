@@ -134,6 +134,18 @@ pub enum FilterCode {
     ContentPolicyViolation,
 }
 
+/// How `fb-stream-cut` ends a streamed answer after its `k` deltas (`end=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutEnd {
+    /// `cut` (the default): the connection is aborted.
+    Abort,
+    /// `error`: the vendor's in-stream error event, then a clean end of body.
+    ErrorEvent,
+    /// `close`: a clean end of body with no finish and no terminator, as a
+    /// close-delimited body or a proxy that ends its stream when the upstream drops.
+    Close,
+}
+
 /// A parsed fault model name with every parameter resolved to its value or default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelFault {
@@ -148,9 +160,8 @@ pub struct ModelFault {
     pub first_token_ms: u64,
     /// `k=`: content deltas before the break (default 2).
     pub k: u32,
-    /// `end=error`: a cut ends with the vendor's in-stream error event and a clean
-    /// end of body instead of an aborted connection.
-    pub end_with_error: bool,
+    /// `end=`: how a streamed cut ends after its `k` deltas (default: aborted).
+    pub end: CutEnd,
     /// `status=`: the status of `fb-503` and `fb-flap` (default 503).
     pub status: u16,
     /// `down=`: how long `fb-flap` is down, from its first request (default 60 000 ms).
@@ -219,7 +230,7 @@ impl ModelFault {
             retry_after: "1".into(),
             first_token_ms: 15_000,
             k: 2,
-            end_with_error: false,
+            end: CutEnd::Abort,
             status: 503,
             down_ms: 60_000,
             filter_code: FilterCode::ContentFilter,
@@ -316,9 +327,10 @@ impl ModelFault {
                 }
             }
             "end" => match value {
-                "cut" => self.end_with_error = false,
-                "error" => self.end_with_error = true,
-                v => return err(model, format!("`end` is `cut` or `error`, got {v:?}")),
+                "cut" => self.end = CutEnd::Abort,
+                "error" => self.end = CutEnd::ErrorEvent,
+                "close" => self.end = CutEnd::Close,
+                v => return err(model, format!("`end` is `cut`, `error` or `close`, got {v:?}")),
             },
             "status" => {
                 self.status = num(model, key, value)?;
@@ -386,7 +398,12 @@ mod tests {
     #[test]
     fn parameters() {
         let m = ModelFault::parse("fb-stream-cut:k=3:end=error:id=x:words=9").unwrap();
-        assert_eq!((m.kind, m.k, m.end_with_error, m.words), (Kind::StreamCut, 3, true, 9));
+        assert_eq!(
+            (m.kind, m.k, m.end, m.words),
+            (Kind::StreamCut, 3, CutEnd::ErrorEvent, 9)
+        );
+        assert_eq!(ModelFault::parse("fb-stream-cut:end=close").unwrap().end, CutEnd::Close);
+        assert_eq!(ModelFault::parse("fb-stream-cut").unwrap().end, CutEnd::Abort);
         let m = ModelFault::parse("fb-429-retry-after:ra=2.5:n=always").unwrap();
         assert_eq!((m.retry_after.as_str(), m.times), ("2.5", None));
         let m = ModelFault::parse("fb-500-once:n=3").unwrap();

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::model::{FilterCode, Kind, ModelFault};
+use crate::model::{CutEnd, FilterCode, Kind, ModelFault};
 use crate::ratelimit::Slot;
 use crate::spec::{Fault, RetryAfterHint};
 
@@ -63,6 +63,8 @@ pub enum Break {
     Cut,
     /// Send the vendor's in-stream error event, then end the body cleanly.
     ErrorEvent,
+    /// End the body cleanly (no finish, no terminator).
+    Close,
     /// Keep the connection open and send nothing more.
     Stall,
 }
@@ -195,10 +197,10 @@ impl Plan {
             Kind::SlowFirstToken => Plan::answer(Script::FirstToken(Duration::from_millis(m.first_token_ms))),
             Kind::StreamCut => Plan::answer(Script::Break {
                 frames: after_k,
-                how: if m.end_with_error {
-                    Break::ErrorEvent
-                } else {
-                    Break::Cut
+                how: match m.end {
+                    CutEnd::Abort => Break::Cut,
+                    CutEnd::ErrorEvent => Break::ErrorEvent,
+                    CutEnd::Close => Break::Close,
                 },
             }),
             Kind::StreamStall => Plan::answer(Script::Break {
@@ -318,6 +320,13 @@ mod tests {
             Plan::answer(Script::Break {
                 frames: 4,
                 how: Break::ErrorEvent
+            })
+        );
+        assert_eq!(
+            plan("fb-stream-cut:k=1:end=close", true, false, false),
+            Plan::answer(Script::Break {
+                frames: 2,
+                how: Break::Close
             })
         );
         assert_eq!(plan("fb-no-prefill", true, false, true).status(), Some(400));

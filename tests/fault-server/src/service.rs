@@ -455,6 +455,7 @@ fn sse_response(ctx: &Ctx, deltas: &[String], script: &Script, tracker: Tracker)
             match how {
                 Break::Cut => end = End::Cut,
                 Break::Stall => end = End::Hold,
+                Break::Close => {}
                 // The Responses API numbers events: 3 in the preamble, one per delta.
                 Break::ErrorEvent => steps.push(Step::now(shapes::Frame {
                     bytes: shapes::error_event(ctx, frames + 2),

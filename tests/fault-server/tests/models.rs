@@ -271,6 +271,18 @@ fn m08_stream_cut_after_k_deltas() {
         ["message_start", "content_block_start", "content_block_delta", "error"]
     );
 
+    // end=close: the k deltas, then a clean end of body with no finish and no [DONE].
+    let r = ask(addr, CHAT, "fb-stream-cut:k=2:end=close", true);
+    assert!(r.complete);
+    assert_eq!(chat_deltas(&r), "answer from fb-stream-cut:k=2:end=close: w1");
+    assert!(!r.text().contains("finish_reason\":\"") && !r.text().contains("[DONE]"));
+    let r = ask(addr, MESSAGES, "fb-stream-cut:k=1:end=close", true);
+    assert!(r.complete);
+    assert_eq!(
+        sse_events(&r),
+        ["message_start", "content_block_start", "content_block_delta"]
+    );
+
     // The Responses API: the same k deltas, then the cut.
     let r = ask(addr, RESPONSES, "fb-stream-cut:k=3", true);
     assert!(!r.complete);
