@@ -21,7 +21,7 @@ use std::time::Duration;
 /// edge of its deadline and woken a millisecond late (asyncio and libuv
 /// timers do; under load, by more) would find less than `min_attempt` left
 /// and stop, and the slot promised to it would go unused.
-const WAKE_SLACK: u64 = 20_000_000;
+pub(super) const WAKE_SLACK: u64 = 20_000_000;
 
 /// Who asks [`RateLimits::admit_in`], and how long it has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
