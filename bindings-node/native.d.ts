@@ -239,7 +239,7 @@ export declare class StreamGate {
    * The outcome of the attempt whose body ended cleanly now with HTTP
    * `status`, `transcript` being what the caller received, as JSON
    * `{status, error, phase, vendorCode, resumable}` (the core's
-   * `StreamGate::end_outcome`): as `outcome`, except that text shown
+   * `StreamGate::end_outcome`): as `outcome`, except that output shown
    * without its finish was cut.
    */
   endOutcome(status: number, transcript: Transcript): string

@@ -137,7 +137,7 @@ function outcomeFromJson(json) {
 /**
  * The success response of `self` with its body wrapped: the idle timer runs
  * between chunks, the end of the body reports success (or a cut, when the
- * caller was shown text and never its finish), and a failure reports
+ * caller was shown output and never its finish), and a failure reports
  * phase `stream_open` (nothing delivered yet: the core may retry, and the next
  * attempt's body is spliced in) or `stream_visible` (bytes were delivered:
  * never replayed). Each attempt's event stream passes through the core's
@@ -372,7 +372,7 @@ function wrapBody(self, first) {
           if (tail.byteLength > 0) deliver(controller, tail)
         }
         // Whether the answer the caller received was whole is the core's call
-        // (text shown without its finish was cut, however the body ended).
+        // (output shown without its finish was cut, however the body ended).
         /** @type {import('../index').Outcome} */
         const outcome = g !== null ? outcomeFromJson(g.endOutcome(cur.res.status, transcript)) : { status: cur.res.status }
         if (outcome.error !== undefined) {

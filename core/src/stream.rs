@@ -223,13 +223,15 @@ impl StreamGate {
     /// The outcome of an attempt whose body ended *cleanly* now with HTTP
     /// `status`, given `delivered`, the transcript of what the caller
     /// received: [`StreamGate::outcome`], except that an answer that showed
-    /// text and never finished (no `finish_reason`, `message_stop` or
-    /// `response.completed`) was cut however the body ended. A close-delimited
-    /// body, or a proxy that ends its chunked stream when the upstream drops,
-    /// ends like a complete one. Such an answer is a
-    /// [`ErrorKind::ConnectionReset`] in the gate's phase, never a success.
-    /// After output, the outcome is `resumable` when only text reached the
-    /// caller, so a route with `stream_recovery: continue` continues it elsewhere.
+    /// output ([`Transcript::shown`]: text, a tool call, ...) and never
+    /// finished (no `finish_reason`, `message_stop` or `response.completed`)
+    /// was cut however the body ended. A close-delimited body, or a proxy
+    /// that ends its chunked stream when the upstream drops, ends like a
+    /// complete one. Such an answer is a [`ErrorKind::ConnectionReset`] in the
+    /// gate's phase, never a success. After output, the outcome is
+    /// `resumable` when only text reached the caller, so a route with
+    /// `stream_recovery: continue` continues it elsewhere (a half tool call
+    /// is not continued: the call stops).
     ///
     /// ```
     /// use retrywise::stream::StreamGate;
@@ -253,7 +255,7 @@ impl StreamGate {
     /// ```
     pub fn end_outcome(&self, status: u16, delivered: &Transcript) -> Outcome {
         let mut o = self.outcome(status);
-        let cut = self.error.is_none() && !delivered.text().is_empty() && !delivered.finished();
+        let cut = self.error.is_none() && delivered.shown() && !delivered.finished();
         if cut {
             o.error = Some(ErrorKind::ConnectionReset);
             o.phase = Some(if self.visible {

@@ -101,7 +101,7 @@ class _RelayBase:
 
     def report_end(self) -> Decision:
         """The leg's body ended: a success, the error event it carried, or a
-        cut (the core's `end_outcome`: text shown and no finish)."""
+        cut (the core's `end_outcome`: output shown and no finish)."""
         leg = self.leg
         return self.call.report(
             **leg.gate.end_outcome(leg.status, self.transcript), headers=leg.headers, continuation=leg.how

@@ -219,7 +219,7 @@ class StreamGate:
         """``call.report(**gate.outcome(status))`` for an attempt whose body ended now."""
     def end_outcome(self, status: int, transcript: Transcript) -> dict[str, Any]:
         """``call.report(**gate.end_outcome(status, transcript))`` for an attempt
-        whose body ended cleanly now: text shown without its finish was cut."""
+        whose body ended cleanly now: output shown without its finish was cut."""
     @property
     def phase(self) -> Literal["stream_open", "stream_visible"]: ...
     @property

@@ -224,6 +224,19 @@ fn a_clean_end_after_text_without_a_finish_is_a_cut() {
         (o.status, o.error, o.phase, o.resumable),
         (Some(529), None, Some(Phase::StreamVisible), true)
     );
+    // A half tool call (no text) is cut too, and cannot be continued: the call stops.
+    let tool = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"ci\"}}]}}]}\n\n";
+    let (g, t) = delivered(&[ROLE, tool], OpenAi);
+    let o = g.end_outcome(200, &t);
+    assert_eq!(
+        (o.error, o.phase, o.resumable),
+        (Some(ErrorKind::ConnectionReset), Some(Phase::StreamVisible), false)
+    );
+    let (g, t) = delivered(&[ROLE, tool, stop], OpenAi);
+    assert_eq!(g.end_outcome(200, &t), crate::outcome::Outcome::status(200));
+    // An event stream of another shape, with no finish the reader knows: its status.
+    let (g, t) = delivered(&["data: {\"type\":\"progress\",\"pct\":50}\n\n"], OpenAi);
+    assert_eq!(g.end_outcome(200, &t), crate::outcome::Outcome::status(200));
     // Not an event stream: the status alone.
     let mut g = StreamGate::new(Some("application/json"));
     let mut t = crate::wire::Transcript::new(OpenAi);

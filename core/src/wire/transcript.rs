@@ -63,6 +63,9 @@ pub(crate) struct Seen {
     /// Output other than text reached the caller (a tool call, a refusal, a
     /// second choice, an event not understood).
     other: bool,
+    /// Of that, output the reader knows to be part of the answer (all but the
+    /// events it does not understand).
+    output: bool,
     pub(crate) finished: bool,
     usage: Usage,
     usage_seen: bool,
@@ -88,6 +91,7 @@ impl Transcript {
             seen: Seen {
                 text: String::new(),
                 other: false,
+                output: false,
                 finished: false,
                 usage: Usage::default(),
                 usage_seen: false,
@@ -139,6 +143,14 @@ impl Transcript {
         self.seen.finished
     }
 
+    /// Whether any of the answer reached the caller: text, or output the
+    /// reader knows (a tool-call or function-call delta, a refusal, a second
+    /// choice, content parts). Events it does not understand do not count, so
+    /// an event stream of another shape is never taken for a cut answer.
+    pub fn shown(&self) -> bool {
+        !self.seen.text.is_empty() || self.seen.output
+    }
+
     /// The usage the stream reported, when it reported any.
     pub fn usage(&self) -> Option<Usage> {
         self.seen.usage_seen.then_some(self.seen.usage)
@@ -172,6 +184,12 @@ fn present(v: Option<&Value>) -> bool {
 }
 
 impl Seen {
+    /// Output other than text, known to be part of the answer, reached the caller.
+    fn shown_other(&mut self) {
+        self.other = true;
+        self.output = true;
+    }
+
     fn event(&mut self, data: &[u8]) {
         if data.starts_with(b"[DONE]") {
             self.finished = true;
@@ -216,20 +234,20 @@ impl Seen {
         }
         for c in v.get("choices").and_then(Value::as_array).into_iter().flatten() {
             if u64_of(c, "index").unwrap_or(0) != 0 {
-                self.other = true;
+                self.shown_other();
                 continue;
             }
             if let Some(d) = c.get("delta").or_else(|| c.get("message")) {
                 if let Some(t) = str_of(d, "content") {
                     self.text.push_str(t);
                 } else if present(d.get("content")) {
-                    self.other = true; // content parts: not plain text
+                    self.shown_other(); // content parts: not plain text
                 }
                 if ["tool_calls", "function_call", "refusal", "audio"]
                     .iter()
                     .any(|k| present(d.get(*k)))
                 {
-                    self.other = true;
+                    self.shown_other();
                 }
             }
             if let Some(t) = str_of(c, "text") {
@@ -256,7 +274,7 @@ impl Seen {
                 if text {
                     self.text.push_str(b.and_then(|b| str_of(b, "text")).unwrap_or(""));
                 } else if !matches!(kind, "thinking" | "redacted_thinking") {
-                    self.other = true;
+                    self.shown_other(); // tool_use, server tool results, ...
                 }
                 self.block = Some(Block {
                     index: u64_of(v, "index").unwrap_or(0),
@@ -269,7 +287,7 @@ impl Seen {
                 match d.and_then(|d| str_of(d, "type")) {
                     Some("text_delta") => self.text.push_str(d.and_then(|d| str_of(d, "text")).unwrap_or("")),
                     Some("thinking_delta" | "signature_delta" | "citations_delta") => {}
-                    _ => self.other = true,
+                    _ => self.shown_other(), // input_json_delta, ...
                 }
             }
             "content_block_stop" => {
@@ -312,12 +330,12 @@ impl Seen {
                         ids.part = None;
                     }
                     Some("reasoning") => {}
-                    _ => self.other = true,
+                    _ => self.shown_other(), // function_call, ...
                 }
             }
             "response.content_part.added" => match v.get("part").and_then(|p| str_of(p, "type")) {
                 Some("output_text") => ids.part = Some((u64_of(v, "content_index").unwrap_or(0), true)),
-                _ => self.other = true,
+                _ => self.shown_other(), // refusal, ...
             },
             "response.output_text.delta" => self.text.push_str(str_of(v, "delta").unwrap_or("")),
             "response.output_text.done" | "response.content_part.done" => {
@@ -407,7 +425,13 @@ mod tests {
         for other in [CHAT_TOOL, refusal, second, parts] {
             let t = read(ApiFamily::OpenAi, &[CHAT_TEXT, other]);
             assert!(!t.resumable() && !t.finished(), "{other}");
+            // Without any text, each is still output the caller was shown.
+            assert!(read(ApiFamily::OpenAi, &[other]).shown(), "{other}");
         }
+        // The role-only opening and usage show nothing; events of another shape are not taken for output.
+        assert!(!read(ApiFamily::OpenAi, &[CHAT_ROLE, CHAT_USAGE]).shown());
+        let foreign = read(ApiFamily::OpenAi, &[r#"data: {"type":"progress","pct":50}"#]);
+        assert!(!foreign.shown() && !foreign.resumable());
         // An error event and malformed data are the gate's; DeepSeek-style reasoning is not text.
         let reasoning = r#"data: {"choices":[{"index":0,"delta":{"content":null,"reasoning_content":"think"}}]}"#;
         let t = read(ApiFamily::OpenAi, &[reasoning, CHAT_TEXT, error, "data: {\"x\":"]);
