@@ -61,8 +61,10 @@ if [ "${RETRYWISE_PY_LINT:-1}" != 0 ]; then
     step "lint"
     "$PY" -m ruff check .
     "$PY" -m ruff format --check .
-    # Types of the package sources (with the native stub); stubtest checks the stub against the built extension.
+    # Types of the package sources (with the native stub) and of the tests that
+    # use them; stubtest checks the stub against the built extension.
     "$PY" -m mypy --no-incremental python/retrywise
+    "$PY" -m mypy --no-incremental tests
     "$PY" -m mypy.stubtest retrywise._retrywise
 fi
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,7 +89,7 @@ class FaultServer:
         return port
 
     def requests(self, spec: str | None = None) -> list[dict[str, Any]]:
-        q = "" if spec is None else "?spec=" + urllib.request.quote(spec, safe="")
+        q = "" if spec is None else "?spec=" + urllib.parse.quote(spec, safe="")
         rows: list[dict[str, Any]] = self._get("/control/requests" + q)
         return rows
 

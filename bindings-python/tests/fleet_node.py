@@ -13,7 +13,7 @@ import sys
 import redis
 import retrywise
 from retrywise.fleet import RedisFleet
-from test_fleet import POLICY, call
+from test_fleet import POLICY, call  # type: ignore[import-not-found]  # run as a script from tests/
 
 
 def main(name: str, quorum: str, url: str) -> None:

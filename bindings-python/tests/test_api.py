@@ -87,7 +87,7 @@ def test_attempt_timeouts_and_propagation_headers(engine: Engine) -> None:
         "total": "deadline_exceeded",
     }
     with pytest.raises(ValueError, match="timer must be one of"):
-        a.timer_error("first_tokens", True)
+        a.timer_error("first_tokens", True)  # type: ignore[arg-type]
 
 
 def test_retry_after_and_stop_reasons() -> None:
@@ -412,9 +412,9 @@ def test_stream_gate_holds_a_preamble_until_the_first_meaningful_event() -> None
         assert p.feed(role) == role and p.phase == "stream_visible"
     assert retrywise.StreamGate("text/event-stream").may_hold
     with pytest.raises(TypeError, match="argument 'chunk': expected bytes, got int"):
-        retrywise.StreamGate("text/event-stream").feed(3)  # type: ignore[arg-type]
+        retrywise.StreamGate("text/event-stream").feed(3)
     with pytest.raises(TypeError, match="content_type"):
-        retrywise.StreamGate(3)  # type: ignore[arg-type]
+        retrywise.StreamGate(3)
 
 
 def test_report_body_malformed_json_success_and_vendor_code() -> None:

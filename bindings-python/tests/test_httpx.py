@@ -40,7 +40,8 @@ def script(*responses: Any) -> tuple[list[Sent], Handler]:
         r = next(it)
         if isinstance(r, BaseException):
             raise r
-        return r() if callable(r) else r
+        response: httpx.Response = r() if callable(r) else r
+        return response
 
     return seen, handler
 
@@ -219,6 +220,7 @@ def test_malformed_event_error_ends_the_stream_cleanly() -> None:
         for chunk in r.iter_raw():
             got.append(chunk)
     assert b"".join(got) == ROLE + HI and len(seen) == 1
+    assert e.value.provider_error is not None
     assert e.value.reason == "stream_visible_output" and e.value.provider_error["code"] == "malformed_event"
     assert engine.stats()["successes"] == 0
 
