@@ -452,8 +452,8 @@ impl PyStreamGate {
     /// `call.report(**gate.end_outcome(status, transcript))` for an attempt
     /// whose body ended cleanly now, `transcript` being what the caller
     /// received: `outcome(status)`, except that output (text, a tool call)
-    /// shown without its finish was cut (`connection_reset`, never a success); `resumable` says whether
-    /// another upstream may continue it.
+    /// shown without its finish was cut (`connection_reset`, never a
+    /// success); `resumable` says whether another upstream may continue it.
     fn end_outcome<'py>(
         &self,
         py: Python<'py>,
