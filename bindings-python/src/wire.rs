@@ -441,13 +441,7 @@ impl PyStreamGate {
     /// `call.report(**gate.outcome(status))` for an attempt whose body ended
     /// (or broke) now: the plain status, or the failure an error event named.
     fn outcome<'py>(&self, py: Python<'py>, status: u16) -> PyResult<Bound<'py, PyDict>> {
-        let o = self.gate.outcome(status);
-        let d = PyDict::new(py);
-        d.set_item("status", o.status)?;
-        d.set_item("error", o.error.map(|k| k.as_str()))?;
-        d.set_item("phase", o.phase.map(|p| p.as_str()))?;
-        d.set_item("vendor_code", o.vendor_code)?;
-        Ok(d)
+        report_kwargs(py, self.gate.outcome(status))
     }
     /// `call.report(**gate.end_outcome(status, transcript))` for an attempt
     /// whose body ended cleanly now, `transcript` being what the caller
@@ -461,12 +455,9 @@ impl PyStreamGate {
         transcript: &Bound<'py, PyTranscript>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let o = self.gate.end_outcome(status, &transcript.borrow().t);
-        let d = PyDict::new(py);
-        d.set_item("status", o.status)?;
-        d.set_item("error", o.error.map(|k| k.as_str()))?;
-        d.set_item("phase", o.phase.map(|p| p.as_str()))?;
-        d.set_item("vendor_code", o.vendor_code)?;
-        d.set_item("resumable", o.resumable)?;
+        let resumable = o.resumable;
+        let d = report_kwargs(py, o)?;
+        d.set_item("resumable", resumable)?;
         Ok(d)
     }
     /// The phase a failure of the body would have now.
@@ -486,6 +477,16 @@ impl PyStreamGate {
             self.gate.held()
         )
     }
+}
+
+/// A gate's outcome as `call.report` keyword arguments: status, error, phase, vendor code.
+fn report_kwargs(py: Python<'_>, o: retrywise::Outcome) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("status", o.status)?;
+    d.set_item("error", o.error.map(|k| k.as_str()))?;
+    d.set_item("phase", o.phase.map(|p| p.as_str()))?;
+    d.set_item("vendor_code", o.vendor_code)?;
+    Ok(d)
 }
 
 /// Registers the classes and functions of this module.
