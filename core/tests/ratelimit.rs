@@ -81,6 +81,47 @@ fn an_exhausted_window_paces_the_next_call_until_its_slot() {
     assert_eq!(c.report(&Outcome::status(200)).action, Action::Succeeded);
 }
 
+/// Once the window opens, its waiters go at their slots across it; a
+/// newcomer queues behind them (and is told so), and one that gives up
+/// (its call dropped) gives its slot to the next newcomer.
+#[test]
+fn a_newcomer_waits_its_turn_behind_the_waiters_and_a_dropped_one_gives_its_slot_back() {
+    let (e, clock) = engine(CATALOG);
+    one(&e, "gpt4o", last_of_minute());
+    // Two waiters hold the first two slots of the window that opens at 20 s.
+    let mut waiters: Vec<_> = (0..2)
+        .map(|_| e.begin(CallSpec::new("gpt4o").deadline_ms(60_000)))
+        .collect();
+    for w in &mut waiters {
+        paced(&w.next_attempt().unwrap_err());
+    }
+    clock.advance(Duration::from_secs(20));
+    // The window has room, but its waiters' slots run past now: newcomers queue behind them.
+    let ask = || {
+        let mut c = e.begin(CallSpec::new("gpt4o").deadline_ms(60_000));
+        let s = c.next_attempt().unwrap_err();
+        let wait = paced(&s);
+        assert_eq!(
+            s.detail,
+            Some(format!(
+                "paced: {} ms until its turn behind the waiters of KEY_A/openai/gpt-4o",
+                wait.as_millis()
+            ))
+        );
+        (c, wait)
+    };
+    let (first, w1) = ask();
+    let (_second, w2) = ask();
+    // A slot is the window (the longest reset seen: 20 s) over its 60 requests.
+    let slot = Duration::from_secs(20) / 60;
+    assert!(w1 >= 2 * slot && w1 <= 3 * slot, "{w1:?}");
+    assert!(w2 >= 3 * slot && w2 <= 4 * slot, "{w2:?}");
+    // The first newcomer gives up: the next one takes its slot, not a slot after the second's.
+    drop(first);
+    let (_third, w3) = ask();
+    assert!(w3 >= 2 * slot && w3 <= 3 * slot, "{w3:?}");
+}
+
 #[test]
 fn a_window_that_resets_after_the_deadline_stops_before_sending() {
     let (e, _) = engine(CATALOG);

@@ -167,8 +167,16 @@ impl Call {
             Admission::Go(r) => Ok(r),
             Admission::Wait { .. } if is_hedge => Err(Stopped::plain(Reason::RateLimited)),
             Admission::Wait { wait, ticket } => {
+                // A newcomer queued behind the open window's waiters waits its turn, not for room.
+                let detail = if ticket.queued() {
+                    format!(
+                        "paced: {} ms until its turn behind the waiters of {scope}",
+                        wait.as_millis()
+                    )
+                } else {
+                    format!("paced: {} ms until {scope} has room", wait.as_millis())
+                };
                 self.ext_mut().rate_ticket = Some(ticket);
-                let detail = format!("paced: {} ms until {scope} has room", wait.as_millis());
                 if self.active() {
                     let target = self.tu.up.key.clone();
                     self.emit_with(EventKind::Paced, now, |e| {

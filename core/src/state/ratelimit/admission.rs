@@ -9,7 +9,7 @@
 use super::concurrency::AimdConfig;
 use super::gate::ScopeGate;
 use super::reading::Kind;
-use super::state::{Consumed, Promise, ScopeState};
+use super::state::{Consumed, Promise, QueueSlot, ScopeState};
 use crate::state::registry::Slot;
 use parking_lot::Mutex;
 use std::fmt;
@@ -147,14 +147,23 @@ impl fmt::Debug for Reservation {
 pub struct Ticket {
     cell: Option<Cell>,
     promises: [Promise; 4],
+    /// Its places in the open window's queue, given back if it is dropped.
+    slots: [QueueSlot; 4],
 }
 
 impl Ticket {
-    pub(crate) fn new(cell: Cell, promises: [Promise; 4]) -> Self {
+    pub(crate) fn new(cell: Cell, promises: [Promise; 4], slots: [QueueSlot; 4]) -> Self {
         Ticket {
             cell: Some(cell),
             promises,
+            slots,
         }
+    }
+
+    /// True when the holder waits its turn behind the waiters of the open
+    /// window (which has room) rather than for a window with room.
+    pub fn queued(&self) -> bool {
+        self.slots.iter().any(Option::is_some)
     }
 
     /// True when the ticket was issued for this scope's state.
@@ -177,7 +186,7 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if let Some(cell) = self.cell.take() {
-            cell.value.state.lock().release(&self.promises);
+            cell.value.state.lock().give_up(&self.promises, &self.slots);
         }
     }
 }
@@ -187,6 +196,7 @@ impl fmt::Debug for Ticket {
         f.debug_struct("Ticket")
             .field("scope", &self.cell.as_ref().map(|c| c.key.as_str()))
             .field("promises", &self.promises)
+            .field("slots", &self.slots)
             .finish()
     }
 }

@@ -50,7 +50,10 @@
 //! the waiters paced across it, a burst of up to the whole allowance the
 //! provider's own capacity may not absorb. The queue never runs past the
 //! window's end: a newcomer it cannot fit is given a slot in the windows to
-//! come. A wait must leave the scope's smoothed answer time (`answer.rs`)
+//! come. A newcomer queued there that gives up (drops its ticket) gives its
+//! slot back: the queue ends that much sooner when it was the last, and
+//! otherwise the next newcomer takes it while it is still ahead, so the
+//! callers queued after a dropped slot are not paced one slot later each. A wait must leave the scope's smoothed answer time (`answer.rs`)
 //! before the caller's deadline, or the attempt it ends in would be cut
 //! before its answer.
 
@@ -83,6 +86,14 @@ pub(crate) struct Params {
 
 /// A promise of `units` in the window numbered `epoch`.
 pub(crate) type Promise = Option<(u64, u64)>;
+
+/// A place in the open window's queue, `start .. end` (ns): given back
+/// when its holder gives up.
+pub(crate) type QueueSlot = Option<(u64, u64)>;
+
+/// Slots given back in the open window that are remembered; past this many
+/// the earliest is forgotten (its time, at worst, goes unused).
+const MAX_GAPS: usize = 32;
 
 /// One kind's window and ledger.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -122,6 +133,10 @@ pub(crate) struct KindState {
     /// waiters at the window's pace instead of going ahead of them, which
     /// would send the waiters and the newcomers at once when the window opens.
     pub(crate) queue_end: u64,
+    /// Slots of the open window's queue given back by newcomers that gave
+    /// up, before `queue_end`, by start, none touching another: the next
+    /// newcomer takes the first still ahead of it before queueing at the end.
+    pub(crate) gaps: Vec<(u64, u64)>,
 }
 
 /// Where a refused caller is queued.
@@ -132,6 +147,8 @@ pub(crate) struct Sched {
     /// Width of its slot (the jitter is drawn inside it).
     pub(crate) spread: u64,
     pub(crate) promise: Promise,
+    /// Its place in the open window's queue (a newcomer queued behind its waiters).
+    pub(crate) slot: QueueSlot,
 }
 
 impl KindState {
@@ -183,6 +200,7 @@ impl KindState {
             self.reset_at = recheck;
             self.reset_lo = None;
             self.queue_end = 0;
+            self.gaps.clear();
             return;
         }
         let w = self.window_ns(p);
@@ -209,6 +227,7 @@ impl KindState {
             _ => None,
         };
         // The waiters promised this window hold its first slots, one after another.
+        self.gaps.clear();
         let waiting = self.promised[Self::slot(self.epoch)];
         self.queue_end = match self.limit.filter(|&l| l > 0) {
             Some(l) if waiting > 0 => start.saturating_add(share(waiting, self.pace_ns(p), l)),
@@ -343,6 +362,7 @@ impl KindState {
                 due: start - now,
                 spread: p.unknown_spread,
                 promise: None,
+                slot: None,
             };
         };
         let c = need.min(l);
@@ -356,6 +376,7 @@ impl KindState {
                     due: opens.saturating_add(share(taken)) - now,
                     spread: share(c).max(1),
                     promise: Some((self.epoch + j, c)),
+                    slot: None,
                 };
             }
         }
@@ -363,30 +384,42 @@ impl KindState {
             due: start.saturating_add((RING as u64 - 1).saturating_mul(w)) - now,
             spread: w,
             promise: None,
+            slot: None,
         }
     }
 
     /// When the slots of the current window's queue run past `now`: the
-    /// units a newcomer needing `need` takes (at most the limit) and the
-    /// share of the window they take. `None`: no queue.
-    fn queue_slot(&self, need: u64, now: u64, p: &Params) -> Option<(u64, u64)> {
+    /// units a newcomer needing `need` takes (at most the limit), where its
+    /// slot starts (in the first slot given back that is still ahead and
+    /// wide enough, else at the queue's end) and the share of the window it
+    /// takes. `None`: no queue.
+    fn queue_place(&self, need: u64, now: u64, p: &Params) -> Option<(u64, u64, u64)> {
         let l = self.limit.filter(|&l| l > 0)?;
         if self.queue_end <= now || self.remaining.is_none() {
             return None;
         }
         let units = need.min(l);
-        Some((units, share(units, self.pace_ns(p), l)))
+        let width = share(units, self.pace_ns(p), l);
+        let start = self
+            .gaps
+            .iter()
+            .map(|&(a, b)| (a.max(now), b))
+            .find(|&(a, b)| a.saturating_add(width.max(1)) <= b)
+            .map_or(self.queue_end, |(a, _)| a);
+        Some((units, start, width))
     }
 
     /// Queues a newcomer needing `need` units behind the waiters of the
     /// current window when their slots still run past `now` (does not record
     /// the promise: see [`KindState::enqueue`]). `None`: no queue, it may go.
     pub(crate) fn queued(&self, need: u64, now: u64, p: &Params) -> Option<Sched> {
-        let (units, slot) = self.queue_slot(need, now, p)?;
+        let (units, start, width) = self.queue_place(need, now, p)?;
+        let spread = width.max(1);
         Some(Sched {
-            due: self.queue_end - now,
-            spread: slot.max(1),
+            due: start - now,
+            spread,
             promise: Some((self.epoch, units)),
+            slot: Some((start, start.saturating_add(spread))),
         })
     }
 
@@ -396,16 +429,64 @@ impl KindState {
     /// handed back by callers that gave up would be promised again at slots
     /// the window no longer has, ahead of the next window's waiters.
     pub(crate) fn queue_full(&self, need: u64, now: u64, p: &Params) -> bool {
-        self.queue_slot(need, now, p)
-            .is_some_and(|(_, slot)| self.queue_end.saturating_add(slot) > self.reset_at)
+        self.queue_place(need, now, p)
+            .is_some_and(|(_, start, width)| start.saturating_add(width) > self.reset_at)
     }
 
     /// Records a newcomer queued in the current window: the queue ends one
-    /// slot later.
+    /// slot later, or the slot given back it took is taken (what of it lies
+    /// before the slot has passed).
     pub(crate) fn enqueue(&mut self, s: &Sched) {
-        if let Some(pr) = s.promise {
-            self.promise(pr);
-            self.queue_end = self.queue_end.saturating_add(s.spread);
+        let Some(pr) = s.promise else { return };
+        self.promise(pr);
+        match s.slot {
+            Some((a, b)) if a < self.queue_end => {
+                if let Some(i) = self.gaps.iter().position(|&(ga, gb)| ga <= a && a < gb) {
+                    if b < self.gaps[i].1 {
+                        self.gaps[i].0 = b;
+                    } else {
+                        self.gaps.remove(i);
+                    }
+                }
+            }
+            _ => self.queue_end = self.queue_end.saturating_add(s.spread),
+        }
+    }
+
+    /// A newcomer queued in window `epoch` at `slot` gave up: its promise
+    /// is returned, and its slot, while that window is open, goes back to
+    /// the queue (which ends sooner when it was the last).
+    pub(crate) fn give_back(&mut self, promise: (u64, u64), slot: QueueSlot) {
+        self.release(promise);
+        let Some((a, b)) = slot else { return };
+        if promise.0 != self.epoch || b > self.queue_end {
+            return;
+        }
+        if b == self.queue_end {
+            self.queue_end = a;
+            // Slots given back before it that now end the queue go with it.
+            while let Some(&(ga, gb)) = self.gaps.last() {
+                if gb < self.queue_end {
+                    break;
+                }
+                self.queue_end = ga;
+                self.gaps.pop();
+            }
+            return;
+        }
+        let i = self.gaps.partition_point(|&(ga, _)| ga < a);
+        self.gaps.insert(i, (a, b));
+        // Joined with the slots given back on either side that touch it.
+        if i + 1 < self.gaps.len() && self.gaps[i + 1].0 <= b {
+            self.gaps[i].1 = self.gaps[i + 1].1;
+            self.gaps.remove(i + 1);
+        }
+        if i > 0 && self.gaps[i - 1].1 >= a {
+            self.gaps[i - 1].1 = self.gaps[i].1;
+            self.gaps.remove(i);
+        }
+        if self.gaps.len() > MAX_GAPS {
+            self.gaps.remove(0);
         }
     }
 
@@ -499,7 +580,12 @@ pub(crate) enum Caller {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Decision {
     Go,
-    Wait { wait: u64, promises: [Promise; 4] },
+    /// `slots`: its places in the open window's queue (a newcomer queued there).
+    Wait {
+        wait: u64,
+        promises: [Promise; 4],
+        slots: [QueueSlot; 4],
+    },
     Stop(StopWhy),
 }
 
@@ -599,6 +685,7 @@ impl ScopeState {
         Some(Decision::Wait {
             wait: jittered(due, spread, time_left, rng),
             promises: *promises,
+            slots: [None; 4],
         })
     }
 
@@ -656,7 +743,11 @@ impl ScopeState {
                 k.promise(pr);
             }
         }
-        Decision::Wait { wait, promises }
+        Decision::Wait {
+            wait,
+            promises,
+            slots: [None; 4],
+        }
     }
 
     /// A newcomer that fits, behind the waiters of the current window: the
@@ -685,6 +776,7 @@ impl ScopeState {
             return Some(Decision::Wait {
                 wait: b.due,
                 promises: [None; 4],
+                slots: [None; 4],
             });
         }
         for (k, s) in self.kinds.iter_mut().zip(&slots) {
@@ -695,6 +787,7 @@ impl ScopeState {
         Some(Decision::Wait {
             wait: jittered(b.due, b.spread, time_left, rng),
             promises: slots.map(|s| s.and_then(|s| s.promise)),
+            slots: slots.map(|s| s.and_then(|s| s.slot)),
         })
     }
 
@@ -712,11 +805,21 @@ impl ScopeState {
         }
     }
 
-    /// Returns promises made by an earlier `Wait`.
+    /// Returns promises made by an earlier `Wait` (its holder is back).
     pub(crate) fn release(&mut self, promises: &[Promise; 4]) {
         for (k, pr) in self.kinds.iter_mut().zip(promises) {
             if let Some(pr) = pr {
                 k.release(*pr);
+            }
+        }
+    }
+
+    /// Returns what an earlier `Wait` holds when its holder gave up: its
+    /// promises, and its places in the open window's queue.
+    pub(crate) fn give_up(&mut self, promises: &[Promise; 4], slots: &[QueueSlot; 4]) {
+        for ((k, pr), slot) in self.kinds.iter_mut().zip(promises).zip(slots) {
+            if let Some(pr) = pr {
+                k.give_back(*pr, *slot);
             }
         }
     }

@@ -303,7 +303,7 @@ impl RateLimits {
                 .saturating_sub(WAKE_SLACK);
             match ticket {
                 Some(t) => match st.hold_ticket(t.promises(), costs, now, left, p, rng) {
-                    Some(Decision::Wait { wait, promises }) => (Decision::Wait { wait, promises }, Some(t)),
+                    Some(d @ Decision::Wait { .. }) => (d, Some(t)),
                     Some(d) => {
                         t.redeem(&mut st);
                         (d, None)
@@ -324,11 +324,11 @@ impl RateLimits {
                 bump(&self.counters.admitted, 1);
                 Admission::Go(Reservation::new(cell.clone(), costs, now))
             }
-            Decision::Wait { wait, promises } => {
+            Decision::Wait { wait, promises, slots } => {
                 bump(&self.counters.paced_waits, 1);
                 Admission::Wait {
                     wait: Duration::from_nanos(wait),
-                    ticket: kept.unwrap_or_else(|| Ticket::new(cell.clone(), promises)),
+                    ticket: kept.unwrap_or_else(|| Ticket::new(cell.clone(), promises, slots)),
                 }
             }
             Decision::Stop(why) => {

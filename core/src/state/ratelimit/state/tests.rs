@@ -1,6 +1,7 @@
 //! The state's unit tests: readings, resets, slots and tickets on injected time.
 
 use super::*;
+use proptest::prelude::*;
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -304,4 +305,147 @@ fn readings_of_one_window_narrow_its_reset_to_their_shared_bounds() {
     k.hold(1_200 * MS, 61_000 * MS);
     k.observe(unstated(360_000, 0, 58_700), 1_300 * MS, 1_400 * MS, &p);
     assert_eq!(k.reset_at / MS, 60_100);
+}
+
+#[test]
+fn slots_given_back_in_the_open_window_are_taken_again_or_end_the_queue_sooner() {
+    let p = params();
+    // 6 per stated 60 s window, open since 10 s, resetting at 70 s; the
+    // waiters it opened with hold its slots to 30 s: 10 s a slot.
+    let mut k = KindState {
+        limit: Some(6),
+        remaining: Some(6),
+        reset_at: 70 * S,
+        window: Some(60 * S),
+        epoch: 1,
+        queue_end: 30 * S,
+        ..KindState::default()
+    };
+    let now = 12 * S;
+    let queue = |k: &mut KindState, now: u64| {
+        let s = k.queued(1, now, &p).expect("a queue runs past now");
+        assert_eq!((s.spread, s.promise), (10 * S, Some((1, 1))));
+        k.enqueue(&s);
+        s.slot.unwrap()
+    };
+    let n1 = queue(&mut k, now);
+    let n2 = queue(&mut k, now);
+    let n3 = queue(&mut k, now);
+    assert_eq!(
+        (n1, n2, n3, k.queue_end),
+        ((30 * S, 40 * S), (40 * S, 50 * S), (50 * S, 60 * S), 60 * S)
+    );
+    assert_eq!(k.promised[1], 3);
+    // Two in the middle give up: their slots join into one gap; the queue still ends at 60 s.
+    k.give_back((1, 1), Some(n1));
+    k.give_back((1, 1), Some(n2));
+    assert_eq!(
+        (k.gaps.clone(), k.queue_end, k.promised[1]),
+        (vec![(30 * S, 50 * S)], 60 * S, 1)
+    );
+    // At 35 s a newcomer takes the gap from now on, leaving 5 s of it: too
+    // short for the next, which queues at the end.
+    let a = queue(&mut k, 35 * S);
+    assert_eq!((a, k.gaps.clone()), ((35 * S, 45 * S), vec![(45 * S, 50 * S)]));
+    let b = queue(&mut k, 35 * S);
+    assert_eq!((b, k.queue_end), ((60 * S, 70 * S), 70 * S));
+    assert!(k.queue_full(1, 35 * S, &p), "the window is spoken for");
+    // The last slots given back end the queue sooner, with the gap they reach.
+    k.give_back((1, 1), Some(b));
+    assert_eq!(k.queue_end, 60 * S);
+    k.give_back((1, 1), Some(n3));
+    assert_eq!((k.queue_end, k.gaps.clone()), (45 * S, vec![]));
+    // A slot of a window that has passed, or past the queue's end, changes nothing.
+    k.give_back((0, 1), Some((20 * S, 30 * S)));
+    k.give_back((1, 1), Some((50 * S, 60 * S)));
+    assert_eq!((k.queue_end, k.gaps.clone()), (45 * S, vec![]));
+    // Only so many gaps are remembered (the earliest goes first); the reset forgets them.
+    k.queue_end = 70 * S;
+    for i in 0..(MAX_GAPS as u64 + 2) {
+        k.give_back((1, 0), Some((S + 2 * i * MS, S + (2 * i + 1) * MS)));
+    }
+    assert_eq!((k.gaps.len(), k.gaps[0].0), (MAX_GAPS, S + 4 * MS));
+    k.roll_(70 * S, &p);
+    assert_eq!((k.epoch, k.gaps.len()), (2, 0));
+}
+
+/// One step of the queue property below.
+#[derive(Debug, Clone)]
+enum QueueOp {
+    /// A newcomer needing this many units asks.
+    Ask(u64),
+    /// The holder of this slot (an index into those held) gives up.
+    GiveUp(usize),
+    /// Time passes (ms).
+    Advance(u64),
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Whatever newcomers ask and give up, in the open window's queue: no
+    /// two held slots overlap, none runs past the window's end, the slots
+    /// given back lie apart from the held ones and before the queue's end,
+    /// and the window is promised exactly the units its slots hold.
+    #[test]
+    fn the_open_windows_queue_never_gives_one_time_twice(
+        limit in 4u64..40,
+        waiting in 1u64..4,
+        ops in proptest::collection::vec(prop_oneof![
+            3 => (1u64..4).prop_map(QueueOp::Ask),
+            2 => any::<usize>().prop_map(QueueOp::GiveUp),
+            1 => (0u64..8_000).prop_map(QueueOp::Advance),
+        ], 0..120),
+    ) {
+        let p = params();
+        let mut k = KindState {
+            limit: Some(limit),
+            remaining: Some(limit),
+            reset_at: 70 * S,
+            window: Some(60 * S),
+            epoch: 1,
+            ..KindState::default()
+        };
+        k.promised[1] = waiting;
+        k.queue_end = 10 * S + share(waiting, 60 * S, limit);
+        let mut now = 10 * S;
+        let mut held: Vec<((u64, u64), u64)> = Vec::new();
+        for op in ops {
+            match op {
+                QueueOp::Ask(need) => {
+                    if k.queue_full(need, now, &p) {
+                        continue;
+                    }
+                    if let Some(s) = k.queued(need, now, &p) {
+                        k.enqueue(&s);
+                        held.push((s.slot.unwrap(), s.promise.unwrap().1));
+                    }
+                }
+                QueueOp::GiveUp(i) if !held.is_empty() => {
+                    let (slot, units) = held.remove(i % held.len());
+                    k.give_back((1, units), Some(slot));
+                }
+                QueueOp::Advance(ms) => now = (now + ms * MS).min(k.reset_at - 1),
+                _ => {}
+            }
+            let mut slots: Vec<(u64, u64)> = held.iter().map(|h| h.0).collect();
+            slots.sort();
+            for w in slots.windows(2) {
+                prop_assert!(w[0].1 <= w[1].0, "held slots overlap: {:?}", w);
+            }
+            for &(a, b) in &slots {
+                prop_assert!(b <= k.reset_at && b <= k.queue_end, "slot {:?}, queue end {}", (a, b), k.queue_end);
+            }
+            for w in k.gaps.windows(2) {
+                prop_assert!(w[0].1 < w[1].0, "gaps unsorted or touching: {:?}", k.gaps);
+            }
+            for &(ga, gb) in &k.gaps {
+                prop_assert!(ga < gb && gb < k.queue_end, "gap {:?}, queue end {}", (ga, gb), k.queue_end);
+                for &(a, b) in &slots {
+                    prop_assert!(gb <= a || b <= ga, "gap {:?} over held slot {:?}", (ga, gb), (a, b));
+                }
+            }
+            prop_assert_eq!(k.promised[1], waiting + held.iter().map(|h| h.1).sum::<u64>());
+        }
+    }
 }

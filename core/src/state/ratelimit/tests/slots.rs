@@ -140,16 +140,24 @@ fn newcomers_queue_behind_the_waiters_of_an_open_window_and_never_past_its_end()
     waits(&f, 38, 48);
     let g = ask(&l, SCOPE, 12 * S, secs(600), &mut r);
     waits(&g, 48, 58);
-    // A newcomer that gives up hands its unit back; the window has room
-    // again, but its queue already ends at 70 s, and one more slot would end
-    // past the reset (71 s): the next newcomer waits for the window after,
-    // behind nobody there: 71 s.
+    // A newcomer that gives up hands its unit and its slot back: the next
+    // newcomer takes that slot (40 s), not one after the queue's end.
     drop(e);
     let h = ask(&l, SCOPE, 12 * S, secs(600), &mut r);
-    waits(&h, 59, 69);
-    // It holds that window's first slot (not a slot past this one's end), so the next takes its second.
+    waits(&h, 28, 38);
+    // The queue ends at 70 s, and one more slot would end past the reset
+    // (71 s): the next newcomer waits for the window after, behind nobody
+    // there: 71 s. It holds that window's first slot (not a slot past this
+    // one's end), so the next takes its second.
+    let i = ask(&l, SCOPE, 12 * S, secs(600), &mut r);
+    waits(&i, 59, 69);
     waits(&ask(&l, SCOPE, 12 * S, secs(600), &mut r), 69, 79);
-    drop((b, c, f, g, h));
+    // The last of the queue gives up: it ends one slot sooner (60 s), and
+    // the window has room for one more there.
+    drop(g);
+    let j = ask(&l, SCOPE, 12 * S, secs(600), &mut r);
+    waits(&j, 48, 58);
+    drop((b, c, f, h, i, j));
     // Once the queue has drained, a newcomer with room goes at once.
     let mut quiet = rng();
     let q = RateLimits::default();
