@@ -361,10 +361,10 @@ fn slots_given_back_in_the_open_window_are_taken_again_or_end_the_queue_sooner()
     assert_eq!((k.queue_end, k.gaps.clone()), (45 * S, vec![]));
     // Only so many gaps are remembered (the earliest goes first); the reset forgets them.
     k.queue_end = 70 * S;
-    for i in 0..(MAX_GAPS as u64 + 2) {
+    for i in 0..(queue::MAX_GAPS as u64 + 2) {
         k.give_back((1, 0), Some((S + 2 * i * MS, S + (2 * i + 1) * MS)));
     }
-    assert_eq!((k.gaps.len(), k.gaps[0].0), (MAX_GAPS, S + 4 * MS));
+    assert_eq!((k.gaps.len(), k.gaps[0].0), (queue::MAX_GAPS, S + 4 * MS));
     k.roll_(70 * S, &p);
     assert_eq!((k.epoch, k.gaps.len()), (2, 0));
 }
