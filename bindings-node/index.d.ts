@@ -501,6 +501,30 @@ export declare class StreamGate {
   readonly streamError: StreamError | null
   /** What the attempt whose body ended (or broke) now with HTTP `status` reports: the status, or the failure an error event named. */
   outcome(status: number): Outcome
+  /**
+   * What the attempt whose body ended cleanly now with HTTP `status` reports, `transcript` being what the
+   * caller received: as `outcome(status)`, except that output shown without its finish was cut
+   * (`connection_reset` in the gate's phase; `resumable` when only text was shown).
+   */
+  endOutcome(status: number, transcript: Transcript): Outcome
+}
+
+/** What a streamed answer delivered to the caller so far: feed it exactly the bytes the caller received. */
+export declare class Transcript {
+  constructor(api: 'openai' | 'anthropic' | 'azure_openai')
+  /** Reads bytes the caller received, in any chunking. */
+  observe(delivered: Uint8Array): void
+  readonly api: 'openai' | 'anthropic' | 'azure_openai'
+  /** The visible text so far (reasoning is not part of it). */
+  readonly text: string
+  /** Another upstream can continue it: only text was shown, and it did not finish. */
+  readonly resumable: boolean
+  /** The answer's finish arrived (a finish reason, `message_stop`, `response.completed`). */
+  readonly finished: boolean
+  /** The usage the stream reported, or null. */
+  readonly usage: { inputTokens: number | null; outputTokens: number | null } | null
+  /** The model the stream named last, or null. */
+  readonly model: string | null
 }
 
 /** An error event a stream carried (`code` is the provider's type, or `malformed_event`). */

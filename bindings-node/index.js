@@ -14,7 +14,7 @@
 //   timers       sleeping, racing, per-attempt timers
 //   run          engine.run's loop
 //   fetch        wrapFetch
-//   stream       StreamGate and the wrapped response body
+//   stream       StreamGate, Transcript and the wrapped response body
 //   idempotency  paramsDigest, deriveIdempotencyKey
 //   fleet        Fleet (engine.fleet) and RedisFleet: state shared through Redis
 
@@ -25,7 +25,7 @@ const { Call, Attempt, decisionOf } = require('./lib/call.js')
 const { currentAttempt } = require('./lib/context.js')
 const { vendorCodeFromBody, jsonMediaType } = require('./lib/outcomes.js')
 const { wrapFetch } = require('./lib/fetch.js')
-const { StreamGate } = require('./lib/stream.js')
+const { StreamGate, Transcript } = require('./lib/stream.js')
 const { paramsDigest, deriveIdempotencyKey } = require('./lib/idempotency.js')
 const { Fleet, RedisFleet, fleetScripts } = require('./lib/fleet.js')
 
@@ -49,6 +49,7 @@ const api = {
   policySchema,
   jsonMediaType,
   StreamGate,
+  Transcript,
   Fleet,
   RedisFleet,
   fleetScripts,

@@ -278,6 +278,12 @@ export declare class Transcript {
   get resumable(): boolean
   /** Its finish (finish_reason, message_stop, response.completed) was seen. */
   get finished(): boolean
+  /** The family given at creation. */
+  get api(): string
+  /** The usage the stream reported, or null. */
+  get usage(): TranscriptUsage | null
+  /** The model the stream named last, or null. */
+  get model(): string | null
 }
 
 /** The API family a request speaks, from its URL and headers (`ApiFamily::of_request`). */
@@ -424,6 +430,12 @@ export declare function requestIdText(hi: number, lo: number): string
  * the response's headers had arrived.
  */
 export declare function timerError(timer: string, totalMs: number, remainingMs: number, bodyStarted: boolean): string
+
+/** Token counts a stream reported (either may be missing). */
+export interface TranscriptUsage {
+  inputTokens?: number
+  outputTokens?: number
+}
 
 /** Vendor error code of an OpenAI- or Anthropic-style error body. */
 export declare function vendorCodeFromBody(body: Uint8Array): string | null

@@ -434,6 +434,89 @@ test('StreamGate: a preamble is held until the first meaningful event; other bod
   assert.throws(() => new rw.StreamGate(42), { name: 'TypeError', message: 'contentType must be a string; got number 42' })
 })
 
+test('Transcript and StreamGate.endOutcome: a body that ends after output without its finish was cut', () => {
+  const enc = (t) => new TextEncoder().encode(t)
+  const role = 'data: {"id":"c1","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+  const text = 'data: {"id":"c1","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+  const stop = 'data: {"id":"c1","model":"gpt-4o-mini","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+  const usage = 'data: {"id":"c1","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
+  const cut = new rw.StreamGate('text/event-stream')
+  const seen = new rw.Transcript('openai')
+  assert.equal(seen.api, 'openai')
+  assert.deepEqual([seen.text, seen.resumable, seen.finished, seen.usage, seen.model], ['', true, false, null, null])
+  // Nothing shown yet: the plain status (the gate still holds the preamble).
+  seen.observe(cut.feed(enc(role)))
+  assert.deepEqual(cut.endOutcome(200, seen), { status: 200 })
+  // Text shown, no finish: cut where the caller saw it, and another upstream may continue it.
+  seen.observe(cut.feed(enc(text)))
+  assert.deepEqual(cut.endOutcome(200, seen), { status: 200, error: 'connection_reset', phase: 'stream_visible', resumable: true })
+  assert.deepEqual(cut.outcome(200), { status: 200 }, 'outcome() alone does not read the transcript')
+  // Its finish arrived: the plain status again (as in Python and C).
+  seen.observe(cut.feed(enc(stop + usage)))
+  assert.deepEqual(cut.endOutcome(200, seen), { status: 200 })
+  assert.deepEqual([seen.text, seen.resumable, seen.finished, seen.usage, seen.model], ['Hi', false, true, { inputTokens: 5, outputTokens: 2 }, 'gpt-4o-mini'])
+
+  // A half tool call ended cleanly: cut, and not continued elsewhere (not only text was shown).
+  const tool = 'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t1","type":"function","function":{"name":"f","arguments":"{\\"a"}}]}}]}\n\n'
+  const tg = new rw.StreamGate('text/event-stream')
+  const tt = new rw.Transcript('openai')
+  tt.observe(tg.feed(enc(tool)))
+  assert.deepEqual(tg.endOutcome(200, tt), { status: 200, error: 'connection_reset', phase: 'stream_visible' })
+  assert.equal(tt.resumable, false)
+
+  // Anthropic: text after message_start, no message_stop.
+  const ag = new rw.StreamGate('text/event-stream')
+  const at = new rw.Transcript('anthropic')
+  at.observe(ag.feed(enc('event: message_start\ndata: {"type":"message_start","message":{"model":"claude-x","content":[],"usage":{"input_tokens":7,"output_tokens":1}}}\n\n')))
+  at.observe(ag.feed(enc('event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n')))
+  at.observe(ag.feed(enc('event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}\n\n')))
+  assert.deepEqual(ag.endOutcome(200, at), { status: 200, error: 'connection_reset', phase: 'stream_visible', resumable: true })
+  assert.deepEqual([at.text, at.model], ['Hel', 'claude-x'])
+
+  assert.throws(() => new rw.Transcript('gemini'), { name: 'TypeError', message: 'api must be one of openai, anthropic, azure_openai; got "gemini"' })
+  assert.throws(() => seen.observe('data'), { name: 'TypeError', message: 'delivered must be a Uint8Array; got "data"' })
+  assert.throws(() => cut.endOutcome(200, {}), { name: 'TypeError', message: 'transcript must be a Transcript; got an instance of Object' })
+  assert.throws(() => cut.endOutcome(20, seen), { name: 'TypeError', message: 'status must be an integer HTTP status (100-999); got number 20' })
+})
+
+test("the README's relay loop reports a stream cut after text as the core decides", async () => {
+  // The ```js block after "Code that relays a stream itself", run as written with its free names given.
+  const readme = require('node:fs').readFileSync(require('node:path').join(__dirname, '..', 'README.md'), 'utf8')
+  const at = readme.indexOf('Code that relays a stream itself')
+  assert.ok(at >= 0)
+  const block = /```js\n([\s\S]*?)```/.exec(readme.slice(at))[1]
+  const AsyncFunction = Object.getPrototypeOf(async () => {}).constructor
+  const relay = new AsyncFunction('engine', 'call', 'res', 'send', 'Transcript', `${block}\nreturn d`)
+  const enc = (t) => new TextEncoder().encode(t)
+  const chunks = [
+    'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n',
+    'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n',
+    'data: {"choices":[{"index":0,"delta":{"content":"lo"}}]}\n\n',
+  ]
+  const run = async (parts) => {
+    const e = new rw.Engine({ max_attempts: 3 }, { seed: 1 })
+    const call = e.begin({ route: 'u', idempotency: 'safe' })
+    call.nextAttempt()
+    const body = new ReadableStream({
+      start(c) {
+        for (const p of parts) c.enqueue(enc(p))
+        c.close()
+      },
+    })
+    const res = new Response(body, { status: 200, headers: { 'content-type': 'text/event-stream' } })
+    const sent = []
+    const d = await relay(e, call, res, (b) => sent.push(new TextDecoder().decode(b)), rw.Transcript)
+    return { d, sent: sent.join('') }
+  }
+  // Cut after text (a clean end of body, no finish): the caller saw text, so it is never replayed.
+  let { d, sent } = await run(chunks)
+  assert.equal(sent, chunks.join(''))
+  assert.deepEqual([d.action, d.reason, d.errorClass], ['stop', 'stream_visible_output', 'partial_stream'])
+  // With its finish it succeeded.
+  ;({ d, sent } = await run([...chunks, 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n', 'data: [DONE]\n\n']))
+  assert.deepEqual([d.action, d.reason], ['succeeded', 'success'])
+})
+
 test('report body: a JSON 2xx that does not parse is malformed_response; an error body gives its vendor code', () => {
   const e = new rw.Engine({ max_attempts: 3 }, { seed: 1 })
   const json = { 'content-type': 'application/json; charset=utf-8' }

@@ -10,6 +10,7 @@ import {
   paramsDigest,
   deriveIdempotencyKey,
   StreamGate,
+  Transcript,
   RedisFleet,
   type Attempt,
   type FleetStats,
@@ -103,6 +104,22 @@ async function readStream(res: Response, onBytes: (b: Uint8Array) => void): Prom
   }
   return gate.phase
 }
+
+// The same relay keeping a transcript of what the caller received: the end of
+// the body reports a cut when output was shown without its finish.
+async function relayStream(res: Response, onBytes: (b: Uint8Array) => void): Promise<Outcome> {
+  const gate = engine.streamGate(res.headers.get('content-type'))
+  const seen = new Transcript('openai')
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    const out = gate.feed(chunk)
+    seen.observe(out)
+    onBytes(out)
+  }
+  const usage: { inputTokens: number | null; outputTokens: number | null } | null = seen.usage
+  const model: string | null = seen.model
+  void [usage, model, seen.text, seen.resumable, seen.finished, seen.api]
+  return gate.endOutcome(res.status, seen)
+}
 // Breakers shared by a fleet through Redis (the README's one line); an ioredis
 // client is what RedisFleet takes.
 function shareState(): FleetStats {
@@ -110,4 +127,4 @@ function shareState(): FleetStats {
   fleet.stop()
   return fleet.fleet.stats()
 }
-void [withRun, explicitLoop, chat, amplification, text, state, items, maybe, readStream, shareState]
+void [withRun, explicitLoop, chat, amplification, text, state, items, maybe, readStream, relayStream, shareState]

@@ -15,6 +15,7 @@ const { abortReason, raceAbort, restartIdle } = require('./timers.js')
  * @typedef {import('./fetch.js').BodyParts} BodyParts
  * @typedef {import('../native').StreamGate} NativeGate
  * @typedef {import('../index').StreamGate} ApiStreamGate
+ * @typedef {import('../index').Transcript} ApiTranscript
  */
 
 /**
@@ -97,6 +98,22 @@ class StreamGate {
   }
 
   /**
+   * What the attempt whose body ended cleanly now with HTTP `status` reports,
+   * `transcript` being what the caller received: as `outcome(status)`, except
+   * that output shown without its finish was cut (`connection_reset` in the
+   * gate's phase; `resumable` when only text was shown). For callers that
+   * relay a stream themselves: `call.report(gate.endOutcome(status, transcript))`.
+   * @param {number} status
+   * @param {Transcript} transcript
+   * @returns {import('../index').Outcome}
+   */
+  endOutcome(status, transcript) {
+    if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 999) throw new TypeError(`status must be an integer HTTP status (100-999); got ${describe(status)}`)
+    if (!(transcript instanceof Transcript)) throw new TypeError(`transcript must be a Transcript; got ${describe(transcript)}`)
+    return outcomeFromJson(this._g.endOutcome(status, transcript._t))
+  }
+
+  /**
    * A gate around a native one (`engine.streamGate`).
    * @param {NativeGate} g
    * @returns {StreamGate}
@@ -105,6 +122,80 @@ class StreamGate {
     const out = /** @type {StreamGate} */ (Object.create(StreamGate.prototype))
     out._g = g
     return out
+  }
+}
+
+/** The API families a Transcript reads. */
+const APIS = ['openai', 'anthropic', 'azure_openai']
+
+/**
+ * What a streamed answer delivered to the caller so far (the core's
+ * Transcript): feed it exactly the bytes the caller received, in any
+ * chunking. `StreamGate.endOutcome` asks it whether an answer that ended
+ * was cut.
+ * @implements {ApiTranscript}
+ */
+class Transcript {
+  /** @param {'openai' | 'anthropic' | 'azure_openai'} api the stream's API family */
+  constructor(api) {
+    if (typeof api !== 'string' || !APIS.includes(api)) throw new TypeError(`api must be one of ${APIS.join(', ')}; got ${describe(api)}`)
+    /** @type {import('../native').Transcript} */
+    this._t = new native.Transcript(api)
+  }
+
+  /**
+   * Reads bytes the caller received.
+   * @param {Uint8Array} delivered
+   */
+  observe(delivered) {
+    if (!(delivered instanceof Uint8Array)) throw new TypeError(`delivered must be a Uint8Array; got ${describe(delivered)}`)
+    this._t.observe(delivered)
+  }
+
+  /** @type {'openai' | 'anthropic' | 'azure_openai'} */
+  get api() {
+    return /** @type {'openai' | 'anthropic' | 'azure_openai'} */ (this._t.api)
+  }
+
+  /**
+   * The visible text so far (reasoning is not part of it).
+   * @type {string}
+   */
+  get text() {
+    return this._t.text
+  }
+
+  /**
+   * Another upstream can continue it: only text was shown, and it did not finish.
+   * @type {boolean}
+   */
+  get resumable() {
+    return this._t.resumable
+  }
+
+  /**
+   * The answer's finish arrived (a finish reason, `message_stop`, `response.completed`).
+   * @type {boolean}
+   */
+  get finished() {
+    return this._t.finished
+  }
+
+  /**
+   * The usage the stream reported, or null.
+   * @type {{ inputTokens: number | null, outputTokens: number | null } | null}
+   */
+  get usage() {
+    const u = this._t.usage
+    return u === null || u === undefined ? null : { inputTokens: u.inputTokens ?? null, outputTokens: u.outputTokens ?? null }
+  }
+
+  /**
+   * The model the stream named last, or null.
+   * @type {string | null}
+   */
+  get model() {
+    return this._t.model ?? null
   }
 }
 
@@ -420,4 +511,4 @@ function wrapBody(self, first) {
   return out
 }
 
-module.exports = { StreamGate, wrapBody }
+module.exports = { StreamGate, Transcript, wrapBody }

@@ -120,6 +120,34 @@ impl Transcript {
     pub fn finished(&self) -> bool {
         self.inner.finished()
     }
+
+    /// The family given at creation.
+    #[napi(getter)]
+    pub fn api(&self) -> &'static str {
+        self.inner.api().as_str()
+    }
+
+    /// The usage the stream reported, or null.
+    #[napi(getter)]
+    pub fn usage(&self) -> Option<TranscriptUsage> {
+        self.inner.usage().map(|u| TranscriptUsage {
+            input_tokens: u.input_tokens.map(|n| n as f64),
+            output_tokens: u.output_tokens.map(|n| n as f64),
+        })
+    }
+
+    /// The model the stream named last, or null.
+    #[napi(getter)]
+    pub fn model(&self) -> Option<String> {
+        self.inner.model().map(str::to_string)
+    }
+}
+
+/// Token counts a stream reported (either may be missing).
+#[napi(object)]
+pub struct TranscriptUsage {
+    pub input_tokens: Option<f64>,
+    pub output_tokens: Option<f64>,
 }
 
 /// The body of the continuation request (`retrywise::wire::continuation_body`):
