@@ -382,13 +382,26 @@ impl BudgetCell {
     }
 
     /// Counts one more retry in the current bucket if the allowance has room.
-    /// Lock-free and exact: retries only grow in the current bucket, so a
-    /// compare-and-swap on that bucket's word fails (and the check is made
-    /// again) whenever another thread took or refunded a retry meanwhile;
-    /// requests only grow and old buckets only expire, so anything else that
-    /// changed can only have made room.
+    /// Exact without holding anything across the check: retries only grow in
+    /// the current bucket, so a compare-and-swap on that bucket's word fails
+    /// (and the check is made again) whenever another thread took or
+    /// refunded a retry meanwhile. The retries are read before the requests,
+    /// which only grow: a refusal then holds at the instant the requests were
+    /// read. Read the other way round, a thread descheduled between the two
+    /// reads compared the retries others took meanwhile with requests that
+    /// did not include theirs, and refused a retry the budget had room for.
     #[inline]
     fn take_retry(&self, params: &BudgetParams, now_ms: u64) -> bool {
+        self.take_retry_reading(params, now_ms, |epoch| {
+            let _g = self.lock.lock();
+            self.requests_locked(epoch)
+        })
+    }
+
+    /// [`BudgetCell::take_retry`], reading the requests in the window ending
+    /// at an epoch with `requests` (a test interleaves other threads' work there).
+    #[inline(always)]
+    fn take_retry_reading(&self, params: &BudgetParams, now_ms: u64, mut requests: impl FnMut(u64) -> u64) -> bool {
         let n = self.n();
         if n == 0 {
             return false;
@@ -398,14 +411,12 @@ impl BudgetCell {
         let slot = &retries[(epoch % retries.len() as u64) as usize];
         loop {
             let cur = slot.load(Ordering::Acquire);
+            let taken = Self::window_sum(retries, epoch);
             let allowed = params
                 .ratio_milli
-                .saturating_mul({
-                    let _g = self.lock.lock();
-                    self.requests_locked(epoch)
-                })
+                .saturating_mul(requests(epoch))
                 .saturating_add(params.floor_milli);
-            if (Self::window_sum(retries, epoch) + 1).saturating_mul(1000) > allowed {
+            if (taken + 1).saturating_mul(1000) > allowed {
                 return false;
             }
             let (e, c) = unpack(cur);
@@ -620,6 +631,42 @@ mod tests {
         assert_eq!(b.counts(&p, 18_999), (2, 0));
         assert_eq!(b.counts(&p, 19_000), (0, 0));
         assert_eq!(b.counts(&p, 40_000), (0, 0));
+    }
+
+    /// Other threads that deposit requests and take retries between this
+    /// check's reads never make it refuse a retry the budget has room for.
+    #[test]
+    fn work_of_other_threads_between_the_reads_never_refuses_a_retry_with_room() {
+        let p = params(0.1, 0.0);
+        let b = BudgetCell::new(p);
+        for _ in 0..100 {
+            b.deposit(&p, 5_000);
+        }
+        for _ in 0..9 {
+            assert_eq!(b.try_withdraw(&p, 5_000), Ok(()));
+        }
+        // Read the requests (100), then others deposit 100 more and take 10
+        // retries: 20 of 200 allowed, 19 taken, so this one fits.
+        let mut others = Some(());
+        let granted = b.take_retry_reading(&p, 5_000, |epoch| {
+            let seen = {
+                let _g = b.lock.lock();
+                b.requests_locked(epoch)
+            };
+            if others.take().is_some() {
+                for _ in 0..100 {
+                    b.deposit(&p, 5_000);
+                }
+                for _ in 0..10 {
+                    assert_eq!(b.try_withdraw(&p, 5_000), Ok(()));
+                }
+            }
+            seen
+        });
+        assert!(granted, "refused with room: {:?}", b.counts(&p, 5_000));
+        assert_eq!(b.counts(&p, 5_000), (200, 20));
+        // The allowance is now spent.
+        assert_eq!(b.try_withdraw(&p, 5_000), Err(Refusal::Exhausted));
     }
 }
 
