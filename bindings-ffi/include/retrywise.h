@@ -626,6 +626,11 @@ typedef struct rw_error rw_error;
 typedef struct rw_stream_gate rw_stream_gate;
 
 /**
+ * What a streamed answer delivered to the caller so far. Opaque.
+ */
+typedef struct rw_transcript rw_transcript;
+
+/**
  * A string: pointer + length in bytes, UTF-8, not NUL-terminated.
  *
  * As input, `ptr == NULL && len == 0` means "absent" where a field is
@@ -1551,6 +1556,43 @@ enum rw_result rw_stream_gate_finish(struct rw_stream_gate *gate,
 enum rw_phase rw_stream_gate_phase(const struct rw_stream_gate *gate);
 
 /**
+ * Sets `*out` to what the attempt whose body ended or broke now with HTTP
+ * `status` reports: `status` alone, or the failure an error event in the
+ * stream named (its error kind, vendor code and phase), as
+ * `rw_call_report` takes it. The vendor code is a view valid until the next
+ * call on the gate. Use it when the body broke (then set the break's error
+ * kind unless this gives one); when it ended cleanly, use
+ * `rw_stream_gate_end_outcome`.
+ *
+ * Thread safety: not concurrently with any other function on the same gate.
+ *
+ * # Safety
+ * `gate` is NULL or live; `out` is NULL or writable.
+ */
+enum rw_result rw_stream_gate_outcome(struct rw_stream_gate *gate,
+                                      uint16_t status,
+                                      struct rw_outcome *out);
+
+/**
+ * Sets `*out` to what the attempt whose body ended cleanly now with HTTP
+ * `status` reports, `transcript` having read every byte the caller
+ * received: as `rw_stream_gate_outcome`, except that output shown without
+ * its finish was cut (`RW_ERROR_KIND_CONNECTION_RESET` in the gate's phase,
+ * `resumable` when only text was shown). A close-delimited body, or a proxy
+ * that ends its stream when the upstream drops, ends cleanly too.
+ *
+ * Thread safety: not concurrently with any other function on the same gate
+ * or transcript.
+ *
+ * # Safety
+ * `gate` and `transcript` are NULL or live; `out` is NULL or writable.
+ */
+enum rw_result rw_stream_gate_end_outcome(struct rw_stream_gate *gate,
+                                          uint16_t status,
+                                          const struct rw_transcript *transcript,
+                                          struct rw_outcome *out);
+
+/**
  * Frees a gate (and the bytes it held). NULL is a no-op.
  *
  * # Safety
@@ -1576,6 +1618,62 @@ void rw_stream_gate_free(struct rw_stream_gate *gate);
 enum rw_error_kind rw_attempt_timer_error(const struct rw_attempt *attempt,
                                           int32_t timer,
                                           bool body_started);
+
+/**
+ * A transcript of a stream in `api` (an `rw_api_family` value: the family
+ * the request was sent in). NULL for `RW_API_FAMILY_NONE` or a value that is
+ * not one. Free with `rw_transcript_free`.
+ *
+ * Thread safety: a transcript moves between threads; one thread at a time.
+ */
+struct rw_transcript *rw_transcript_new(int32_t api);
+
+/**
+ * Reads `len` bytes the caller received (what `rw_stream_gate_feed` and
+ * `rw_stream_gate_finish` gave out), in any chunking.
+ *
+ * Thread safety: not concurrently with any other function on the same transcript.
+ *
+ * # Safety
+ * `t` is NULL or live; `data` is NULL with `len == 0` or points to `len` readable bytes.
+ */
+enum rw_result rw_transcript_observe(struct rw_transcript *t, const uint8_t *data, size_t len);
+
+/**
+ * The visible text so far (reasoning is not part of it), as a view valid
+ * until the next `rw_transcript_observe` or `rw_transcript_free`. Empty
+ * (NULL, 0) for NULL.
+ *
+ * # Safety
+ * `t` is NULL or live.
+ */
+struct rw_str rw_transcript_text(const struct rw_transcript *t);
+
+/**
+ * Whether another upstream can continue the answer: only text was shown,
+ * and it did not finish. False for NULL.
+ *
+ * # Safety
+ * `t` is NULL or live.
+ */
+bool rw_transcript_resumable(const struct rw_transcript *t);
+
+/**
+ * Whether the answer's finish arrived (a finish reason, `message_stop`,
+ * `response.completed`). False for NULL.
+ *
+ * # Safety
+ * `t` is NULL or live.
+ */
+bool rw_transcript_finished(const struct rw_transcript *t);
+
+/**
+ * Frees a transcript. NULL is a no-op.
+ *
+ * # Safety
+ * `t` is NULL or a transcript from `rw_transcript_new` not yet freed.
+ */
+void rw_transcript_free(struct rw_transcript *t);
 
 #ifdef __cplusplus
 }  // extern "C"

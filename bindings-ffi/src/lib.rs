@@ -31,7 +31,10 @@
 //! Streamed bodies: run each attempt's body through an `rw_stream_gate`
 //! (`rw_stream_gate_feed` per chunk); it holds an event stream's preamble
 //! back until the first meaningful event, and `rw_stream_gate_phase` is the
-//! phase to report if the body fails.
+//! phase to report if the body fails. At the body's end,
+//! `rw_stream_gate_end_outcome` (with an `rw_transcript` of the bytes the
+//! caller received) gives the outcome to report: a cut when output was shown
+//! without its finish, the failure an error event named, else the status.
 //!
 //! Timers: arm each attempt's `connect_timeout_ms`, `first_byte_timeout_ms`,
 //! `first_token_timeout_ms` (streams), `idle_timeout_ms` and
@@ -58,6 +61,7 @@ pub mod reach;
 mod spare;
 pub mod stream;
 pub mod timer;
+pub mod transcript;
 pub mod types;
 pub mod vocab;
 
@@ -68,6 +72,7 @@ pub use names::*;
 pub use reach::*;
 pub use stream::*;
 pub use timer::*;
+pub use transcript::*;
 pub use types::*;
 pub use vocab::*;
 

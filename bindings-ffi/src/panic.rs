@@ -2,9 +2,9 @@
 //! return type yields when a panic is caught.
 //!
 //! Functions returning `rw_result` give `RW_ERR_PANIC`; functions returning
-//! pointers give NULL; sizes give 0.
+//! pointers give NULL; sizes give 0; flags false; string views an empty one.
 
-use crate::types::rw_result;
+use crate::types::{rw_result, rw_str};
 use crate::vocab::{rw_error_kind, rw_phase};
 use std::os::raw::c_char;
 
@@ -33,6 +33,18 @@ impl OnPanic for rw_error_kind {
 
 impl OnPanic for () {
     fn on_panic() -> Self {}
+}
+
+impl OnPanic for bool {
+    fn on_panic() -> Self {
+        false
+    }
+}
+
+impl OnPanic for rw_str {
+    fn on_panic() -> Self {
+        rw_str::NONE
+    }
 }
 
 impl OnPanic for usize {

@@ -2,18 +2,38 @@
 //! It holds an event stream's preamble (a role-only delta, `message_start`,
 //! pings) until its first meaningful event, so a stream cut before it is
 //! `RW_PHASE_STREAM_OPEN` and may be retried (nothing reached the consumer).
+//! When the body ends or breaks, it says what the attempt reports: the
+//! failure an error event in the stream named, or a cut when output was shown
+//! without its finish (with an `rw_transcript`).
 
 use crate::args::{opt_str, slice};
 use crate::panic::{ffi_boundary, try_arg};
-use crate::types::{rw_result, rw_str};
-use crate::vocab::rw_phase;
-use retrywise_core::StreamGate;
+use crate::transcript::rw_transcript;
+use crate::types::{rw_outcome, rw_result, rw_str};
+use crate::vocab::{rw_error_kind, rw_phase};
+use retrywise_core::{Outcome, StreamGate};
 
 /// One attempt's response body. Opaque.
 pub struct rw_stream_gate {
     gate: StreamGate,
     /// The bytes last released from the gate's hold, lent to the caller.
     out: Vec<u8>,
+    /// The vendor code of the last outcome written, lent to the caller.
+    code: Option<String>,
+}
+
+/// Writes the core's outcome `o` into `*out` as `RW_OUTCOME_INIT` with its
+/// status, error kind, phase, vendor code (a view of `code`) and resumable flag set.
+fn put_outcome(code: &mut Option<String>, o: Outcome, out: &mut rw_outcome) {
+    *code = o.vendor_code;
+    *out = rw_outcome {
+        status: o.status.unwrap_or(0),
+        error_kind: o.error.map_or(rw_error_kind::None, rw_error_kind::from) as i32,
+        phase: o.phase.map_or(rw_phase::None, rw_phase::from) as i32,
+        vendor_code: rw_str::of_opt(code.as_deref()),
+        resumable: o.resumable,
+        ..rw_outcome::default()
+    };
 }
 
 /// The gate and out-pointers of a call, or `RW_ERR_NULL` when one is NULL.
@@ -65,7 +85,7 @@ pub unsafe extern "C" fn rw_stream_gate_new(content_type: rw_str) -> *mut rw_str
     ffi_boundary! {
         // SAFETY: valid for its length per the contract.
         let Ok(ct) = (unsafe { opt_str(content_type) }) else { return std::ptr::null_mut() };
-        Box::into_raw(Box::new(rw_stream_gate { gate: StreamGate::new(ct), out: Vec::new() }))
+        Box::into_raw(Box::new(rw_stream_gate { gate: StreamGate::new(ct), out: Vec::new(), code: None }))
     }
 }
 
@@ -137,6 +157,63 @@ pub unsafe extern "C" fn rw_stream_gate_phase(gate: *const rw_stream_gate) -> rw
             Some(g) => rw_phase::from(g.gate.phase()),
             None => rw_phase::None,
         }
+    }
+}
+
+/// Sets `*out` to what the attempt whose body ended or broke now with HTTP
+/// `status` reports: `status` alone, or the failure an error event in the
+/// stream named (its error kind, vendor code and phase), as
+/// `rw_call_report` takes it. The vendor code is a view valid until the next
+/// call on the gate. Use it when the body broke (then set the break's error
+/// kind unless this gives one); when it ended cleanly, use
+/// `rw_stream_gate_end_outcome`.
+///
+/// Thread safety: not concurrently with any other function on the same gate.
+///
+/// # Safety
+/// `gate` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rw_stream_gate_outcome(
+    gate: *mut rw_stream_gate,
+    status: u16,
+    out: *mut rw_outcome,
+) -> rw_result {
+    ffi_boundary! {
+        // SAFETY: NULL or live (used by this thread only) and NULL or writable, per the contract.
+        let (Some(g), Some(out)) = (unsafe { gate.as_mut() }, unsafe { out.as_mut() }) else {
+            return rw_result::RwErrNull;
+        };
+        put_outcome(&mut g.code, g.gate.outcome(status), out);
+        rw_result::RwOk
+    }
+}
+
+/// Sets `*out` to what the attempt whose body ended cleanly now with HTTP
+/// `status` reports, `transcript` having read every byte the caller
+/// received: as `rw_stream_gate_outcome`, except that output shown without
+/// its finish was cut (`RW_ERROR_KIND_CONNECTION_RESET` in the gate's phase,
+/// `resumable` when only text was shown). A close-delimited body, or a proxy
+/// that ends its stream when the upstream drops, ends cleanly too.
+///
+/// Thread safety: not concurrently with any other function on the same gate
+/// or transcript.
+///
+/// # Safety
+/// `gate` and `transcript` are NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rw_stream_gate_end_outcome(
+    gate: *mut rw_stream_gate,
+    status: u16,
+    transcript: *const rw_transcript,
+    out: *mut rw_outcome,
+) -> rw_result {
+    ffi_boundary! {
+        // SAFETY: each NULL or live (or writable), per the contract.
+        let (Some(g), Some(t), Some(out)) = (unsafe { gate.as_mut() }, unsafe { transcript.as_ref() }, unsafe { out.as_mut() }) else {
+            return rw_result::RwErrNull;
+        };
+        put_outcome(&mut g.code, g.gate.end_outcome(status, &t.t), out);
+        rw_result::RwOk
     }
 }
 

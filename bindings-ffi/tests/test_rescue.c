@@ -2,7 +2,8 @@
  * C tests of libretrywise: rescue through the C ABI — attempt timers and the
  * error an expired one means, a silent upstream left for the next candidate,
  * a broken stream continued elsewhere (prefill, instruction, a refused
- * prefill), a call held for its breaker's probe window (wait_ms), a failure
+ * prefill), the end of a relayed stream judged by the gate and a transcript
+ * (a cut, a finish, an error event), a call held for its breaker's probe window (wait_ms), a failure
  * beside a running hedge (RW_ACTION_WAIT), Retry-After's added jitter, and
  * where a request goes (the route for its model, how to reach an upstream).
  *
@@ -167,6 +168,80 @@ static void test_stream_continuation(void) {
 
   CHECK(strcmp(rw_continuation_name(RW_CONTINUATION_INSTRUCTION), "instruction") == 0);
   CHECK(rw_continuation_name(RW_CONTINUATION_NONE) == NULL && rw_continuation_name(2) == NULL);
+}
+
+/* Feeds `text` through the gate and the delivered bytes into the transcript. */
+static void relay(rw_stream_gate *g, rw_transcript *t, const char *text) {
+  const uint8_t *out = NULL;
+  size_t out_len = 0;
+  CHECK_RC(rw_stream_gate_feed(g, (const uint8_t *)text, strlen(text), &out, &out_len), RW_OK);
+  CHECK_RC(rw_transcript_observe(t, out, out_len), RW_OK);
+}
+
+static void test_stream_end_outcome(void) {
+  const char *role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+  const char *hel = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+  const char *stop = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+  rw_engine *e = engine_with(CONTINUE_POLICY, 1);
+  rw_attempt a;
+  rw_decision d;
+  rw_outcome o;
+
+  /* Text shown, then the body ends cleanly with no finish: a cut, resumable, continued on b. */
+  rw_stream_gate *g = rw_stream_gate_new(str_of("text/event-stream"));
+  rw_transcript *t = rw_transcript_new(RW_API_FAMILY_OPENAI);
+  CHECK(g != NULL && t != NULL);
+  relay(g, t, role);
+  CHECK_RC(rw_stream_gate_end_outcome(g, 200, t, &o), RW_OK);
+  CHECK(o.status == 200 && o.error_kind == RW_ERROR_KIND_NONE && o.phase == RW_PHASE_NONE && !o.resumable);
+  relay(g, t, hel);
+  CHECK(str_eq(rw_transcript_text(t), "Hel") && rw_transcript_resumable(t) && !rw_transcript_finished(t));
+  CHECK_RC(rw_stream_gate_end_outcome(g, 200, t, &o), RW_OK);
+  CHECK(o.status == 200 && o.error_kind == RW_ERROR_KIND_CONNECTION_RESET);
+  CHECK(o.phase == RW_PHASE_STREAM_VISIBLE && o.resumable && o.vendor_code.ptr == NULL);
+  CHECK(o.effect == RW_EFFECT_UNSET && o.continuation == RW_CONTINUATION_NONE && o.headers == NULL);
+  /* outcome() alone does not read the transcript: the plain status. */
+  CHECK_RC(rw_stream_gate_outcome(g, 200, &o), RW_OK);
+  CHECK(o.status == 200 && o.error_kind == RW_ERROR_KIND_NONE && !o.resumable);
+  rw_call *c = begin(e, "r", 30000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(rw_stream_gate_end_outcome(g, 200, t, &o), RW_OK);
+  CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_FALLBACK && str_eq(d.upstream, "b") && d.continuation == RW_CONTINUATION_PREFILL);
+  rw_call_free(c);
+  /* With its finish: the plain status, and the call succeeds. */
+  relay(g, t, stop);
+  CHECK(rw_transcript_finished(t) && !rw_transcript_resumable(t));
+  CHECK_RC(rw_stream_gate_end_outcome(g, 200, t, &o), RW_OK);
+  CHECK(o.status == 200 && o.error_kind == RW_ERROR_KIND_NONE && o.phase == RW_PHASE_NONE);
+  rw_transcript_free(t);
+  rw_stream_gate_free(g);
+
+  /* An Anthropic error event before any output: the failure it names, retried as an overload. */
+  g = rw_stream_gate_new(str_of("text/event-stream"));
+  t = rw_transcript_new(RW_API_FAMILY_ANTHROPIC);
+  relay(g, t, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\n");
+  relay(g, t, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
+  CHECK_RC(rw_stream_gate_end_outcome(g, 200, t, &o), RW_OK);
+  /* The stream answered 200; an overload event reads as the 529 it means, before any output. */
+  CHECK(o.status == 529 && o.error_kind == RW_ERROR_KIND_NONE);
+  CHECK(str_eq(o.vendor_code, "overloaded_error") && o.phase == RW_PHASE_STREAM_OPEN);
+  c = begin(e, "r", 30000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
+  CHECK(d.action == RW_ACTION_RETRY && d.error_class == RW_ERROR_CLASS_OVERLOADED && d.reason == RW_REASON_OVERLOADED);
+  rw_call_free(c);
+  rw_transcript_free(t);
+  rw_stream_gate_free(g);
+
+  /* Bad arguments. */
+  CHECK(rw_transcript_new(RW_API_FAMILY_NONE) == NULL && rw_transcript_new(7) == NULL);
+  CHECK_RC(rw_stream_gate_end_outcome(NULL, 200, NULL, &o), RW_ERR_NULL);
+  CHECK_RC(rw_stream_gate_outcome(NULL, 200, &o), RW_ERR_NULL);
+  CHECK_RC(rw_transcript_observe(NULL, NULL, 0), RW_ERR_NULL);
+  CHECK(!rw_transcript_resumable(NULL) && !rw_transcript_finished(NULL) && rw_transcript_text(NULL).ptr == NULL);
+  rw_transcript_free(NULL);
+  rw_engine_free(e);
 }
 
 static void test_breaker_hold(void) {
@@ -350,6 +425,7 @@ int main(void) {
   test_timers();
   test_silence_fallback();
   test_stream_continuation();
+  test_stream_end_outcome();
   test_breaker_hold();
   test_wait_for_sibling();
   test_retry_after_jitter();
