@@ -1515,6 +1515,21 @@ void rw_reach_free(struct rw_reach *reach);
 struct rw_stream_gate *rw_stream_gate_new(struct rw_str content_type);
 
 /**
+ * A gate as `rw_stream_gate_new` makes, reading malformed events as
+ * `engine`'s policy says (`streams.malformed_event`: `skip`, the default and
+ * what `rw_stream_gate_new` does, or `error`: the stream ends there, and the
+ * gate's outcome is `RW_ERROR_KIND_MALFORMED_RESPONSE`). NULL when `engine`
+ * is NULL or `content_type` is as `rw_stream_gate_new` refuses.
+ *
+ * Thread safety: may be called on a shared engine from any thread.
+ *
+ * # Safety
+ * `engine` is NULL or live; `content_type` is absent or valid for its length.
+ */
+struct rw_stream_gate *rw_engine_stream_gate(const struct rw_engine *engine,
+                                             struct rw_str content_type);
+
+/**
  * Takes `len` bytes received from upstream and sets `*out` / `*out_len` to
  * what the consumer may see now: nothing (`NULL`, 0) while only preamble
  * arrived; everything held when the first meaningful event completes; then

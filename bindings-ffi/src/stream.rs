@@ -7,6 +7,7 @@
 //! without its finish (with an `rw_transcript`).
 
 use crate::args::{opt_str, slice};
+use crate::engine::rw_engine;
 use crate::panic::{ffi_boundary, try_arg};
 use crate::transcript::rw_transcript;
 use crate::types::{rw_outcome, rw_result, rw_str};
@@ -86,6 +87,27 @@ pub unsafe extern "C" fn rw_stream_gate_new(content_type: rw_str) -> *mut rw_str
         // SAFETY: valid for its length per the contract.
         let Ok(ct) = (unsafe { opt_str(content_type) }) else { return std::ptr::null_mut() };
         Box::into_raw(Box::new(rw_stream_gate { gate: StreamGate::new(ct), out: Vec::new(), code: None }))
+    }
+}
+
+/// A gate as `rw_stream_gate_new` makes, reading malformed events as
+/// `engine`'s policy says (`streams.malformed_event`: `skip`, the default and
+/// what `rw_stream_gate_new` does, or `error`: the stream ends there, and the
+/// gate's outcome is `RW_ERROR_KIND_MALFORMED_RESPONSE`). NULL when `engine`
+/// is NULL or `content_type` is as `rw_stream_gate_new` refuses.
+///
+/// Thread safety: may be called on a shared engine from any thread.
+///
+/// # Safety
+/// `engine` is NULL or live; `content_type` is absent or valid for its length.
+#[no_mangle]
+pub unsafe extern "C" fn rw_engine_stream_gate(engine: *const rw_engine, content_type: rw_str) -> *mut rw_stream_gate {
+    ffi_boundary! {
+        // SAFETY: NULL or live per the contract.
+        let Some(e) = (unsafe { engine.as_ref() }) else { return std::ptr::null_mut() };
+        // SAFETY: valid for its length per the contract.
+        let Ok(ct) = (unsafe { opt_str(content_type) }) else { return std::ptr::null_mut() };
+        Box::into_raw(Box::new(rw_stream_gate { gate: e.engine.stream_gate(ct), out: Vec::new(), code: None }))
     }
 }
 

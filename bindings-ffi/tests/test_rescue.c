@@ -234,7 +234,30 @@ static void test_stream_end_outcome(void) {
   rw_transcript_free(t);
   rw_stream_gate_free(g);
 
+  /* A malformed event after text: skipped by default (the answer ends cut); with the
+     policy's streams.malformed_event: error, the engine's gate ends the stream there. */
+  const char *bad = "data: {not json\n\n";
+  rw_engine *strict = engine_with("{\"streams\": {\"malformed_event\": \"error\"}}", 1);
+  for (int i = 0; i < 2; i++) {
+    g = i == 0 ? rw_engine_stream_gate(e, str_of("text/event-stream")) : rw_engine_stream_gate(strict, str_of("text/event-stream"));
+    t = rw_transcript_new(RW_API_FAMILY_OPENAI);
+    CHECK(g != NULL && t != NULL);
+    relay(g, t, hel);
+    relay(g, t, bad);
+    CHECK_RC(rw_stream_gate_end_outcome(g, 200, t, &o), RW_OK);
+    if (i == 0) {
+      CHECK(o.error_kind == RW_ERROR_KIND_CONNECTION_RESET && o.resumable);
+    } else {
+      CHECK(o.error_kind == RW_ERROR_KIND_MALFORMED_RESPONSE && str_eq(o.vendor_code, "malformed_event"));
+      CHECK(o.phase == RW_PHASE_STREAM_VISIBLE);
+    }
+    rw_transcript_free(t);
+    rw_stream_gate_free(g);
+  }
+  rw_engine_free(strict);
+
   /* Bad arguments. */
+  CHECK(rw_engine_stream_gate(NULL, str_of("text/event-stream")) == NULL);
   CHECK(rw_transcript_new(RW_API_FAMILY_NONE) == NULL && rw_transcript_new(7) == NULL);
   CHECK_RC(rw_stream_gate_end_outcome(NULL, 200, NULL, &o), RW_ERR_NULL);
   CHECK_RC(rw_stream_gate_outcome(NULL, 200, &o), RW_ERR_NULL);
