@@ -5,7 +5,7 @@
 
 const { SLOT, toCode, ACTION, REASON, ERROR_CLASS, WAIT_SOURCE, ON_FAILURE, CONTINUATION } = require('./vocab.js')
 const { describe, StoppedError } = require('./errors.js')
-const { flatHeaders, bodyBytes } = require('./outcomes.js')
+const { flatHeaders, bodyBytes, httpStatus } = require('./outcomes.js')
 const native = require('../native.js')
 
 const {
@@ -315,18 +315,17 @@ function reportNative(call, outcome, argName, mode = 0) {
     o.resumable === undefined &&
     o.continuation === undefined
   ) {
-    if (typeof st !== 'number' || !Number.isInteger(st) || st < 100 || st > 999) throw new TypeError(`${argName}.status must be an integer HTTP status (100-999); got ${describe(st)}`)
+    const checked = httpStatus(st, argName, 'status')
     const s = e._s
     s[REPORT_HANDLE] = h
-    s[REPORT_STATUS] = st
+    s[REPORT_STATUS] = checked
     s[REPORT_RELEASE] = mode
     finishedId = e._f.reportStatus()
     return s[STEP_RESULT]
   }
   let status = -1
   if (st !== undefined && st !== null) {
-    if (typeof st !== 'number' || !Number.isInteger(st) || st < 100 || st > 999) throw new TypeError(`${argName}.status must be an integer HTTP status (100-999); got ${describe(st)}`)
-    status = st
+    status = httpStatus(st, argName, 'status')
   }
   const error = o.error === undefined || o.error === null ? -1 : toCode('error', o.error, `${argName}.error`)
   const phase = o.phase === undefined || o.phase === null ? -1 : toCode('phase', o.phase, `${argName}.phase`)

@@ -60,6 +60,22 @@ function flatHeaders(h, argName) {
   return flat
 }
 
+/**
+ * `v`, checked to be an HTTP status (an integer 100-999); otherwise a
+ * TypeError naming argument `arg` (its `field`, when given). The name is
+ * built only for the error: reports check every status.
+ * @param {unknown} v
+ * @param {string} arg
+ * @param {string} [field]
+ * @returns {number}
+ */
+function httpStatus(v, arg, field) {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 100 || v > 999) {
+    throw new TypeError(`${field === undefined ? arg : `${arg}.${field}`} must be an integer HTTP status (100-999); got ${describe(v)}`)
+  }
+  return v
+}
+
 const EMPTY_BODY = new Uint8Array(0)
 
 /**
@@ -200,4 +216,4 @@ function jsonMediaType(contentType) {
   return native.jsonMediaType(contentType)
 }
 
-module.exports = { headerPairs, flatHeaders, bodyBytes, errorOutcome, timerKind, vendorCodeFromBody, jsonMediaType }
+module.exports = { httpStatus, headerPairs, flatHeaders, bodyBytes, errorOutcome, timerKind, vendorCodeFromBody, jsonMediaType }

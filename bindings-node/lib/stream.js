@@ -7,7 +7,7 @@
 const native = require('../native.js')
 const { describe, AttemptTimeoutError } = require('./errors.js')
 const { decisionOf, stoppedFromDecision } = require('./call.js')
-const { errorOutcome, timerKind } = require('./outcomes.js')
+const { errorOutcome, timerKind, httpStatus } = require('./outcomes.js')
 const { abortReason, raceAbort, restartIdle } = require('./timers.js')
 
 /**
@@ -94,7 +94,7 @@ class StreamGate {
    * @returns {import('../index').Outcome}
    */
   outcome(status) {
-    return outcomeOf(this._g, status)
+    return outcomeFromJson(this._g.outcome(status))
   }
 
   /**
@@ -108,7 +108,7 @@ class StreamGate {
    * @returns {import('../index').Outcome}
    */
   endOutcome(status, transcript) {
-    if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 999) throw new TypeError(`status must be an integer HTTP status (100-999); got ${describe(status)}`)
+    httpStatus(status, 'status')
     if (!(transcript instanceof Transcript)) throw new TypeError(`transcript must be a Transcript; got ${describe(transcript)}`)
     return outcomeFromJson(this._g.endOutcome(status, transcript._t))
   }
@@ -197,16 +197,6 @@ class Transcript {
   get model() {
     return this._t.model ?? null
   }
-}
-
-/**
- * The outcome native gate `g` says an attempt ending now with `status` has (null fields left out).
- * @param {NativeGate} g
- * @param {number} status
- * @returns {import('../index').Outcome}
- */
-function outcomeOf(g, status) {
-  return outcomeFromJson(g.outcome(status))
 }
 
 /**
@@ -485,7 +475,7 @@ function wrapBody(self, first) {
           if (g.streamError !== null) {
             // The gate ends at the event (`endAtError`): `v` is what came before it,
             // which the caller gets first; the event itself never reaches the SDK.
-            const outcome = outcomeOf(g, cur.res.status)
+            const outcome = outcomeFromJson(g.outcome(cur.res.status))
             const err = new Error(`stream error event: ${outcome.vendorCode ?? 'error'}`)
             if (v.byteLength > 0 && cur.splicer !== null) v = cur.splicer.feed(v)
             // Enqueue only with bytes to deliver: a pull that enqueues nothing is not called again.
