@@ -23,6 +23,15 @@ pub struct rw_stream_gate {
     code: Option<String>,
 }
 
+/// `gate` as a gate handed to C (freed by `rw_stream_gate_free`).
+fn boxed(gate: StreamGate) -> *mut rw_stream_gate {
+    Box::into_raw(Box::new(rw_stream_gate {
+        gate,
+        out: Vec::new(),
+        code: None,
+    }))
+}
+
 /// Writes the core's outcome `o` into `*out` as `RW_OUTCOME_INIT` with its
 /// status, error kind, phase, vendor code (a view of `code`) and resumable flag set.
 fn put_outcome(code: &mut Option<String>, o: Outcome, out: &mut rw_outcome) {
@@ -86,7 +95,7 @@ pub unsafe extern "C" fn rw_stream_gate_new(content_type: rw_str) -> *mut rw_str
     ffi_boundary! {
         // SAFETY: valid for its length per the contract.
         let Ok(ct) = (unsafe { opt_str(content_type) }) else { return std::ptr::null_mut() };
-        Box::into_raw(Box::new(rw_stream_gate { gate: StreamGate::new(ct), out: Vec::new(), code: None }))
+        boxed(StreamGate::new(ct))
     }
 }
 
@@ -107,7 +116,7 @@ pub unsafe extern "C" fn rw_engine_stream_gate(engine: *const rw_engine, content
         let Some(e) = (unsafe { engine.as_ref() }) else { return std::ptr::null_mut() };
         // SAFETY: valid for its length per the contract.
         let Ok(ct) = (unsafe { opt_str(content_type) }) else { return std::ptr::null_mut() };
-        Box::into_raw(Box::new(rw_stream_gate { gate: e.engine.stream_gate(ct), out: Vec::new(), code: None }))
+        boxed(e.engine.stream_gate(ct))
     }
 }
 

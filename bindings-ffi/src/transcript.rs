@@ -8,7 +8,6 @@ use crate::panic::{ffi_boundary, try_arg};
 use crate::types::{rw_result, rw_str};
 use crate::vocab::rw_api_family;
 use retrywise_core::wire::Transcript;
-use retrywise_core::ApiFamily;
 
 /// What a streamed answer delivered to the caller so far. Opaque.
 pub struct rw_transcript {
@@ -23,12 +22,7 @@ pub struct rw_transcript {
 #[no_mangle]
 pub extern "C" fn rw_transcript_new(api: i32) -> *mut rw_transcript {
     ffi_boundary! {
-        let family = match api {
-            x if x == rw_api_family::Openai as i32 => ApiFamily::OpenAi,
-            x if x == rw_api_family::Anthropic as i32 => ApiFamily::Anthropic,
-            x if x == rw_api_family::AzureOpenai as i32 => ApiFamily::AzureOpenAi,
-            _ => return std::ptr::null_mut(),
-        };
+        let Some(family) = rw_api_family::core_from_code(api) else { return std::ptr::null_mut() };
         Box::into_raw(Box::new(rw_transcript { t: Transcript::new(family) }))
     }
 }

@@ -309,6 +309,14 @@ impl rw_api_family {
             Some(ApiFamily::AzureOpenAi) => rw_api_family::AzureOpenai,
         }
     }
+
+    /// The family an `rw_api_family` code C passes in names; `None` for
+    /// `RW_API_FAMILY_NONE` or a code that is not one (the reverse of [`rw_api_family::of`]).
+    pub(crate) fn core_from_code(code: i32) -> Option<ApiFamily> {
+        [ApiFamily::OpenAi, ApiFamily::Anthropic, ApiFamily::AzureOpenAi]
+            .into_iter()
+            .find(|&a| rw_api_family::of(Some(a)) as i32 == code)
+    }
 }
 
 /// Exhaustive core → C mapping (a new core variant is a compile error here).
