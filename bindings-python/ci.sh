@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI for the Python binding, on a machine with only python3 (>= 3.10) + pip and cargo:
-#   1. a virtualenv with maturin, pytest, pytest-asyncio, httpx, openai, anthropic,
-#      redis (the fleet adapter's client) (+ ruff, mypy and the benchmark's peers),
+#   1. a virtualenv with maturin, pytest, pytest-asyncio, httpx, httpx2, openai,
+#      anthropic, redis (the fleet adapter's client) (+ ruff, mypy and the
+#      benchmark's peers), each at the version constraints.txt pins,
 #   2. `pip install ./bindings-python` (maturin builds the abi3 extension from crates.io),
 #   3. the fault-injection server (`cargo build -p retrywise-fault-server`),
 #   4. lint (ruff, mypy, stubtest), the pytest suite, and a quick benchmark smoke run.
@@ -9,6 +10,8 @@
 #
 # Environment:
 #   RETRYWISE_PY_VENV   virtualenv to create/reuse (default: bindings-python/.venv)
+#   RETRYWISE_PY_CONSTRAINTS  pip constraints file (default: constraints.txt here;
+#                       empty: the newest releases, as scripts/test-latest runs)
 #   RETRYWISE_PY_LINT   0 to skip ruff / mypy / stubtest (default 1)
 #   RETRYWISE_PY_BENCH  0 to skip the benchmark smoke run (default 1)
 #   RETRYWISE_REQUIRE_REDIS  1: the fleet tests fail, not skip, without redis-server
@@ -29,17 +32,24 @@ if [ ! -x "$VENV/bin/python" ]; then
     if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
         # Debian's python3 without python3-venv: fall back to virtualenv from PyPI.
         rm -rf "$VENV"
-        "$PYTHON" -m pip install --quiet --user virtualenv
+        "$PYTHON" -m pip install --quiet --user -c "$HERE/constraints.txt" virtualenv
         "$PYTHON" -m virtualenv --quiet "$VENV"
     fi
 fi
 PY="$VENV/bin/python"
 # The build backend runs the venv's `maturin` executable: the venv's bin/ comes first.
 export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
-"$PY" -m pip install --quiet --upgrade pip
-"$PY" -m pip install --quiet \
-    "maturin>=1.5,<2" pytest pytest-asyncio httpx openai anthropic redis \
+# Every version from constraints.txt (RETRYWISE_PY_CONSTRAINTS: another file,
+# as scripts/test-latest passes for the newest releases).
+CONSTRAINTS="${RETRYWISE_PY_CONSTRAINTS-$HERE/constraints.txt}"
+pin() { [ -n "$CONSTRAINTS" ] && printf -- '-c\n%s\n' "$CONSTRAINTS"; return 0; }
+mapfile -t PIN < <(pin)
+"$PY" -m pip install --quiet --disable-pip-version-check "${PIN[@]}" pip
+"$PY" -m pip install --quiet --disable-pip-version-check "${PIN[@]}" \
+    "maturin>=1.5,<2" pytest pytest-asyncio httpx httpx2 openai anthropic redis \
     ruff mypy tenacity stamina backoff pybreaker
+"$PY" -m pip list --format=freeze 2>/dev/null | grep -iE '^(openai|anthropic|httpx2?|pytest)==' | tr '\n' ' '
+echo
 "$PY" --version
 
 step "build and install the extension (pip install ./bindings-python, test hooks on for the panic tests)"

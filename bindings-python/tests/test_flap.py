@@ -74,7 +74,7 @@ def ask_where_reach_says(attempt: retrywise.Attempt) -> Any:
         base_url=reach.base_url,
         api_key=reach.api_key,
         max_retries=0,
-        timeout=httpx.Timeout(t.total, connect=t.connect, read=t.first_byte),
+        timeout=openai.Timeout(t.total, connect=t.connect, read=t.first_byte),
     )
     return client.chat.completions.create(model=reach.model, messages=MESSAGES)
 

@@ -51,11 +51,12 @@ check_python() {
     local whl venv="$SCRATCH/venv"
     whl="$(one 'retrywise-*-cp310-abi3-manylinux_*.whl')" || return 1
     # Debian's python3 without python3-venv: virtualenv (as bindings-python/ci.sh does).
-    "$PYTHON" -m venv "$venv" 2>/dev/null || { rm -rf "$venv" && "$PYTHON" -m pip install --quiet --user virtualenv &&
+    "$PYTHON" -m venv "$venv" 2>/dev/null || { rm -rf "$venv" && "$PYTHON" -m pip install --quiet --user -c "$ROOT/bindings-python/constraints.txt" virtualenv &&
         "$PYTHON" -m virtualenv --quiet "$venv"; } || return 1
     # --no-index: pip may not look for (let alone build) anything but this wheel.
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index "$whl" || return 1
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary :all: "httpx>=0.27" || return 1
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary :all: \
+        -c "$ROOT/bindings-python/constraints.txt" "httpx>=0.27" || return 1
     (cd "$SCRATCH" && "$venv/bin/python" "$HERE/check_python.py")
 }
 
