@@ -85,6 +85,12 @@ impl NativeEngine {
                         .and_then(|c| c.as_array())
                         .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
                         .unwrap_or_default(),
+                    api: match n.get("api").filter(|v| !v.is_null()) {
+                        Some(v) => Some(v.as_str().and_then(|a| a.parse().ok()).ok_or_else(|| {
+                            throw_type(&env, &format!("spec.needs.api: expected openai, anthropic or azure_openai; got {v}"))
+                        })?),
+                        None => None,
+                    },
                     input_tokens: u("inputTokens"),
                     max_output_tokens: u("maxOutputTokens"),
                     data_boundary: n.get("dataBoundary").and_then(|v| v.as_str()).map(str::to_string),

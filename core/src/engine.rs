@@ -424,6 +424,37 @@ impl Engine {
         self.begin_at(spec, self.inner.shared.clock.now_ns())
     }
 
+    /// [`Engine::begin`], or a `PolicyError` when the policy has no route
+    /// of that name ([`crate::rules::route::check_route`]: with routes
+    /// declared, a name must be a route or a catalog upstream). What the
+    /// bindings call, so a misspelt route is an error before any I/O; plain
+    /// `begin` instead returns a call whose first attempt stops with
+    /// `no_eligible_upstream` and the same message.
+    ///
+    /// ```
+    /// use retrywise::{CallSpec, Engine, Policy};
+    /// let p = Policy::from_str_any("upstreams: {a: {}}\nroutes: {chat: {candidates: [a]}}").unwrap();
+    /// let engine = Engine::new(p).unwrap();
+    /// assert!(engine.try_begin(CallSpec::new("chat")).is_ok());
+    /// let e = engine.try_begin(CallSpec::new("chta")).unwrap_err();
+    /// assert!(e.message.contains("known routes: chat"));
+    /// ```
+    #[inline]
+    pub fn try_begin(&self, mut spec: CallSpec) -> Result<Call, crate::PolicyError> {
+        self.try_begin_from(&mut spec)
+    }
+
+    /// [`Engine::try_begin`] for a spec lent in place, as [`Engine::begin_from`].
+    #[inline]
+    pub fn try_begin_from(&self, spec: &mut CallSpec) -> Result<Call, crate::PolicyError> {
+        let pol = self.inner.policy.load();
+        if !pol.policy.routes.is_empty() {
+            crate::rules::route::check_route(&pol.policy, &spec.route, spec.task.as_deref())?;
+        }
+        drop(pol);
+        Ok(self.begin_at(spec, self.inner.shared.clock.now_ns()))
+    }
+
     /// Begins one logical request and asks for its first attempt, with one
     /// clock reading for both: exactly `begin` followed at once by
     /// [`Call::next_attempt`]. The returned pair is built and then copied

@@ -1175,7 +1175,7 @@ fn adaptive_throttling_rejects_without_touching_the_network() {
 
 #[test]
 fn begin_attempt_is_begin_then_next_attempt() {
-    let yaml = "telemetry: {ring_size: 64}\nupstreams: {a: {}, b: {}}\nroutes: {r: {candidates: [a, b]}}";
+    let yaml = "telemetry: {ring_size: 64}\nupstreams: {a: {}, b: {}, up: {}}\nroutes: {r: {candidates: [a, b]}}";
     let run = |combined: bool| {
         let (e, clock) = engine(yaml);
         let mut out = Vec::new();

@@ -149,7 +149,10 @@ proptest! {
     /// capability, has an open breaker, lies outside the data boundary, or
     /// exceeds the cost cap.
     #[test]
-    fn matcher_never_selects_ineligible(caps in prop::collection::vec(prop::collection::vec(0usize..4, 0..4), 1..6),
+    fn matcher_never_selects_ineligible(caps in prop::collection::vec(prop::option::of(prop::collection::vec(0usize..4, 0..4)), 1..6),
+                                        apis in prop::collection::vec(prop::option::of(0usize..3), 6),
+                                        wanted in prop::collection::vec(0usize..4, 0..3),
+                                        want_api in prop::option::of(0usize..3),
                                         boundaries in prop::collection::vec(0usize..3, 6),
                                         costs in prop::collection::vec(0u32..50, 6),
                                         open in prop::collection::vec(any::<bool>(), 6),
@@ -164,7 +167,8 @@ proptest! {
             let u = retrywise::policy::Upstream {
                 provider: format!("p{i}"),
                 model: format!("m{i}"),
-                capabilities: c.iter().map(|x| names[*x].to_string()).collect(),
+                capabilities: c.as_ref().map(|c| c.iter().map(|x| names[*x].to_string()).collect()),
+                api: apis[i].map(|a| retrywise::ApiFamily::ALL[a]),
                 data_boundary: Some(bnames[boundaries[i]].to_string()),
                 cost_input_per_mtok: costs[i] as f64,
                 ..Default::default()
@@ -179,14 +183,28 @@ proptest! {
             max_cost_per_call: cap.map(|c| c as f64 / 1_000_000.0 * 1_000.0),
             ..Route::default()
         };
-        let needs = Needs { input_tokens: Some(1_000), ..Needs::default() };
+        let needs = Needs {
+            input_tokens: Some(1_000),
+            capabilities: wanted.iter().map(|x| names[*x].to_string()).collect(),
+            api: want_api.map(|a| retrywise::ApiFamily::ALL[a]),
+            ..Needs::default()
+        };
         let is_open = |u: &str| open[u[1..].parse::<usize>().unwrap_or(0) % 6];
         let m = match_candidates(&p, &route, None, &needs, &[], &is_open);
         prop_assert_eq!(m.eligible.len() + m.excluded.len(), caps.len());
         for u in &m.eligible {
             let up = &p.upstreams[u];
             for r in &route.require {
-                prop_assert!(up.capabilities.contains(r));
+                prop_assert!(up.has(r));
+            }
+            // A declared list is complete; an undeclared one is never held against it.
+            if up.capabilities.is_some() {
+                for w in &needs.capabilities {
+                    prop_assert!(up.has(w), "{} lacks {}", u, w);
+                }
+            }
+            if let (Some(have), Some(want)) = (up.api, needs.api) {
+                prop_assert!(have.takes(want));
             }
             prop_assert!(!is_open(u));
             if let Some(b) = &route.data_boundary {
@@ -253,7 +271,10 @@ proptest! {
     /// fallback) goes to an upstream with the required capabilities, inside
     /// the data boundary, under the cost cap, and not forced open.
     #[test]
-    fn engine_fallbacks_only_pick_eligible_upstreams(caps in prop::collection::vec(prop::collection::vec(0usize..3, 0..3), 2..6),
+    fn engine_fallbacks_only_pick_eligible_upstreams(caps in prop::collection::vec(prop::option::of(prop::collection::vec(0usize..3, 0..3)), 2..6),
+                                                     apis in prop::collection::vec(prop::option::of(0usize..3), 6),
+                                                     wanted in prop::collection::vec(0usize..3, 0..2),
+                                                     want_api in prop::option::of(0usize..3),
                                                      boundaries in prop::collection::vec(0usize..2, 6),
                                                      costs in prop::collection::vec(0u32..40, 6),
                                                      forced_open in prop::collection::vec(any::<bool>(), 6),
@@ -269,7 +290,8 @@ proptest! {
             p.upstreams.insert(format!("u{i}"), retrywise::policy::Upstream {
                 provider: format!("p{i}"),
                 model: format!("m{i}"),
-                capabilities: c.iter().map(|x| names[*x].to_string()).collect(),
+                capabilities: c.as_ref().map(|c| c.iter().map(|x| names[*x].to_string()).collect()),
+                api: apis[i].map(|a| retrywise::ApiFamily::ALL[a]),
                 data_boundary: Some(bnames[boundaries[i]].to_string()),
                 cost_output_per_mtok: costs[i] as f64,
                 ..Default::default()
@@ -287,8 +309,16 @@ proptest! {
             attempts_per_upstream: 1,
             ..Route::default()
         };
+        // A route mixing wire families is refused at load (its own test).
+        let declared: Vec<_> = apis[..caps.len()].iter().flatten().map(|a| retrywise::ApiFamily::ALL[*a]).collect();
+        prop_assume!(declared.iter().all(|a| a.takes(declared[0])));
         p.routes.insert("r".into(), route.clone());
-        let needs = Needs { max_output_tokens: Some(1_000), ..Needs::default() };
+        let needs = Needs {
+            max_output_tokens: Some(1_000),
+            capabilities: wanted.iter().map(|x| names[*x].to_string()).collect(),
+            api: want_api.map(|a| retrywise::ApiFamily::ALL[a]),
+            ..Needs::default()
+        };
         let clock = ManualClock::new();
         let e = Engine::builder(p.clone()).clock(Arc::new(clock.clone())).seed(seed).read_env(false).build().unwrap();
         let mut c = e.begin(CallSpec::new("r").needs(needs.clone()));
@@ -296,7 +326,15 @@ proptest! {
             let Ok(a) = c.next_attempt() else { break };
             let up = &p.upstreams[&*a.upstream];
             for r in &route.require {
-                prop_assert!(up.capabilities.contains(r), "{} lacks {}", a.upstream, r);
+                prop_assert!(up.has(r), "{} lacks {}", a.upstream, r);
+            }
+            if up.capabilities.is_some() {
+                for w in &needs.capabilities {
+                    prop_assert!(up.has(w), "{} lacks {}, which the request needs", a.upstream, w);
+                }
+            }
+            if let (Some(have), Some(want)) = (up.api, needs.api) {
+                prop_assert!(have.takes(want), "{} speaks {}, the request {}", a.upstream, have, want);
             }
             prop_assert_eq!(up.data_boundary.as_deref(), Some("eu"));
             prop_assert!(retrywise::rules::route::estimated_cost(up, &needs) <= 0.02);

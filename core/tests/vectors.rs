@@ -11,6 +11,7 @@
 //! core bug, with the reason) is reported and not run, unless
 //! `RETRYWISE_VECTORS_RUN_SKIPPED=1`.
 
+use retrywise::wire::RequestFacts;
 use retrywise::{
     Attempt, CallSpec, Continuation, Decision, EffectState, Engine, ErrorKind, Headers, HedgePlan, Idempotency,
     Inbound, ManualClock, Mode, Needs, Outcome, Phase, Policy, Stopped, StreamGate,
@@ -226,25 +227,51 @@ fn spec_of(v: &Value) -> Result<CallSpec, String> {
     if let Some(p) = v.get("params") {
         spec = spec.params_digest(retrywise::idempotency::params_digest(p));
     }
-    if let Some(n) = v.get("needs") {
-        spec = spec.needs(Needs {
-            capabilities: n
-                .get("capabilities")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
-                .unwrap_or_default(),
-            input_tokens: u(n, "input_tokens"),
-            max_output_tokens: u(n, "max_output_tokens"),
-            data_boundary: s(n, "data_boundary"),
-            max_cost: n.get("max_cost").and_then(Value::as_f64),
-        });
-    }
+    // The needs a drop-in transport reads from its request, under the caller's own.
+    let read = v.get("request").map(|r| facts_of(r).needs).unwrap_or_default();
+    let given: Needs = match v.get("needs") {
+        Some(n) => serde_json::from_value(n.clone()).map_err(|e| format!("spec.needs: {e}"))?,
+        None => Needs::default(),
+    };
+    spec = spec.needs(read.merged(&given));
     if let Some(h) = v.get("inbound_headers") {
         if let Some(i) = Inbound::from_headers(&headers_of(Some(h))).map_err(|e| e.to_string())? {
             spec = spec.inbound(i);
         }
     }
     Ok(spec)
+}
+
+/// A `request` object (`url`, `headers`, `body` as text) read as a transport reads it.
+fn facts_of(r: &Value) -> RequestFacts {
+    let url = s(r, "url").unwrap_or_default();
+    let headers: Vec<(String, String)> = r
+        .get("headers")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    RequestFacts::read(&url, &headers, s(r, "body").unwrap_or_default().as_bytes())
+}
+
+/// The canonical view of `read_request`: family, endpoint, model and the
+/// needs, capabilities joined with commas in the order read.
+fn canon_request(step: &Value) -> Value {
+    let f = facts_of(step);
+    json!({
+        "family": f.family.as_str(),
+        "endpoint": f.endpoint.map(|e| e.as_str()),
+        "model": f.model,
+        "needs": {
+            "capabilities": f.needs.capabilities.join(","),
+            "api": f.needs.api.map(|a| a.as_str()),
+            "input_tokens": f.needs.input_tokens,
+            "max_output_tokens": f.needs.max_output_tokens,
+        },
+    })
 }
 
 fn outcome_of(v: &Value) -> Result<Outcome, String> {
@@ -336,6 +363,29 @@ impl Run {
         }
     }
 
+    /// `{"ok": true}` or `{"ok": false, "error": message}` against `expect`
+    /// (default `{"ok": true}`), whose `error_contains` checks a part of the message.
+    fn check_result(&mut self, label: &str, expected: Option<&Value>, actual: &Value) {
+        let mut exp = expected.cloned().unwrap_or(json!({"ok": true}));
+        if let Some(needle) = exp.as_object_mut().and_then(|m| m.remove("error_contains")) {
+            let needle = needle.as_str().unwrap_or_default().to_string();
+            let got = actual
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            if !got.contains(&needle) {
+                self.fail(
+                    label,
+                    "error_contains",
+                    Value::String(needle).to_string(),
+                    Value::String(got).to_string(),
+                );
+            }
+        }
+        self.check(label, Some(&exp), actual);
+    }
+
     fn steps(&mut self, steps: &[Value], prefix: &str) {
         for (idx, step) in steps.iter().enumerate() {
             let label = if prefix.is_empty() {
@@ -357,13 +407,22 @@ impl Run {
         };
         match op.as_str() {
             "advance" => self.clock.advance_ms(u(step, "ms").unwrap_or(0)),
+            // The bindings' begin refuses a route the policy does not know
+            // (`try_begin`): a `begin` expecting `{"ok": false}` checks the error.
             "begin" => match spec_of(step.get("spec").unwrap_or(&Value::Null)) {
                 Ok(spec) => {
-                    let c = self.engine.begin(spec);
-                    self.calls.insert(call, c);
+                    let (actual, call_made) = match self.engine.try_begin(spec) {
+                        Ok(c) => (json!({"ok": true}), Some(c)),
+                        Err(e) => (json!({"ok": false, "error": e.to_string()}), None),
+                    };
+                    self.check_result(&label, step.get("expect"), &actual);
+                    if let Some(c) = call_made {
+                        self.calls.insert(call, c);
+                    }
                 }
                 Err(e) => self.fail(&label, "spec", "a valid call spec", e),
             },
+            "read_request" => self.check(&label, step.get("expect"), &canon_request(step)),
             "next_attempt" => {
                 let Some(c) = self.calls.get_mut(&call) else {
                     return self.fail(&label, "call", "a begun call", "none");
@@ -411,24 +470,7 @@ impl Run {
                     Ok(()) => json!({"ok": true}),
                     Err(e) => json!({"ok": false, "error": e.to_string()}),
                 };
-                let mut exp = step.get("expect").cloned().unwrap_or(json!({"ok": true}));
-                if let Some(needle) = exp.as_object_mut().and_then(|m| m.remove("error_contains")) {
-                    let needle = needle.as_str().unwrap_or_default().to_string();
-                    let got = actual
-                        .get("error")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string();
-                    if !got.contains(&needle) {
-                        self.fail(
-                            &label,
-                            "error_contains",
-                            Value::String(needle).to_string(),
-                            Value::String(got).to_string(),
-                        );
-                    }
-                }
-                self.check(&label, Some(&exp), &actual);
+                self.check_result(&label, step.get("expect"), &actual);
             }
             "set_mode" => {
                 let m = step.get("mode").cloned().unwrap_or(json!({}));

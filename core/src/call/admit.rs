@@ -92,8 +92,8 @@ impl Call {
                 ..Stopped::plain(Reason::InvalidState)
             });
         }
-        if let Some(c) = self.x.as_mut().and_then(|e| e.conflict.take()) {
-            return Err(self.stop_now(Reason::IdempotencyConflict, Some(c), now));
+        if let Some((reason, detail)) = self.x.as_mut().and_then(|e| e.refused.take()) {
+            return Err(self.stop_now(reason, Some(detail), now));
         }
         let remaining = self.deadline_at.saturating_sub(now);
         if let Some(detail) = too_late(remaining, self.min_attempt()) {

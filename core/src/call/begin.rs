@@ -10,6 +10,7 @@ use crate::id::RequestId;
 use crate::policy::FallbackMode;
 use crate::rules::route::match_candidates;
 use crate::telemetry::EventKind;
+use crate::types::Reason;
 use smol_str::SmolStr;
 use std::time::Duration;
 
@@ -65,6 +66,9 @@ impl Call {
         let key: Option<SmolStr> = idempotency_key
             .or_else(|| inbound.as_ref().and_then(|b| b.idempotency_key.clone()))
             .map(SmolStr::from);
+        let unknown = crate::rules::route::check_route(&pol.policy, &route, task.as_deref())
+            .err()
+            .map(|e| (Reason::NoEligibleUpstream, e.message));
         let conflict = match (&key, &params_digest) {
             (Some(k), Some(d)) => sh
                 .ledger
@@ -76,9 +80,13 @@ impl Call {
                     pol.policy.idempotency.max_keys as usize,
                 )
                 .err()
-                .map(|prev| format!("idempotency key {k} was used with parameters {prev}, now {d}")),
+                .map(|prev| {
+                    let detail = format!("idempotency key {k} was used with parameters {prev}, now {d}");
+                    (Reason::IdempotencyConflict, detail)
+                }),
             _ => None,
         };
+        let refused = unknown.or(conflict);
         // A call that names an upstream goes there; a routed call goes to the
         // first eligible candidate (capabilities, boundary, cost, breaker).
         let routed = route_key.as_ref().and_then(|k| routes.get(k.as_str())).map(|route| {
@@ -123,7 +131,7 @@ impl Call {
         let inbound_attempt = inbound.as_ref().and_then(|b| b.attempt);
         let plain = route_key.is_none()
             && priority.is_none()
-            && conflict.is_none()
+            && refused.is_none()
             && inbound_attempt.is_none()
             && needs == NO_NEEDS;
         let deadline_at = now.saturating_add(Nanos::of(deadline));
@@ -158,7 +166,7 @@ impl Call {
                 fallback_pending,
                 needs,
                 priority,
-                conflict,
+                refused,
                 inbound_attempt,
                 rate_ticket: None,
             })

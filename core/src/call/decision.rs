@@ -83,7 +83,14 @@ impl Decision {
             },
             class: self.class,
             on_failure: self.on_failure,
-            detail: self.detail.clone(),
+            // A stop that skipped candidates says which and why, where the
+            // caller reads it (an error carries no `excluded` list).
+            detail: self.detail.clone().or_else(|| {
+                (!self.excluded.is_empty()).then(|| {
+                    let skipped: Vec<String> = self.excluded.iter().map(|(u, why)| format!("{u} ({why})")).collect();
+                    format!("candidates skipped: {}", skipped.join(", "))
+                })
+            }),
             wait: None,
         }
     }

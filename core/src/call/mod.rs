@@ -171,7 +171,9 @@ struct Ext {
     fallback_pending: bool,
     needs: Needs,
     priority: Option<SmolStr>,
-    conflict: Option<String>,
+    /// The first attempt stops for this reason, with this detail (an
+    /// idempotency conflict, a route the policy does not know).
+    refused: Option<(Reason, String)>,
     /// The owner's attempt number, for a call running under an inbound owner.
     inbound_attempt: Option<u32>,
     /// The place a paced wait promised the call in its rate-limit scope's windows to come.
@@ -180,6 +182,7 @@ struct Ext {
 
 static NO_NEEDS: Needs = Needs {
     capabilities: Vec::new(),
+    api: None,
     input_tokens: None,
     max_output_tokens: None,
     data_boundary: None,

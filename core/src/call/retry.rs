@@ -184,7 +184,7 @@ impl Call {
             .policy
             .upstreams
             .get(upstream)
-            .is_some_and(|u| u.capabilities.iter().any(|c| c == "assistant_prefill"));
+            .is_some_and(|u| u.has("assistant_prefill"));
         match how {
             Continuation::Prefill if prefill => Continuation::Prefill,
             _ => Continuation::Instruction,

@@ -45,14 +45,7 @@ impl CallSpec {
     /// Nothing but the route, deadline, idempotency, tenant, task and key is set.
     #[inline]
     pub(crate) fn is_plain(&self) -> bool {
-        self.priority.is_none()
-            && self.params_digest.is_none()
-            && self.inbound.is_none()
-            && self.needs.capabilities.is_empty()
-            && self.needs.input_tokens.is_none()
-            && self.needs.max_output_tokens.is_none()
-            && self.needs.data_boundary.is_none()
-            && self.needs.max_cost.is_none()
+        self.priority.is_none() && self.params_digest.is_none() && self.inbound.is_none() && self.needs.is_empty()
     }
 
     /// A spec for `route` with every other field at its default.

@@ -469,8 +469,13 @@ impl EngineLocal {
                 l.seq_end = l.seq_next + SEQ_BLOCK;
             }
             l.seq_next += 1;
-            let routes = &l.handle.pol.policy.routes;
-            let start = match direct.filter(|d| routes.is_empty() || !routes.contains_key(*d)) {
+            // A name the policy routes, or (with routes) one it does not know,
+            // takes the general path: the route's matcher, or the refusal.
+            let policy = &l.handle.pol.policy;
+            let routes = &policy.routes;
+            let start = match direct
+                .filter(|d| routes.is_empty() || (!routes.contains_key(*d) && policy.upstreams.contains_key(*d)))
+            {
                 Some(d) => match l.lend(d) {
                     Some(tu) => Start::Cached(tu),
                     None => Start::Fresh(l.handle.clone()),

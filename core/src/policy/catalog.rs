@@ -18,8 +18,12 @@ pub struct Upstream {
     pub model: String,
     /// e.g. `us-east`.
     pub region: String,
-    /// Open set; well-known: `streaming`, `tool_calling`, `json_schema`, `json_mode`, `vision`, `audio`.
-    pub capabilities: Vec<String>,
+    /// What it can do, from [`CAPABILITIES`] (custom names start with `x-`).
+    /// Null: unknown, so what a request needs (derived from its body, or
+    /// given per call) never excludes it, though a route's `require` does;
+    /// a list, even `[]`, is complete: a request that needs anything else
+    /// skips it.
+    pub capabilities: Option<Vec<String>>,
     /// Context window, tokens; null = unknown (never excluded for size).
     pub context_tokens: Option<u64>,
     /// Largest output, tokens; null = unknown.
@@ -52,6 +56,11 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// It declares capability `cap`.
+    pub fn has(&self, cap: &str) -> bool {
+        self.capabilities.iter().flatten().any(|c| c == cap)
+    }
+
     /// Whether the transports rewrite requests for this upstream (it says where or how to reach it).
     pub fn reachable(&self) -> bool {
         self.base_url.is_some() || self.api_key_env.is_some() || self.request_model.is_some()
@@ -62,6 +71,50 @@ impl Upstream {
         self.request_model
             .as_deref()
             .or((!self.model.is_empty()).then_some(self.model.as_str()))
+    }
+}
+
+/// The capability vocabulary: every name a catalog's `capabilities` or a
+/// route's `require` may use (besides custom names starting with `x-`),
+/// with what a request that needs it looks like. The drop-in transports
+/// derive a request's needs from its body in these terms
+/// ([`crate::wire::RequestFacts`]).
+pub const CAPABILITIES: &[(&str, &str)] = &[
+    ("streaming", "answers as a server-sent event stream (`stream: true`)"),
+    ("tool_calling", "takes tool or function definitions (`tools`, `functions`)"),
+    (
+        "json_schema",
+        "structured output to a JSON schema (`response_format` / `text.format` / `output_config.format` of type json_schema)",
+    ),
+    ("json_mode", "JSON object output (`response_format` / `text.format` of type json_object)"),
+    ("vision", "image input (`image_url`, `input_image`, `image` parts)"),
+    ("audio", "audio input or output (`input_audio` parts, `audio`, `modalities: [audio]`)"),
+    ("file_input", "file or document input (`file`, `input_file`, `document` parts)"),
+    (
+        "assistant_prefill",
+        "accepts a trailing assistant message to continue (stream continuation by prefill)",
+    ),
+];
+
+/// Whether `name` is a capability of [`CAPABILITIES`] or a custom one (`x-...`).
+pub fn known_capability(name: &str) -> bool {
+    (name.starts_with("x-") && name.len() > 2) || CAPABILITIES.iter().any(|(c, _)| *c == name)
+}
+
+impl ApiFamily {
+    /// Whether an upstream of this family takes a request built for `request`
+    /// as it is (only its URL, model and key rewritten): Azure OpenAI and
+    /// OpenAI-compatible APIs share their bodies; Anthropic messages differ.
+    pub fn takes(self, request: ApiFamily) -> bool {
+        self.body_shape() == request.body_shape()
+    }
+
+    /// Families with the same request and response bodies share a shape.
+    fn body_shape(self) -> u8 {
+        match self {
+            ApiFamily::OpenAi | ApiFamily::AzureOpenAi => 0,
+            ApiFamily::Anthropic => 1,
+        }
     }
 }
 

@@ -13,7 +13,9 @@ mod mode;
 mod parse;
 mod validate;
 
-pub use catalog::{FallbackMode, OnFailure, OnSilence, Route, StreamRecovery, Upstream};
+pub use catalog::{
+    known_capability, FallbackMode, OnFailure, OnSilence, Route, StreamRecovery, Upstream, CAPABILITIES,
+};
 pub(crate) use compiled::{Compiled, HALF};
 pub use guards::{
     AdaptiveConcurrencyPolicy, Breaker, BreakerOverride, Budget, Concurrency, RateLimitsPolicy, Throttle, WindowKind,

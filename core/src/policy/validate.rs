@@ -272,6 +272,9 @@ impl Policy {
                     || format!("{:?}", u.api_version.as_deref().unwrap_or("")),
                 );
             }
+            for (i, c) in u.capabilities.iter().flatten().enumerate() {
+                v.capability(&format!("{p}.capabilities[{i}]"), c);
+            }
             for (task, score) in &u.evals {
                 v.check(
                     score.is_finite(),
@@ -304,6 +307,29 @@ impl Policy {
                     "names no upstream in `upstreams`",
                     || format!("{c:?}"),
                 );
+            }
+            for (i, c) in r.require.iter().enumerate() {
+                v.capability(&format!("{p}.require[{i}]"), c);
+            }
+            // Candidates whose declared families cannot take the same body:
+            // a fallback between them would send one family's body to the other.
+            let mut first: Option<(&str, crate::types::ApiFamily)> = None;
+            for (i, c) in r.candidates.iter().enumerate() {
+                let Some(api) = self.upstreams.get(c).and_then(|u| u.api) else {
+                    continue;
+                };
+                match first {
+                    None => first = Some((c, api)),
+                    Some((other, had)) => v.check(
+                        had.takes(api),
+                        &format!("{p}.candidates[{i}]"),
+                        &format!(
+                            "mixes wire families: {c:?} speaks {api}, {other:?} speaks {had}; a request built for one \
+                             cannot be sent to the other (give each family a route of its own)"
+                        ),
+                        || format!("{c:?}"),
+                    ),
+                }
             }
             if let Some(m) = r.max_upstreams {
                 v.range_u64(&format!("{p}.max_upstreams"), m as u64, 1, 1_000);
@@ -376,6 +402,23 @@ impl Validator {
             path,
             &format!("must be in [{lo}, {hi}]"),
             || value.to_string(),
+        );
+    }
+
+    /// A capability name from the vocabulary, or a custom `x-` one.
+    fn capability(&mut self, path: &str, name: &str) {
+        self.check(
+            super::known_capability(name),
+            path,
+            &format!(
+                "names no capability; known: {} (custom ones start with x-)",
+                super::CAPABILITIES
+                    .iter()
+                    .map(|(c, _)| *c)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            || format!("{name:?}"),
         );
     }
 

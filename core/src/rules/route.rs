@@ -6,15 +6,30 @@
 
 use super::{Failed, Failure, Halt, Target};
 use crate::policy::{FallbackMode, Policy, Route, Upstream};
-use crate::types::Reason;
+use crate::types::{ApiFamily, Reason};
 use smol_str::SmolStr;
 use std::fmt;
 
-/// What the call needs from any upstream that serves it.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What the call needs from any upstream that serves it: given per call,
+/// or read from the request by [`crate::wire::RequestFacts`] (the drop-in
+/// transports), or both ([`Needs::merged`]).
+///
+/// A need is checked only against what an upstream declares: a candidate
+/// with no `capabilities` list, no `context_tokens` or no `api` is not
+/// excluded for it (unknown is not a refusal); a declared one that falls
+/// short is, with the reason ([`Exclusion`]).
+///
+/// As JSON (`serde`, what every binding accepts as `needs`): `capabilities`,
+/// `api`, `input_tokens`, `max_output_tokens`, `data_boundary`, `max_cost`;
+/// any other key is an error naming it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Needs {
     /// Capabilities beyond the route's `require` (e.g. `vision` for this request).
     pub capabilities: Vec<String>,
+    /// The wire family the request is built for: a candidate declaring an
+    /// `api` that cannot take it (Anthropic messages for an OpenAI body) is skipped.
+    pub api: Option<ApiFamily>,
     /// Input tokens (estimated, or the real count after `context_length_exceeded`).
     pub input_tokens: Option<u64>,
     /// Requested output tokens.
@@ -25,12 +40,60 @@ pub struct Needs {
     pub max_cost: Option<f64>,
 }
 
+impl Needs {
+    /// These needs with `over` laid on top: capabilities of both (each
+    /// once, in order), and each of `over`'s other fields where it sets one.
+    /// What a caller's per-request needs do to the needs read from the body.
+    ///
+    /// ```
+    /// use retrywise::Needs;
+    /// let read = Needs { capabilities: vec!["streaming".into()], input_tokens: Some(900), ..Needs::default() };
+    /// let given = Needs { capabilities: vec!["vision".into()], input_tokens: Some(5_000), ..Needs::default() };
+    /// let n = read.merged(&given);
+    /// assert_eq!(n.capabilities, ["streaming", "vision"]);
+    /// assert_eq!(n.input_tokens, Some(5_000));
+    /// ```
+    pub fn merged(&self, over: &Needs) -> Needs {
+        let mut capabilities = self.capabilities.clone();
+        for c in &over.capabilities {
+            if !capabilities.contains(c) {
+                capabilities.push(c.clone());
+            }
+        }
+        Needs {
+            capabilities,
+            api: over.api.or(self.api),
+            input_tokens: over.input_tokens.or(self.input_tokens),
+            max_output_tokens: over.max_output_tokens.or(self.max_output_tokens),
+            data_boundary: over.data_boundary.clone().or_else(|| self.data_boundary.clone()),
+            max_cost: over.max_cost.or(self.max_cost),
+        }
+    }
+
+    /// Nothing is needed.
+    pub fn is_empty(&self) -> bool {
+        self.capabilities.is_empty()
+            && self.api.is_none()
+            && self.input_tokens.is_none()
+            && self.max_output_tokens.is_none()
+            && self.data_boundary.is_none()
+            && self.max_cost.is_none()
+    }
+}
+
 /// Why a candidate was excluded. `Display` gives the stable string form
 /// (`missing_capability:tool_calling`, `context_too_small:8192<12000`, ...).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Exclusion {
     /// Lacks a required capability.
     MissingCapability(String),
+    /// Speaks a wire family that cannot take the request's body.
+    ApiFamily {
+        /// The candidate's `api`.
+        have: ApiFamily,
+        /// The request's family.
+        want: ApiFamily,
+    },
     /// Context window smaller than input + output tokens.
     ContextTooSmall {
         /// The candidate's window.
@@ -70,6 +133,7 @@ impl fmt::Display for Exclusion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Exclusion::MissingCapability(c) => write!(f, "missing_capability:{c}"),
+            Exclusion::ApiFamily { have, want } => write!(f, "api_family:{have}!={want}"),
             Exclusion::ContextTooSmall { have, need } => {
                 write!(f, "context_too_small:{have}<{need}")
             }
@@ -108,10 +172,22 @@ pub fn estimated_cost(u: &Upstream, needs: &Needs) -> f64 {
     (i * u.cost_input_per_mtok + o * u.cost_output_per_mtok) / 1_000_000.0
 }
 
-/// Static eligibility of one upstream (everything but breaker state and history).
+/// Static eligibility of one upstream (everything but breaker state and
+/// history). The route's `require` needs a declared capability; the call's
+/// needs are checked against what the upstream declares (see [`Needs`]).
 pub fn check_upstream(u: &Upstream, route: &Route, task: Option<&str>, needs: &Needs) -> Result<(), Exclusion> {
-    for cap in route.require.iter().chain(needs.capabilities.iter()) {
-        if !u.capabilities.iter().any(|c| c == cap) {
+    for cap in &route.require {
+        if !u.has(cap) {
+            return Err(Exclusion::MissingCapability(cap.clone()));
+        }
+    }
+    if let (Some(have), Some(want)) = (u.api, needs.api) {
+        if !have.takes(want) {
+            return Err(Exclusion::ApiFamily { have, want });
+        }
+    }
+    if let Some(declared) = &u.capabilities {
+        if let Some(cap) = needs.capabilities.iter().find(|c| !declared.contains(c)) {
             return Err(Exclusion::MissingCapability(cap.clone()));
         }
     }
@@ -266,6 +342,49 @@ pub fn route_for_model(policy: &Policy, model: &str) -> Result<String, crate::po
         message: format!(
             "no route serves model {model:?}: add it to `models` (model: route), name a route or an upstream after it, or give an upstream `model: {model}`"
         ),
+    })
+}
+
+/// Whether a call may begin on `route` (with `task`): a route of the
+/// policy, an upstream of its catalog (called alone: the documented way to
+/// ask for one upstream with no route), an empty route with a task naming
+/// a route, or any name when the policy declares no routes (each name is
+/// its own upstream). Anything else is a `PolicyError` naming the known
+/// routes: a misspelt route must not silently become a bare upstream with
+/// no fallback.
+///
+/// ```
+/// use retrywise::{rules::route::check_route, Policy};
+/// let p = Policy::from_str_any("upstreams: {a: {}, b: {}}\nroutes: {chat: {candidates: [a, b]}}").unwrap();
+/// assert!(check_route(&p, "chat", None).is_ok());
+/// assert!(check_route(&p, "b", None).is_ok());
+/// let e = check_route(&p, "caht", None).unwrap_err();
+/// assert_eq!(e.path, "routes.caht");
+/// assert!(e.message.contains("known routes: chat"));
+/// ```
+pub fn check_route(policy: &Policy, route: &str, task: Option<&str>) -> Result<(), crate::policy::PolicyError> {
+    let routes = &policy.routes;
+    if routes.is_empty() || routes.contains_key(route) || policy.upstreams.contains_key(route) {
+        return Ok(());
+    }
+    if route.is_empty() && task.is_some_and(|t| routes.contains_key(t)) {
+        return Ok(());
+    }
+    let known = routes.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
+    let message = if route.is_empty() {
+        format!(
+            "the call names no route{}: give one of the known routes: {known}",
+            task.map_or(String::new(), |t| format!(" and its task {t:?} names none"))
+        )
+    } else {
+        format!(
+            "no route {route:?} in `routes` and no upstream {route:?} in `upstreams`; known routes: {known} \
+             (to call one upstream with no route, declare it under `upstreams`)"
+        )
+    };
+    Err(crate::policy::PolicyError {
+        path: format!("routes.{route}"),
+        message,
     })
 }
 

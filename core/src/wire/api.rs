@@ -31,6 +31,17 @@ impl Endpoint {
         Endpoint::Messages,
     ];
 
+    /// Stable name: `chat_completions`, `responses`, `completions`, `embeddings`, `messages`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "chat_completions",
+            Endpoint::Responses => "responses",
+            Endpoint::Completions => "completions",
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Messages => "messages",
+        }
+    }
+
     /// The path the endpoint starts with.
     pub fn tail(self) -> &'static str {
         match self {
@@ -74,6 +85,12 @@ impl ApiFamily {
     /// Anthropic header is Anthropic, anything else OpenAI-compatible.
     pub fn of_request(url: &str, headers: &[(String, String)]) -> ApiFamily {
         let has = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+        ApiFamily::of_request_with(url, &has)
+    }
+
+    /// [`ApiFamily::of_request`] with the headers asked by name (`has(name)`:
+    /// the request carries that header).
+    pub fn of_request_with(url: &str, has: &dyn Fn(&str) -> bool) -> ApiFamily {
         let parsed = Url::parse(url);
         let host = parsed.as_ref().map(|u| u.origin().1).unwrap_or_default();
         let path = parsed.as_ref().map_or("", |u| u.path);

@@ -2,6 +2,9 @@
 //! SDK sends and receives (no I/O), written once here so no binding writes
 //! its own request rewriting or SSE splicing.
 //!
+//! - [`RequestFacts`]: what a request needs from any upstream that serves
+//!   it (tools, structured output, media, size, wire family), read from its
+//!   body, and the model it names.
 //! - [`rewrite`]: the request for the upstream the core chose — its URL, its
 //!   `model`, its key (read from the environment variable the policy names;
 //!   a key never travels to another provider).
@@ -44,6 +47,7 @@ use std::fmt;
 mod api;
 mod body;
 mod continuation;
+mod request;
 mod restate;
 mod rewrite;
 mod splice;
@@ -57,6 +61,7 @@ mod fixtures;
 
 pub use api::Endpoint;
 pub use continuation::{continuation_body, instruction};
+pub use request::{RequestFacts, CHARS_PER_TOKEN};
 pub use rewrite::{rewrite, Reach, WireRequest};
 pub use splice::Splicer;
 pub use transcript::{Transcript, Usage};

@@ -54,7 +54,7 @@ impl Reach {
             model: u.wire_model().map(str::to_string),
             api_key_env: u.api_key_env.clone(),
             api_version: u.api_version.clone(),
-            prefill: u.capabilities.iter().any(|c| c == "assistant_prefill"),
+            prefill: u.has("assistant_prefill"),
         }
     }
 
