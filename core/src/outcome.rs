@@ -95,6 +95,12 @@ pub struct Outcome {
     /// The attempt continued a broken stream, sent this way (what
     /// [`crate::Decision::continuation`] asked for).
     pub continuation: Option<Continuation>,
+    /// A streamed answer's first visible output came this long after its
+    /// request was sent (a stream gate's first release). Successes that
+    /// report it teach the engine the upstream's usual time to first token
+    /// (`timeouts.learn`): a later attempt there is left for a fallback
+    /// once it stays silent well past that, not after half the time left.
+    pub first_token: Option<std::time::Duration>,
 }
 
 impl Outcome {
@@ -131,6 +137,12 @@ impl Outcome {
     /// Sets the phase the attempt reached.
     pub fn phase(mut self, phase: Phase) -> Self {
         self.phase = Some(phase);
+        self
+    }
+
+    /// Sets the time from sending to the first visible output of a stream.
+    pub fn first_token(mut self, after: std::time::Duration) -> Self {
+        self.first_token = Some(after);
         self
     }
 

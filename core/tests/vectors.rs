@@ -301,6 +301,7 @@ fn outcome_of(v: &Value) -> Result<Outcome, String> {
             .map(|c| c.parse::<Continuation>())
             .transpose()
             .map_err(|e| e.to_string())?,
+        first_token: u(v, "first_token_ms").map(std::time::Duration::from_millis),
     })
     .map(|o| match s(v, "body") {
         // After the headers: a 2xx body is judged by its content-type.
