@@ -3,7 +3,7 @@
 //! with the ownership protocol that lets them decide with the GIL held.
 
 use crate::attempt::PyAttempt;
-use crate::convert::{body_view, bool_arg, int_arg, name_arg, str_arg, to_headers};
+use crate::convert::{body_view, bool_arg, int_arg, name_arg, secs_arg, str_arg, to_headers};
 use crate::decision::{PyDecision, PyHedgePlan};
 use crate::engine::PyEngine;
 use crate::errors::{held, stopped_error};
@@ -141,7 +141,9 @@ impl PyCall {
     }
 
     /// Reports the outcome of the attempt in flight (or of `attempt`, with hedging) and returns the decision.
-    #[pyo3(signature = (status=None, error=None, headers=None, phase=None, vendor_code=None, effect=None, input_tokens=None, body=None, *, ok=None, attempt=None, resumable=None, continuation=None))]
+    /// `first_token_s`: a streamed answer's first visible output came this long
+    /// after its request was sent (the core learns each upstream's time to first token).
+    #[pyo3(signature = (status=None, error=None, headers=None, phase=None, vendor_code=None, effect=None, input_tokens=None, body=None, *, ok=None, attempt=None, resumable=None, continuation=None, first_token_s=None))]
     #[allow(clippy::too_many_arguments)]
     fn report<'py>(
         &self,
@@ -158,6 +160,7 @@ impl PyCall {
         attempt: Option<&Bound<'_, PyAny>>,
         resumable: Option<&Bound<'_, PyAny>>,
         continuation: Option<&Bound<'_, PyAny>>,
+        first_token_s: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyDecision>> {
         let mut o = Outcome {
             status: int_arg::<u16>("status", status)?,
@@ -169,6 +172,7 @@ impl PyCall {
             ok: bool_arg("ok", ok)?.unwrap_or(false),
             resumable: bool_arg("resumable", resumable)?.unwrap_or(false),
             continuation: name_arg("continuation", continuation)?,
+            first_token: secs_arg("first_token_s", first_token_s)?,
             ..Outcome::default()
         };
         let attempt = int_arg::<u32>("attempt", attempt)?;

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 use retrywise::{Headers, Needs};
+use serde::Deserialize;
 use smol_str::SmolStr;
 use std::str::FromStr;
 
@@ -218,33 +219,46 @@ pub fn body_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     )))
 }
 
-/// `needs={"capabilities": [...], "input_tokens": n, "max_output_tokens": n,
-/// "data_boundary": str, "max_cost": float}`.
+/// `needs={"capabilities": [...], "api": "openai", "input_tokens": n,
+/// "max_output_tokens": n, "data_boundary": str, "max_cost": float}`, read by
+/// the core's own serde (`Needs` denies unknown keys), so every binding
+/// accepts the same JSON. `None` values are absent. An unknown key or a bad
+/// value is an error naming the key: a wrong type is a `TypeError`, anything
+/// else (an unknown key or name, a negative count) a `ValueError`.
 pub fn to_needs(obj: &Bound<'_, PyAny>) -> PyResult<Needs> {
-    let d = obj
-        .cast::<PyDict>()
-        .map_err(|_| PyTypeError::new_err(format!("argument 'needs': expected dict, got {}", type_name(obj))))?;
-    let mut n = Needs::default();
-    for (k, v) in d.iter() {
-        let key = dict_key(&k, "needs")?;
-        let bad = |want: &str| PyTypeError::new_err(format!("argument 'needs': needs[{key:?}] must be {want}"));
-        if v.is_none() {
-            continue;
-        }
-        match key.as_str() {
-            "capabilities" => n.capabilities = v.extract::<Vec<String>>().map_err(|_| bad("a list of str"))?,
-            "input_tokens" => n.input_tokens = Some(v.extract::<u64>().map_err(|_| bad("a non-negative int"))?),
-            "max_output_tokens" => n.max_output_tokens = Some(v.extract::<u64>().map_err(|_| bad("a non-negative int"))?),
-            "data_boundary" => n.data_boundary = Some(v.extract::<String>().map_err(|_| bad("str"))?),
-            "max_cost" => n.max_cost = Some(v.extract::<f64>().map_err(|_| bad("a number"))?),
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "argument 'needs': unknown key {other:?}; expected capabilities, input_tokens, max_output_tokens, data_boundary, max_cost"
-                )))
-            }
-        }
+    let not_dict = || PyTypeError::new_err(format!("argument 'needs': expected dict, got {}", type_name(obj)));
+    if !(obj.is_instance_of::<PyDict>() || obj.hasattr(pyo3::intern!(obj.py(), "items"))?) {
+        return Err(not_dict());
     }
-    Ok(n)
+    let serde_json::Value::Object(mut m) = to_json(obj, "argument 'needs': needs")? else {
+        return Err(not_dict());
+    };
+    m.retain(|_, v| !v.is_null());
+    let value = serde_json::Value::Object(m);
+    Needs::deserialize(&value).map_err(|e| needs_error(&value, &e))
+}
+
+/// The error of a `needs` dict the core's serde refused, naming the key: serde
+/// names an unknown key itself; for a bad value each key is read alone to find it.
+#[cold]
+fn needs_error(value: &serde_json::Value, e: &serde_json::Error) -> PyErr {
+    let culprit = value.as_object().and_then(|m| {
+        m.iter().find_map(|(k, v)| {
+            let one = serde_json::Value::Object(std::iter::once((k.clone(), v.clone())).collect());
+            Needs::deserialize(&one).err().map(|e| (k.clone(), e))
+        })
+    });
+    let (msg, text) = match &culprit {
+        Some((k, e)) if !e.to_string().starts_with("unknown field") => {
+            (format!("argument 'needs': needs[{k:?}]: {e}"), e.to_string())
+        }
+        _ => (format!("argument 'needs': {e}"), e.to_string()),
+    };
+    if text.starts_with("invalid type") {
+        PyTypeError::new_err(msg)
+    } else {
+        PyValueError::new_err(msg)
+    }
 }
 
 /// Argument extraction with errors that name the argument in `str(exc)`
@@ -276,6 +290,30 @@ where
         PyValueError::new_err(format!(
             "argument '{name}': {} is out of range",
             o.str().map(|s| s.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// An optional duration argument in seconds (an int or a float, finite and not negative).
+#[inline(always)]
+pub fn secs_arg(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<std::time::Duration>> {
+    match obj {
+        Some(o) if !o.is_none() => secs_val(name, o).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn secs_val(name: &str, o: &Bound<'_, PyAny>) -> PyResult<std::time::Duration> {
+    if o.is_instance_of::<PyBool>() || !(o.is_instance_of::<PyFloat>() || o.is_instance_of::<PyInt>()) {
+        return Err(PyTypeError::new_err(format!(
+            "argument '{name}': expected a number of seconds, got {}",
+            type_name(o)
+        )));
+    }
+    let s: f64 = o.extract()?;
+    std::time::Duration::try_from_secs_f64(s).map_err(|_| {
+        PyValueError::new_err(format!(
+            "argument '{name}': {s} is not a duration (a finite number of seconds, not negative)"
         ))
     })
 }

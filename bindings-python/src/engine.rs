@@ -118,9 +118,11 @@ impl PyEngine {
         cls.call((text,), Some(&kw))
     }
 
-    /// Begins one logical request.
+    /// Begins one logical request. `request`: a `RequestFacts`
+    /// (`retrywise.read_request`), whose needs the call keeps, with `needs`
+    /// laid over them. A route the policy does not know raises `PolicyError`.
     #[pyo3(signature = (route, *, deadline_ms=None, idempotency=None, tenant=None, task=None, idempotency_key=None, priority=None,
-                        params=None, needs=None, inbound_headers=None, parent=None))]
+                        params=None, needs=None, inbound_headers=None, parent=None, request=None))]
     #[allow(clippy::too_many_arguments)]
     fn begin(
         slf: &Bound<'_, Self>,
@@ -136,6 +138,7 @@ impl PyEngine {
         needs: Option<&Bound<'_, PyAny>>,
         inbound_headers: Option<&Bound<'_, PyAny>>,
         parent: Option<&Bound<'_, PyAny>>,
+        request: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyCall> {
         let this = slf.get();
         let mut spec = CallSpec::default();
@@ -145,10 +148,13 @@ impl PyEngine {
             &mut spec,
             route,
             [deadline_ms, idempotency, tenant, task, idempotency_key, priority],
-            [params, needs, inbound_headers, parent],
+            [params, needs, inbound_headers, parent, request],
         )?;
         let engine = &this.engine;
-        let call = held(py, || Box::new(engine.begin(spec)))?;
+        // `try_begin_from`: a route the policy does not know is a `PolicyError`
+        // naming the known routes, before any I/O.
+        let call = held(py, || engine.try_begin_from(&mut spec).map(Box::new))?
+            .map_err(|e| policy_error(py, &retrywise::PolicyErrors(vec![e])))?;
         Ok(PyCall::new(call, slf.clone().unbind()))
     }
 

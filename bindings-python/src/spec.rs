@@ -5,6 +5,7 @@
 
 use crate::attempt::PyAttempt;
 use crate::convert::{int_arg, name_arg, req_smol, smol_arg, str_arg, to_headers, to_json, to_needs, type_name};
+use crate::wire::PyRequestFacts;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -84,8 +85,10 @@ static CURRENT_ATTEMPT_GET: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// The `CallSpec` for `begin`: `[deadline_ms, idempotency,
 /// tenant, task, idempotency_key, priority]` and `[params, needs,
-/// inbound_headers, parent]`. Names are borrowed from the Python strings
-/// (short ones are stored inline by `SmolStr`, no allocation).
+/// inbound_headers, parent, request]` (`request`: a `RequestFacts`, whose
+/// needs the caller's `needs` are laid over: the core's `Needs::merged`).
+/// Names are borrowed from the Python strings (short ones are stored inline
+/// by `SmolStr`, no allocation).
 #[inline(always)]
 pub(crate) fn call_spec(
     py: Python<'_>,
@@ -93,7 +96,7 @@ pub(crate) fn call_spec(
     spec: &mut CallSpec,
     route: &Bound<'_, PyAny>,
     [deadline_ms, idempotency, tenant, task, idempotency_key, priority]: [Option<&Bound<'_, PyAny>>; 6],
-    [params, needs, inbound_headers, parent]: [Option<&Bound<'_, PyAny>>; 4],
+    [params, needs, inbound_headers, parent, request]: [Option<&Bound<'_, PyAny>>; 5],
 ) -> PyResult<()> {
     spec.route = routes.name(py, route)?;
     spec.deadline = int_arg::<u64>("deadline_ms", deadline_ms)?.map(Duration::from_millis);
@@ -108,9 +111,26 @@ pub(crate) fn call_spec(
         let v = to_json(p, "params")?;
         spec.params_digest = Some(retrywise::idempotency::params_digest(&v));
     }
-    if let Some(n) = needs.filter(|n| !n.is_none()) {
-        spec.needs = to_needs(n)?;
-    }
+    let given = match needs.filter(|n| !n.is_none()) {
+        Some(n) => Some(to_needs(n)?),
+        None => None,
+    };
+    spec.needs = match request.filter(|r| !r.is_none()) {
+        Some(r) => {
+            let facts = r.cast::<PyRequestFacts>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "argument 'request': expected RequestFacts (retrywise.read_request), got {}",
+                    type_name(r)
+                ))
+            })?;
+            let read = &facts.get().facts.needs;
+            match given {
+                Some(g) => read.merged(&g),
+                None => read.clone(),
+            }
+        }
+        None => given.unwrap_or_default(),
+    };
     // Nesting: explicit inbound headers, else an explicit parent attempt,
     // else the attempt active in this context (`retrywise.current_attempt`).
     if let Some(h) = inbound_headers.filter(|h| !h.is_none()) {

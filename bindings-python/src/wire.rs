@@ -1,16 +1,18 @@
 //! The core's wire helpers and stream gate for Python (`retrywise.wire`,
-//! `retrywise.StreamGate`): how to reach an upstream, a request rewritten for
-//! it, what a stream delivered, the body that continues it and the splice of
-//! the continuation's stream. Translation only: every rule is the core's.
+//! `retrywise.StreamGate`): what a request needs (`read_request`), how to
+//! reach an upstream, a request rewritten for it, what a stream delivered, the
+//! body that continues it and the splice of the continuation's stream.
+//! Translation only: every rule is the core's.
 
-use crate::convert::{body_bytes, name_arg, parse_name, req_str, type_name};
-use crate::errors::{err_class, held};
+use crate::convert::{body_bytes, body_view, name_arg, parse_name, req_str, type_name};
+use crate::errors::{err_class, guarded, held};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyType};
-use retrywise::wire::{self, Reach, WireError, WireRequest};
-use retrywise::{ApiFamily, Continuation, MalformedEvent};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
+use retrywise::wire::{self, Reach, RequestFacts, WireError, WireRequest};
+use retrywise::{ApiFamily, Continuation, MalformedEvent, Needs};
+use std::cell::RefCell;
 
 static WIRE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
@@ -222,6 +224,198 @@ pub fn rewrite(
 #[pyfunction]
 pub fn api_family(url: &Bound<'_, PyAny>, headers: &Bound<'_, PyAny>) -> PyResult<&'static str> {
     Ok(ApiFamily::of_request(&req_str("url", url)?, &header_pairs(headers)?).as_str())
+}
+
+// --------------------------------------------------------------- request --
+
+/// Bodies at least this long are read with the GIL released: parsing one
+/// (base64 images, long contexts) takes longer than letting the GIL go.
+const DETACH_BODY_BYTES: usize = 64 * 1024;
+
+/// What a request an SDK built says about itself (`retrywise.read_request`):
+/// its wire family, endpoint, model and what any upstream serving it needs.
+#[pyclass(module = "retrywise._retrywise", name = "RequestFacts", frozen)]
+pub struct PyRequestFacts {
+    pub(crate) facts: RequestFacts,
+}
+
+#[pymethods]
+impl PyRequestFacts {
+    /// "openai" | "anthropic" | "azure_openai": the family it was built for.
+    #[getter]
+    fn family(&self) -> &'static str {
+        self.facts.family.as_str()
+    }
+    /// "chat_completions" | "responses" | "completions" | "embeddings" | "messages", or None.
+    #[getter]
+    fn endpoint(&self) -> Option<&'static str> {
+        self.facts.endpoint.map(|e| e.as_str())
+    }
+    /// The body's `model`, when it names one.
+    #[getter]
+    fn model(&self) -> Option<&str> {
+        self.facts.model.as_deref()
+    }
+    /// What any upstream serving it must offer, as `begin(needs=...)` takes it:
+    /// `capabilities` and `api` always, the token counts when read.
+    #[getter]
+    fn needs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        needs_dict(py, &self.facts.needs)
+    }
+    fn __repr__(&self) -> String {
+        let f = &self.facts;
+        let opt = |v: Option<u64>| v.map_or_else(|| "None".to_string(), |n| n.to_string());
+        format!(
+            "<retrywise.RequestFacts family={} endpoint={} model={} capabilities={:?} input_tokens={} max_output_tokens={}>",
+            f.family.as_str(),
+            f.endpoint.map_or("None", |e| e.as_str()),
+            f.model.as_deref().map_or_else(|| "None".to_string(), |m| format!("{m:?}")),
+            f.needs.capabilities,
+            opt(f.needs.input_tokens),
+            opt(f.needs.max_output_tokens),
+        )
+    }
+}
+
+/// Needs as a dict of the keys `begin(needs=...)` takes; unset ones are left out.
+fn needs_dict<'py>(py: Python<'py>, n: &Needs) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("capabilities", &n.capabilities)?;
+    if let Some(a) = n.api {
+        d.set_item("api", a.as_str())?;
+    }
+    if let Some(t) = n.input_tokens {
+        d.set_item("input_tokens", t)?;
+    }
+    if let Some(t) = n.max_output_tokens {
+        d.set_item("max_output_tokens", t)?;
+    }
+    if let Some(b) = &n.data_boundary {
+        d.set_item("data_boundary", b)?;
+    }
+    if let Some(c) = n.max_cost {
+        d.set_item("max_cost", c)?;
+    }
+    Ok(d)
+}
+
+/// Whether a header name (str, or bytes as httpx keeps them) is `name`, in any case.
+fn name_matches(key: &Bound<'_, PyAny>, name: &str) -> bool {
+    if let Ok(s) = key.cast::<PyString>() {
+        return s.to_str().is_ok_and(|k| k.eq_ignore_ascii_case(name));
+    }
+    if let Ok(b) = key.cast::<PyBytes>() {
+        return b.as_bytes().eq_ignore_ascii_case(name.as_bytes());
+    }
+    false
+}
+
+/// Whether `headers` carries a header `name` (any case), asked without copying
+/// them: an `httpx` / `httpx2` `Headers` answers `in` itself (case-insensitive);
+/// a dict's keys and a list's pairs are walked in place; another mapping's keys
+/// are iterated. `None` carries none.
+fn has_header(headers: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    let py = headers.py();
+    if headers.is_none() {
+        return Ok(false);
+    }
+    if let Ok(d) = headers.cast::<PyDict>() {
+        return Ok(d.iter().any(|(k, _)| name_matches(&k, name)));
+    }
+    if headers.hasattr(pyo3::intern!(py, "multi_items"))? {
+        return headers.contains(name);
+    }
+    if let Ok(l) = headers.cast::<PyList>() {
+        for item in l.iter() {
+            if name_matches(&pair_name(&item)?, name) {
+                return Ok(true);
+            }
+        }
+        return Ok(false);
+    }
+    if headers.is_instance_of::<PyString>() || headers.is_instance_of::<PyBytes>() {
+        return Err(PyTypeError::new_err(format!(
+            "argument 'headers': expected a mapping or (name, value) pairs, got {}",
+            type_name(headers)
+        )));
+    }
+    let mapping = headers.hasattr(pyo3::intern!(py, "keys"))?;
+    let iter = headers.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "argument 'headers': expected a mapping or (name, value) pairs, got {}",
+            type_name(headers)
+        ))
+    })?;
+    for item in iter {
+        let item = item?;
+        let key = if mapping { item } else { pair_name(&item)? };
+        if name_matches(&key, name) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The name of a `(name, value)` pair.
+fn pair_name<'py>(item: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    item.get_item(0)
+        .map_err(|_| PyTypeError::new_err("argument 'headers': expected (name, value) pairs"))
+}
+
+/// Reads a request as an SDK built it, once, the way every binding's transport
+/// does (the core's `RequestFacts`): its family from the URL and headers, its
+/// endpoint, its `model` and its needs from the body (streaming, tools,
+/// structured output, media parts, output and input token counts).
+/// `headers`: an `httpx` / `httpx2` `Headers`, a mapping or `(name, value)`
+/// pairs (asked by name, never copied); `body`: bytes (or str), read in place.
+#[pyfunction]
+#[pyo3(signature = (url, headers=None, body=None))]
+pub fn read_request(
+    py: Python<'_>,
+    url: &Bound<'_, PyAny>,
+    headers: Option<&Bound<'_, PyAny>>,
+    body: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyRequestFacts> {
+    let url = url
+        .cast::<PyString>()
+        .map_err(|_| PyTypeError::new_err(format!("argument 'url': expected str, got {}", type_name(url))))?
+        .to_str()?;
+    let body = match body.filter(|b| !b.is_none()) {
+        Some(b) => body_view(b)?,
+        None => std::borrow::Cow::Borrowed(&b""[..]),
+    };
+    // The header questions run Python (a mapping's `in`); the first error is kept and raised.
+    let failed: RefCell<Option<PyErr>> = RefCell::new(None);
+    let detach = body.len() >= DETACH_BODY_BYTES;
+    let asked: RefCell<Vec<(String, bool)>> = RefCell::new(Vec::new());
+    let has = |name: &str| {
+        let answer = match headers {
+            None => false,
+            Some(h) => has_header(h, name).unwrap_or_else(|e| {
+                failed.borrow_mut().get_or_insert(e);
+                false
+            }),
+        };
+        if detach {
+            asked.borrow_mut().push((name.to_owned(), answer));
+        }
+        answer
+    };
+    let facts = if !detach {
+        held(py, || RequestFacts::read_with(url, &has, &body))?
+    } else {
+        // The family (the only thing the headers decide) is read first with the
+        // GIL; the body is parsed without it, the same questions answered as before.
+        held(py, || RequestFacts::read_with(url, &has, b""))?;
+        let asked = asked.take();
+        let again = |name: &str| asked.iter().any(|(n, a)| *a && n == name);
+        let body: &[u8] = &body;
+        guarded(py, move || RequestFacts::read_with(url, &again, body))?
+    };
+    if let Some(e) = failed.into_inner() {
+        return Err(e);
+    }
+    Ok(PyRequestFacts { facts })
 }
 
 // ------------------------------------------------------------ transcript --
@@ -496,8 +690,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTranscript>()?;
     m.add_class::<PySplicer>()?;
     m.add_class::<PyStreamGate>()?;
+    m.add_class::<PyRequestFacts>()?;
     m.add_function(wrap_pyfunction!(rewrite, m)?)?;
     m.add_function(wrap_pyfunction!(api_family, m)?)?;
     m.add_function(wrap_pyfunction!(continuation_body, m)?)?;
+    m.add_function(wrap_pyfunction!(read_request, m)?)?;
     Ok(())
 }

@@ -273,8 +273,8 @@ def test_policy_formats_and_from_file(tmp_path: Path) -> None:
 def test_routes_fallback_and_needs() -> None:
     policy = {
         "upstreams": {
-            "a": {"capabilities": ["tools"], "context_tokens": 8_000},
-            "b": {"capabilities": ["tools", "vision"], "context_tokens": 128_000},
+            "a": {"capabilities": ["tool_calling"], "context_tokens": 8_000},
+            "b": {"capabilities": ["tool_calling", "vision"], "context_tokens": 128_000},
         },
         "routes": {"chat": {"candidates": ["a", "b"], "attempts_per_upstream": 1}},
         "backoff": {"base_ms": 0, "cap_ms": 0},

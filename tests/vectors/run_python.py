@@ -141,6 +141,38 @@ def canon_hedge(plan: Any) -> dict[str, Any]:
     return {"action": plan.action, "reason": plan.reason}
 
 
+def read_of(r: dict[str, Any]) -> Any:
+    """A `request` object (`url`, `headers`, `body` as text) read as a transport reads it."""
+    return retrywise.read_request(r.get("url", ""), r.get("headers", {}), r.get("body", "").encode())
+
+
+def canon_request(step: dict[str, Any]) -> dict[str, Any]:
+    """A `read_request` step's view: family, endpoint, model and the needs,
+    capabilities joined with commas in the order read."""
+    f = read_of(step)
+    needs = f.needs
+    return {
+        "family": f.family,
+        "endpoint": f.endpoint,
+        "model": f.model,
+        "needs": {
+            "capabilities": ",".join(needs.get("capabilities", [])),
+            "api": needs.get("api"),
+            "input_tokens": needs.get("input_tokens"),
+            "max_output_tokens": needs.get("max_output_tokens"),
+        },
+    }
+
+
+def outcome_kwargs(outcome: dict[str, Any]) -> dict[str, Any]:
+    """An outcome as `report` keyword arguments (`first_token_ms` in seconds)."""
+    kwargs = dict(outcome)
+    ms = kwargs.pop("first_token_ms", None)
+    if ms is not None:
+        kwargs["first_token_s"] = ms / 1000
+    return kwargs
+
+
 def canon_gate(step: dict[str, Any]) -> dict[str, Any]:
     """A `stream_gate` step's view: what the consumer saw, and the phase a failure would have now."""
     g = retrywise.StreamGate(step.get("content_type"))
@@ -161,6 +193,15 @@ class Run:
 
     def fail(self, step: str, field: str, expected: str, actual: str) -> None:
         self.mismatches.append(f"vector {self.name} step {step}: {field}: expected {expected}, got {actual}")
+
+    def check_result(self, label: str, expected: Any, actual: dict[str, Any]) -> None:
+        """`{"ok": true}` or `{"ok": false, "error": message}` against `expect`
+        (default `{"ok": true}`), whose `error_contains` checks a part of the message."""
+        exp = dict(expected if expected is not None else {"ok": True})
+        needle = exp.pop("error_contains", None)
+        if needle is not None and needle not in actual.get("error", ""):
+            self.fail(label, "error_contains", dumps(needle), dumps(actual.get("error")))
+        self.check(label, exp, actual)
 
     def check(self, step: str, expected: Any, actual: Any) -> None:
         if expected is None:
@@ -193,9 +234,20 @@ class Run:
         if op == "advance":
             self.engine.advance_clock(step.get("ms", 0))
         elif op == "begin":
+            # `request`: read as a drop-in transport reads it, `needs` laid over it.
+            # A route the policy does not know is a PolicyError (`expect` `ok: false`).
             spec = dict(step.get("spec", {}))
             route = spec.pop("route", "")
-            self.calls[call] = self.engine.begin(route, **spec)
+            if "request" in spec:
+                spec["request"] = read_of(spec["request"])
+            try:
+                self.calls[call] = self.engine.begin(route, **spec)
+                actual: dict[str, Any] = {"ok": True}
+            except retrywise.PolicyError as e:
+                actual = {"ok": False, "error": str(e)}
+            self.check_result(label, step.get("expect"), actual)
+        elif op == "read_request":
+            self.check(label, step.get("expect"), canon_request(step))
         elif op == "next_attempt":
             c = self.calls[call]
             try:
@@ -205,7 +257,7 @@ class Run:
             self.check_attempt(label, step.get("expect"), actual)
         elif op == "report":
             # `attempt`: report that attempt (hedging), else the latest in flight.
-            kwargs = dict(step.get("outcome", {}))
+            kwargs = outcome_kwargs(step.get("outcome", {}))
             if "attempt" in step:
                 kwargs["attempt"] = step["attempt"]
             d = self.calls[call].report(**kwargs)
@@ -217,14 +269,10 @@ class Run:
         elif op == "reload":
             try:
                 self.engine.reload(step.get("policy", {}))
-                actual: dict[str, Any] = {"ok": True}
+                actual = {"ok": True}
             except retrywise.PolicyError as e:
                 actual = {"ok": False, "error": str(e)}
-            exp = dict(step.get("expect", {"ok": True}))
-            needle = exp.pop("error_contains", None)
-            if needle is not None and needle not in actual.get("error", ""):
-                self.fail(label, "error_contains", dumps(needle), dumps(actual.get("error")))
-            self.check(label, exp, actual)
+            self.check_result(label, step.get("expect"), actual)
         elif op == "set_mode":
             m = step.get("mode", {})
             self.engine.set_mode(retries=m.get("retries", True), fallback=m.get("fallback", True), hedging=m.get("hedging", True))

@@ -38,6 +38,7 @@ from ._retrywise import (
     Fleet,
     HedgePlan,
     Reach,
+    RequestFacts,
     Splicer,
     StreamGate,
     Timeouts,
@@ -50,6 +51,7 @@ from ._retrywise import (
     json_media_type,
     params_digest,
     policy_schema,
+    read_request,
     rewrite,
     vendor_code_from_body,
 )
@@ -66,6 +68,7 @@ __all__ = [
     "PolicyError",
     "Reach",
     "ReconcileRequired",
+    "RequestFacts",
     "RetrywiseError",
     "Splicer",
     "Stopped",
@@ -83,6 +86,7 @@ __all__ = [
     "json_media_type",
     "params_digest",
     "policy_schema",
+    "read_request",
     "rewrite",
     "vendor_code_from_body",
 ]

@@ -14,6 +14,7 @@ an error, never a truncated success.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -30,13 +31,16 @@ _RETRY = ("retry", "fallback")
 
 
 class Leg:
-    """One attempt's streamed body as the caller receives it."""
+    """One attempt's streamed body as the caller receives it. ``sent``: when its
+    request went (monotonic); ``first_token_s``: how long after that the caller
+    was given its first bytes (reported with the attempt's end)."""
 
     def __init__(
         self,
         response: Any,
         rest: Any,
         gate: StreamGate,
+        sent: float,
         *,
         first: bytes | None = None,
         splicer: Splicer | None = None,
@@ -47,6 +51,8 @@ class Leg:
         self.status: int = response.status_code
         self.headers = response.headers
         self.gate = gate
+        self.sent = sent
+        self.first_token_s: float | None = None
         self.first = first
         self.splicer = splicer
         self.how = how
@@ -61,12 +67,16 @@ class Leg:
         out = self.gate.feed(chunk) if self.gate.watching else chunk
         if self.splicer is not None and out:
             out = self.splicer.feed(out)
+        if out and self.first_token_s is None:
+            self.first_token_s = time.monotonic() - self.sent
         return out
 
     def tail(self) -> bytes:
         out = self.gate.finish()
         if self.splicer is not None:
             out = (self.splicer.feed(out) if out else b"") + self.splicer.finish()
+        if out and self.first_token_s is None:
+            self.first_token_s = time.monotonic() - self.sent
         return out
 
     @property
@@ -101,10 +111,14 @@ class _RelayBase:
 
     def report_end(self) -> Decision:
         """The leg's body ended: a success, the error event it carried, or a
-        cut (the core's `end_outcome`: output shown and no finish)."""
+        cut (the core's `end_outcome`: output shown and no finish). With the
+        leg's time to first token, which a success teaches the core."""
         leg = self.leg
         return self.call.report(
-            **leg.gate.end_outcome(leg.status, self.transcript), headers=leg.headers, continuation=leg.how
+            **leg.gate.end_outcome(leg.status, self.transcript),
+            headers=leg.headers,
+            continuation=leg.how,
+            first_token_s=leg.first_token_s,
         )
 
     def report_failure(self, exc: BaseException) -> Decision:
@@ -124,7 +138,8 @@ class _RelayBase:
         terminator; an app breaks out of the loop): what it read was fine."""
         if not self.done:
             self.done = True
-            self.call.report(**self.leg.gate.outcome(self.leg.status), headers=self.leg.headers)
+            leg = self.leg
+            self.call.report(**leg.gate.outcome(leg.status), headers=leg.headers, first_token_s=leg.first_token_s)
 
     def caught(self, exc: BaseException) -> BaseException:
         """A failure reading the leg; a cancellation is reported and raised."""
@@ -185,9 +200,9 @@ class _RelayBase:
             raise
         return self.d.build(self.call, self.request, attempt, self.base, body=body)
 
-    def new_leg(self, response: Any, rest: Any, how: ContinuationName) -> Leg:
+    def new_leg(self, response: Any, rest: Any, how: ContinuationName, sent: float) -> Leg:
         gate = self.d.engine.stream_gate(response.headers.get("content-type"), end_at_error=True)
-        return Leg(response, rest, gate, splicer=Splicer(self.transcript.api, self.transcript), how=how)
+        return Leg(response, rest, gate, sent, splicer=Splicer(self.transcript.api, self.transcript), how=how)
 
     def report_answer(self, response: Any, raw: bytes, how: ContinuationName) -> Decision:
         """A continuation attempt answered without a stream (an error status, a JSON body)."""
@@ -252,6 +267,7 @@ class Relay(_RelayBase):
             except Stopped as stopped:
                 self.raise_refused(stopped, exc)
             req = self.continuation_request(attempt, how)
+            sent = time.monotonic()
             try:
                 response = self.inner.handle_request(req)
             except BaseException as e:
@@ -262,7 +278,7 @@ class Relay(_RelayBase):
                 continue
             if self.d.is_streamed(response):
                 self.d.idle_timeout(req, attempt, self.base)
-                return self.new_leg(response, iter(response.stream), how), decision, None
+                return self.new_leg(response, iter(response.stream), how, sent), decision, None
             raw = b"".join(response.stream)
             response.stream.close()
             exc, decision = None, self.report_answer(response, raw, how)
@@ -319,6 +335,7 @@ class AsyncRelay(_RelayBase):
             except Stopped as stopped:
                 self.raise_refused(stopped, exc)
             req = self.continuation_request(attempt, how)
+            sent = time.monotonic()
             try:
                 response = await self.inner.handle_async_request(req)
             except BaseException as e:
@@ -329,7 +346,7 @@ class AsyncRelay(_RelayBase):
                 continue
             if self.d.is_streamed(response):
                 self.d.idle_timeout(req, attempt, self.base)
-                return self.new_leg(response, response.stream.__aiter__(), how), decision, None
+                return self.new_leg(response, response.stream.__aiter__(), how, sent), decision, None
             raw = b"".join([c async for c in response.stream])
             await response.stream.aclose()
             exc, decision = None, self.report_answer(response, raw, how)

@@ -13,6 +13,7 @@ from .types import (
     BreakerStateName,
     ContinuationName,
     Effect,
+    EndpointName,
     ErrorClassName,
     ErrorKind,
     FleetConfig,
@@ -40,6 +41,7 @@ __all__ = [
     "Fleet",
     "HedgePlan",
     "Reach",
+    "RequestFacts",
     "Splicer",
     "StreamGate",
     "Timeouts",
@@ -53,6 +55,7 @@ __all__ = [
     "json_media_type",
     "params_digest",
     "policy_schema",
+    "read_request",
     "rewrite",
     "vendor_code_from_body",
 ]
@@ -282,6 +285,26 @@ class Transcript:
     def model(self) -> str | None: ...
 
 @final
+class RequestFacts:
+    """What a request an SDK built says about itself (``read_request``): read
+    once, passed to ``Engine.begin(request=...)``."""
+
+    @property
+    def family(self) -> ApiName:
+        """The wire family it was built for (from the URL and headers)."""
+    @property
+    def endpoint(self) -> EndpointName | None:
+        """The endpoint its path names."""
+    @property
+    def model(self) -> str | None:
+        """The body's ``model``, when it names one."""
+    @property
+    def needs(self) -> Needs:
+        """What any upstream serving it must offer: ``capabilities`` and ``api``
+        always, ``input_tokens`` (an estimate that errs low) and
+        ``max_output_tokens`` when read."""
+
+@final
 class Splicer:
     """Turns a fallback's stream into the rest of the caller's stream."""
 
@@ -312,12 +335,14 @@ class Call:
         attempt: int | None = None,
         resumable: bool | None = None,
         continuation: ContinuationName | None = None,
+        first_token_s: float | None = None,
     ) -> Decision:
         """Reports the attempt in flight (``attempt=n`` for a hedge) and returns the decision.
 
         ``body`` (decoded): an error body gives its vendor code; a success body
         whose ``content-type`` header is JSON and does not parse is reported as
-        ``malformed_response``."""
+        ``malformed_response``. ``first_token_s``: a streamed answer's first
+        visible output came this long after its request was sent."""
     def cancel(self) -> Decision: ...
     def next_hedge(self) -> HedgePlan: ...
     @property
@@ -387,7 +412,11 @@ class Engine:
         needs: Needs | None = None,
         inbound_headers: HeadersLike | None = None,
         parent: Attempt | None = None,
-    ) -> Call: ...
+        request: RequestFacts | None = None,
+    ) -> Call:
+        """Begins one logical request. ``request``: its ``RequestFacts``, whose needs
+        the call keeps with ``needs`` laid over them. A route the policy does not
+        know raises ``PolicyError`` naming the known routes."""
     def route_for_model(self, model: str) -> str:
         """The route (or upstream) serving requests for ``model``; ``PolicyError`` when none does."""
     def reach(self, upstream: str) -> Reach:
@@ -442,6 +471,11 @@ def rewrite(
     env: Mapping[str, str] | None = None,
 ) -> WireRequest: ...
 def api_family(url: str, headers: HeadersLike) -> ApiName: ...
+def read_request(
+    url: str, headers: HeadersLike | None = None, body: bytes | bytearray | memoryview | str | None = None
+) -> RequestFacts:
+    """Reads a request as an SDK built it: its family, endpoint, model and needs."""
+
 def continuation_body(
     api: ApiName, original_body: bytes | bytearray | str, transcript: Transcript, how: ContinuationName
 ) -> bytes: ...

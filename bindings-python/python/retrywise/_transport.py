@@ -3,9 +3,13 @@
 SDKs): both libraries have the same transport, stream and exception API, so
 the flavour's module is passed in.
 
-Per request: the route comes from the transport's ``route`` (a name or a
+Per request: the request is read once by the core (``read_request``: its
+family, model and what it needs: streaming, tools, structured output, media,
+its size); the route comes from the transport's ``route`` (a name or a
 callable), its ``routes`` map, or ``engine.route_for_model`` on the request's
-JSON ``model``; an unknown model is an error before any I/O. Per attempt: the
+``model``; an unknown model or route is an error before any I/O. The call
+begins with the request's needs and the transport's ``needs`` over them, so a
+fallback keeps what the request relies on. Per attempt: the
 request goes to the upstream the core chose (the core's ``rewrite``: URL,
 ``model`` and the family's auth header from the policy catalog), with the
 propagation headers and timeouts from the core (``extensions["timeout"]``,
@@ -23,20 +27,23 @@ with an error, never replayed).
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._errors import NotYet, Stopped, WireError
 from ._outcomes import error_kind, is_cancellation, note_stop
 from ._relay import AsyncRelay, Leg, Relay
-from ._retrywise import Attempt, Call, Decision, Transcript, api_family, json_media_type, rewrite
+from ._retrywise import Attempt, Call, Decision, RequestFacts, Transcript, json_media_type, read_request, rewrite
 
 if TYPE_CHECKING:
     from ._engine import Engine
     from ._retrywise import StreamGate
-    from .types import ErrorKind
+    from .types import ErrorKind, Needs
+
+#: A transport's ``needs=``: a Needs dict for every request, or a function of
+#: the request giving one (or None).
+NeedsArg: TypeAlias = "Needs | Callable[[Any], Needs | None] | None"
 
 _RETRY = ("retry", "fallback")
 
@@ -49,18 +56,6 @@ class _NoFirstToken(Exception):
     """A stream stayed without visible output past the attempt's first-token limit."""
 
 
-def _request_model(request: Any) -> str | None:
-    """The ``model`` of a JSON request body, when it names one."""
-    content = request.content
-    if not content or not content.lstrip().startswith(b"{"):
-        return None
-    try:
-        model = json.loads(content).get("model")
-    except (ValueError, AttributeError):
-        return None
-    return model if isinstance(model, str) else None
-
-
 class _Driver:
     """What the sync and async transports of one flavour share."""
 
@@ -70,15 +65,24 @@ class _Driver:
         engine: Engine,
         route: str | Callable[[Any], str] | None,
         routes: Mapping[str, str] | None,
+        needs: NeedsArg,
         call_kwargs: dict[str, Any],
     ) -> None:
+        if needs is not None and not callable(needs) and not isinstance(needs, Mapping):
+            raise TypeError(
+                f"argument 'needs': expected a Needs dict or a function of the request, got {type(needs).__name__}"
+            )
+        if "request" in call_kwargs:
+            raise TypeError("argument 'request': the transport reads each request itself")
         self.hx = hx
         self.engine = engine
         self.route = route
         self.routes = dict(routes or {})
+        self.needs_of: Callable[[Any], Needs | None] | None = needs if callable(needs) else None
+        self.needs: Needs | None = None if callable(needs) else needs
         self.call_kwargs = call_kwargs
 
-    def route_for(self, request: Any) -> str:
+    def route_for(self, request: Any, facts: RequestFacts) -> str:
         """The route serving ``request``: the transport's own, the ``routes`` map's
         for the request's model, else the policy's (``engine.route_for_model``,
         which raises ``PolicyError`` for a model it does not know)."""
@@ -86,7 +90,7 @@ class _Driver:
             return self.route
         if self.route is not None:
             return self.route(request)
-        model = _request_model(request)
+        model = facts.model
         if model is None:
             raise ValueError(
                 f"retrywise: {request.method} {request.url} names no model: give the transport route= (or routes=)"
@@ -95,8 +99,14 @@ class _Driver:
             return self.routes[model]
         return self.engine.route_for_model(model)
 
-    def begin(self, request: Any) -> Call:
-        return self.engine.begin(self.route_for(request), **self.call_kwargs)
+    def begin(self, request: Any) -> tuple[Call, RequestFacts]:
+        """The call serving ``request`` (read once by the core: its family, model
+        and needs), with the transport's ``needs`` laid over the request's. An
+        unknown route raises ``PolicyError`` here, before any I/O."""
+        facts = read_request(str(request.url), request.headers, request.content)
+        needs = self.needs if self.needs_of is None else self.needs_of(request)
+        call = self.engine.begin(self.route_for(request, facts), request=facts, needs=needs, **self.call_kwargs)
+        return call, facts
 
     def build(
         self, call: Call, request: Any, attempt: Attempt, base: dict[str, Any], *, body: bytes | None = None
@@ -287,17 +297,23 @@ def _first_token_at(attempt: Attempt, sent: float) -> float:
     return sent + attempt.timeouts.first_token
 
 
-def _leg(request: Any, response: Any, rest: Any, gate: StreamGate, first: bytes) -> tuple[Transcript, Leg]:
-    """The first leg of a relayed stream, and the transcript of what the caller receives."""
-    transcript = Transcript(api_family(str(request.url), request.headers))
-    return transcript, Leg(response, rest, gate, first=first)
+def _leg(
+    facts: RequestFacts, response: Any, rest: Any, gate: StreamGate, first: bytes | None, sent: float, released: float
+) -> tuple[Transcript, Leg]:
+    """The first leg of a relayed stream, and the transcript of what the caller
+    receives. ``sent``: when its request went; ``released`` when the gate
+    released its first bytes (the attempt's time to first token)."""
+    leg = Leg(response, rest, gate, sent, first=first)
+    if first:
+        leg.first_token_s = released - sent
+    return Transcript(facts.family), leg
 
 
 def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
     from ._engine import current_attempt
 
     request.read()  # buffered once so every attempt can resend it
-    call = d.begin(request)
+    call, facts = d.begin(request)
     base = dict(request.extensions.get("timeout") or {})
     last: Any = None
     last_exc: BaseException | None = None
@@ -329,6 +345,7 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                     held: list[bytes] = []
                     try:
                         first = _first_release(rest, gate, held, first_token_at)
+                        released = time.monotonic()
                     except BaseException as exc:
                         # Broken or silent before anything meaningful reached the caller: stream_open.
                         body.close()
@@ -347,7 +364,7 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                             decision = call.report(**gate.outcome(response.status_code), headers=response.headers)
                             last, last_exc = d.rebuild(response, b"".join(held), req), None
                         else:
-                            transcript, leg = _leg(request, response, rest, gate, first or b"")
+                            transcript, leg = _leg(facts, response, rest, gate, first, sent, released)
                             relay = Relay(d, inner, call, request, base, transcript, leg)
                             response.stream = _stream_types(d.hx)[0](relay)
                             return response
@@ -380,7 +397,7 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
     from ._engine import current_attempt
 
     await request.aread()
-    call = d.begin(request)
+    call, facts = d.begin(request)
     base = dict(request.extensions.get("timeout") or {})
     last: Any = None
     last_exc: BaseException | None = None
@@ -412,6 +429,7 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                     aheld: list[bytes] = []
                     try:
                         afirst = await _afirst_release(arest, agate, aheld, first_token_at)
+                        areleased = time.monotonic()
                     except BaseException as exc:
                         await abody.aclose()
                         if is_cancellation(exc):
@@ -428,7 +446,7 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                             decision = call.report(**agate.outcome(response.status_code), headers=response.headers)
                             last, last_exc = d.rebuild(response, b"".join(aheld), req), None
                         else:
-                            atranscript, aleg = _leg(request, response, arest, agate, afirst or b"")
+                            atranscript, aleg = _leg(facts, response, arest, agate, afirst, sent, areleased)
                             arelay = AsyncRelay(d, inner, call, request, base, atranscript, aleg)
                             response.stream = _stream_types(d.hx)[1](arelay)
                             return response

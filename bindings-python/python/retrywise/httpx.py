@@ -4,11 +4,16 @@
     client = httpx.Client(transport=RetryTransport(engine, route="openai/gpt-4o", deadline_ms=20_000))
     openai.OpenAI(max_retries=0, http_client=client)   # the SDK's own loop off: one retry owner
 
-Each request is one logical call (``engine.begin(route, **call_kwargs)``). ``route``: a
-route name, or a function of the request naming one; without it the route is the ``routes``
-map's for the request's ``model``, else ``engine.route_for_model(model)`` (the policy's
-``models`` map, a route or upstream named like it; an unknown model raises
-``retrywise.PolicyError`` before any I/O). Each attempt goes to the upstream the core chose
+Each request is one logical call (``engine.begin(route, request=read_request(...),
+needs=..., **call_kwargs)``). ``route``: a route name, or a function of the request naming
+one; without it the route is the ``routes`` map's for the request's ``model``, else
+``engine.route_for_model(model)`` (the policy's ``models`` map, a route or upstream named
+like it; an unknown model or route raises ``retrywise.PolicyError`` before any I/O). The
+core reads each request once (``retrywise.read_request``): what it needs from any upstream
+(streaming, tools, structured output, images, audio, files, its size, its wire family), so
+a fallback that cannot serve it is skipped. ``needs``: a Needs dict, or a function of the
+request giving one (or None), laid over what the request says (``{"capabilities":
+["x-eu-only"]}``). Each attempt goes to the upstream the core chose
 (URL, ``model`` and key rewritten from the policy catalog), with its timeouts from the
 deadline, the propagation headers, and the core's decision on the outcome (Retry-After,
 vendor codes from error bodies, stream phases; a silent upstream left for the fallback; a
@@ -30,12 +35,14 @@ from ._transport import _Driver, handle_async, handle_sync
 
 if TYPE_CHECKING:
     from ._engine import Engine
+    from .types import Needs
 
 __all__ = ["AsyncRetryTransport", "RetryTransport"]
 
 
 class RetryTransport(httpx.BaseTransport):
-    """Sync transport: ``RetryTransport(engine, route=None, transport=None, *, routes=None, **call_kwargs)``.
+    """Sync transport: ``RetryTransport(engine, route=None, transport=None, *, routes=None, needs=None,
+    **call_kwargs)``. ``needs``: a Needs dict, or a function of the request giving one (or None).
     ``transport`` sends each attempt (default ``httpx.HTTPTransport()``)."""
 
     def __init__(
@@ -45,9 +52,10 @@ class RetryTransport(httpx.BaseTransport):
         transport: httpx.BaseTransport | None = None,
         *,
         routes: Mapping[str, str] | None = None,
+        needs: Needs | Callable[[httpx.Request], Needs | None] | None = None,
         **call_kwargs: Any,
     ) -> None:
-        self._driver = _Driver(httpx, engine, route, routes, call_kwargs)
+        self._driver = _Driver(httpx, engine, route, routes, needs, call_kwargs)
         self._inner = transport if transport is not None else httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -59,7 +67,8 @@ class RetryTransport(httpx.BaseTransport):
 
 
 class AsyncRetryTransport(httpx.AsyncBaseTransport):
-    """Async transport: ``AsyncRetryTransport(engine, route=None, transport=None, *, routes=None, **call_kwargs)``.
+    """Async transport: ``AsyncRetryTransport(engine, route=None, transport=None, *, routes=None, needs=None,
+    **call_kwargs)``. ``needs``: a Needs dict, or a function of the request giving one (or None).
     ``transport`` sends each attempt (default ``httpx.AsyncHTTPTransport()``)."""
 
     def __init__(
@@ -69,9 +78,10 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport):
         transport: httpx.AsyncBaseTransport | None = None,
         *,
         routes: Mapping[str, str] | None = None,
+        needs: Needs | Callable[[httpx.Request], Needs | None] | None = None,
         **call_kwargs: Any,
     ) -> None:
-        self._driver = _Driver(httpx, engine, route, routes, call_kwargs)
+        self._driver = _Driver(httpx, engine, route, routes, needs, call_kwargs)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -30,6 +30,8 @@ ActionName: TypeAlias = Literal["succeeded", "retry", "fallback", "stop", "recon
 ContinuationName: TypeAlias = Literal["prefill", "instruction"]
 #: An upstream's API family (how a request for it is shaped and authenticated).
 ApiName: TypeAlias = Literal["openai", "anthropic", "azure_openai"]
+#: The endpoint a request's path names (``RequestFacts.endpoint``).
+EndpointName: TypeAlias = Literal["chat_completions", "responses", "completions", "embeddings", "messages"]
 #: A timer of one attempt (``attempt.timer_error``).
 TimerName: TypeAlias = Literal["connect", "first_byte", "first_token", "idle", "total"]
 ErrorClassName: TypeAlias = Literal[
@@ -55,9 +57,15 @@ PolicyLike: TypeAlias = "Mapping[str, Any] | str | bytes | None"
 
 
 class Needs(TypedDict, total=False):
-    """What any upstream serving the call must offer (``begin(needs=...)``)."""
+    """What any upstream serving the call must offer (``begin(needs=...)``,
+    ``RequestFacts.needs``, a transport's ``needs=``). ``capabilities`` come
+    from the vocabulary (``streaming``, ``tool_calling``, ``json_schema``,
+    ``json_mode``, ``vision``, ``audio``, ``file_input``, ``assistant_prefill``,
+    custom ones ``x-...``); ``api`` is the request's wire family: a candidate
+    declaring another is skipped. Any other key is an error naming it."""
 
     capabilities: list[str]
+    api: ApiName
     input_tokens: int
     max_output_tokens: int
     data_boundary: str
@@ -126,6 +134,7 @@ __all__ = [
     "BreakerStateName",
     "ContinuationName",
     "Effect",
+    "EndpointName",
     "ErrorClassName",
     "ErrorKind",
     "FleetConfig",
