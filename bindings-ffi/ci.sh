@@ -3,8 +3,8 @@
 #
 #   1. cargo build --release -p retrywise-ffi --features test-hooks (cdylib + staticlib)
 #   2. check-header.sh: committed include/retrywise.h == fresh cbindgen output
-#   3. tests/test_loop.c and tests/test_rescue.c with gcc -Wall -Wextra -Werror,
-#      each linked dynamically and statically
+#   3. tests/test_loop.c, tests/test_rescue.c and tests/test_request.c with
+#      gcc -Wall -Wextra -Werror, each linked dynamically and statically
 #   4. run each; run each under valgrind --error-exitcode=1 --leak-check=full
 #   5. the library again without test hooks; examples/readme_example.c (the
 #      README snippet): compile and run
@@ -51,7 +51,7 @@ step "header is up to date"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
-TESTS=(test_loop test_rescue)
+TESTS=(test_loop test_rescue test_request)
 VALGRIND=(valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible -q)
 for t in "${TESTS[@]}"; do
     step "compile tests/$t.c (dynamic and static)"

@@ -21,7 +21,10 @@ const ROUTE: &str = "bench/upstream";
 
 /// One logical request on the core; `fail_first` reports a 503 before the 200.
 fn core_cycle(e: &Engine, fail_first: bool) -> bool {
-    let mut call = e.begin(CallSpec::new(ROUTE).deadline_ms(10_000));
+    // `try_begin`, as `rw_call_begin` (and every binding) begins: the route is checked first.
+    let Ok(mut call) = e.try_begin(CallSpec::new(ROUTE).deadline_ms(10_000)) else {
+        return false;
+    };
     while let Ok(a) = call.next_attempt() {
         a.for_each_header(|name, value| {
             black_box((name, value));

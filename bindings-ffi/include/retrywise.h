@@ -21,11 +21,12 @@
  *   function says it returns a NUL-terminated `const char *`.
  * - Ownership: what you pass in is only read during the call (copied when
  *   kept). What you get back is either freed by you with the matching
- *   function (rw_engine_free, rw_call_free, rw_error_free, rw_string_free),
+ *   function (rw_engine_free, rw_call_free, rw_error_free, rw_string_free,
+ *   rw_request_free, ...),
  *   static (names, version), or borrowed from a handle for the lifetime that
  *   function documents.
- * - Threads: an rw_engine may be shared by any number of threads; an rw_call
- *   belongs to one thread at a time.
+ * - Threads: an rw_engine (and an rw_request, an rw_error) may be shared by
+ *   any number of threads; an rw_call belongs to one thread at a time.
  * - Enum values equal the core's stable codes; -1 means "none / not given"
  *   where a type has such a value.
  */
@@ -44,10 +45,10 @@
 
 /* Initializer for an rw_outcome with nothing set: no status, no error kind,
  * inferred phase, no headers, no vendor code, effect unset, not resumable,
- * no continuation. A zeroed
+ * no continuation, no first-token time. A zeroed
  * rw_outcome means RW_ERROR_KIND_DNS, so start from this:
  *   rw_outcome o = RW_OUTCOME_INIT; o.status = 503; */
-#define RW_OUTCOME_INIT { 0, RW_ERROR_KIND_NONE, RW_PHASE_NONE, NULL, 0, { NULL, 0 }, RW_EFFECT_UNSET, 0, false, { NULL, 0 }, false, RW_CONTINUATION_NONE }
+#define RW_OUTCOME_INIT { 0, RW_ERROR_KIND_NONE, RW_PHASE_NONE, NULL, 0, { NULL, 0 }, RW_EFFECT_UNSET, 0, false, { NULL, 0 }, false, RW_CONTINUATION_NONE, 0 }
 
 /* rw_str initializer for a string literal: rw_str s = RW_LIT("openai/gpt-4o"); */
 #define RW_LIT(s) { (s), sizeof(s) - 1 }
@@ -76,7 +77,8 @@ typedef enum rw_result {
    */
   RW_ERR_PANIC = 3,
   /**
-   * The policy document did not parse or validate; see the `rw_error`.
+   * The policy document did not parse or validate, or the call named a
+   * route the policy does not know (`rw_call_begin`); see the `rw_error`.
    */
   RW_ERR_POLICY = 4,
   /**
@@ -621,6 +623,19 @@ typedef struct rw_engine rw_engine;
 typedef struct rw_error rw_error;
 
 /**
+ * What a request needs from any upstream that serves it: its wire family,
+ * endpoint, model, capabilities and sizes. Opaque.
+ *
+ * Ownership: created by `rw_request_read`, freed by `rw_request_free`;
+ * the views `rw_request_model` and `rw_request_capability` return are
+ * borrowed from it and valid until `rw_request_free` (endpoint names are
+ * static).
+ * Thread safety: immutable once read, so any number of threads may read
+ * it (and begin calls with it) at once; free it once no other thread uses it.
+ */
+typedef struct rw_request rw_request;
+
+/**
  * One attempt's response body. Opaque.
  */
 typedef struct rw_stream_gate rw_stream_gate;
@@ -670,7 +685,9 @@ typedef struct rw_header {
 typedef struct rw_call_spec {
   /**
    * A route name from the policy, or an upstream name (required; may be
-   * empty when `task` names a route).
+   * empty when `task` names a route). When the policy declares routes, a
+   * name that is neither one of them nor an upstream of its catalog is
+   * `RW_ERR_POLICY` (a misspelt route never becomes a bare upstream).
    */
   struct rw_str route;
   /**
@@ -735,6 +752,16 @@ typedef struct rw_call_spec {
    * Cost cap for this call in USD on top of the route's; <= 0 = none.
    */
   double max_cost;
+  /**
+   * The request the call carries, read by `rw_request_read`; NULL = none.
+   * Its needs (capabilities, wire family, input and output tokens) are the
+   * call's, under this spec's own: the capabilities of both, and
+   * `input_tokens`, `max_output_tokens`, `data_boundary` and `max_cost`
+   * where this spec sets them. A candidate that cannot serve them is
+   * skipped (the decision's `excluded` says why). Read during
+   * `rw_call_begin` only: the request may be freed right after.
+   */
+  const struct rw_request *request;
 } rw_call_spec;
 
 /**
@@ -888,6 +915,12 @@ typedef struct rw_outcome {
    * `RW_CONTINUATION_NONE` (-1) = a plain attempt.
    */
   int32_t continuation;
+  /**
+   * A streamed success: ms from sending the request to its first visible
+   * output (the stream gate's first release; pings and the preamble do
+   * not count). 0 = not measured.
+   */
+  uint64_t first_token_ms;
 } rw_outcome;
 
 /**
@@ -1059,12 +1092,16 @@ extern "C" {
 /**
  * Begins one logical request on `engine`. On `RW_OK`, `*out` is a new call
  * the caller frees with `rw_call_free`; on any other result `*out` is NULL.
- * Everything `spec` points to is copied; it need not outlive this call.
+ * Everything `spec` points to is copied (its `request` too); it need not
+ * outlive this call.
  *
  * Returns `RW_ERR_NULL` (`engine`, `spec` or `out` NULL, or a string/array
  * pointer NULL with a non-zero length), `RW_ERR_INVALID_ARG` (bad
  * `idempotency`, a string that is not UTF-8), `RW_ERR_INBOUND` (a malformed
- * propagation header in `inbound_headers`) or `RW_ERR_PANIC`.
+ * propagation header in `inbound_headers`), `RW_ERR_POLICY` (the policy
+ * declares routes and `route` is neither one of them nor an upstream of its
+ * catalog: no call is begun, and no I/O should be made) or `RW_ERR_PANIC`.
+ * `rw_call_begin_err` says why in an `rw_error`.
  *
  * Thread safety: may be called on a shared engine from any thread; the new
  * call belongs to the calling thread until handed over.
@@ -1076,6 +1113,26 @@ extern "C" {
 enum rw_result rw_call_begin(const struct rw_engine *engine,
                              const struct rw_call_spec *spec,
                              struct rw_call **out);
+
+/**
+ * `rw_call_begin`, saying why no call was begun: on any result but
+ * `RW_OK`, `*err` (when `err` is not NULL) is an `rw_error` the caller frees
+ * with `rw_error_free`, whose result is the one returned. For
+ * `RW_ERR_POLICY` its message names the route and the policy's known
+ * routes (`routes.chta: no route "chta" in ... known routes: chat`) and its
+ * path is `routes.<route>`; for `RW_ERR_INBOUND` the path is
+ * `inbound_headers.<header>` and the message says what is wrong with its
+ * value. On `RW_OK`, `*err` is NULL.
+ *
+ * Thread safety: as `rw_call_begin`.
+ *
+ * # Safety
+ * As for `rw_call_begin`; `err` is NULL or writable.
+ */
+enum rw_result rw_call_begin_err(const struct rw_engine *engine,
+                                 const struct rw_call_spec *spec,
+                                 struct rw_call **out,
+                                 struct rw_error **err);
 
 /**
  * Asks for the next attempt. `RW_OK`: make the attempt described by `*out`
@@ -1499,6 +1556,135 @@ enum rw_result rw_engine_reach(const struct rw_engine *engine,
  * `rw_engine_reach` (or are NULL).
  */
 void rw_reach_free(struct rw_reach *reach);
+
+/**
+ * Reads a request as the SDK built it (`url` absolute, as sent): its wire
+ * family from `url` and `headers` (an Azure host or deployment path is
+ * Azure OpenAI; a `/messages` path or an `anthropic-version` / `x-api-key`
+ * header Anthropic; anything else OpenAI-compatible), its endpoint from
+ * the URL's path, and its model and needs from `body` (`body_len` bytes,
+ * the JSON the request sends; a body that is not a JSON object gives the
+ * family's needs only). On `RW_OK`, `*out` is a new request the caller
+ * frees with `rw_request_free`; on any other result `*out` is NULL (when
+ * `out` is not NULL). `url`, `headers` and `body` are only read during the
+ * call (header values are not kept: only which names are present counts).
+ *
+ * Returns `RW_ERR_NULL` (`out` NULL, `headers` or `body` NULL with a
+ * non-zero length, a string NULL with a length), `RW_ERR_INVALID_ARG`
+ * (`url` not UTF-8) or `RW_ERR_PANIC`.
+ *
+ * Thread safety: may be called from any thread.
+ *
+ * # Safety
+ * `url` is absent or valid for its length; `headers` is NULL with
+ * `headers_len == 0` or points to `headers_len` readable `rw_header`s whose
+ * strings are valid for their lengths; `body` is NULL with `body_len == 0`
+ * or points to `body_len` readable bytes; `out` is NULL or writable.
+ */
+enum rw_result rw_request_read(struct rw_str url,
+                               const struct rw_header *headers,
+                               size_t headers_len,
+                               const uint8_t *body,
+                               size_t body_len,
+                               struct rw_request **out);
+
+/**
+ * The wire family the request was built for (`RW_API_FAMILY_OPENAI`,
+ * `_ANTHROPIC`, `_AZURE_OPENAI`); its needs carry it, so a candidate whose
+ * `api` cannot take it is skipped. `RW_API_FAMILY_NONE` for NULL.
+ *
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `req` is NULL or a live `rw_request`.
+ */
+enum rw_api_family rw_request_family(const struct rw_request *req);
+
+/**
+ * The endpoint the URL's path names, as a stable NUL-terminated name:
+ * `"chat_completions"`, `"responses"`, `"completions"`, `"embeddings"` or
+ * `"messages"`. Static: never free it. NULL when the path names none, or
+ * for NULL.
+ *
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `req` is NULL or a live `rw_request`.
+ */
+const char *rw_request_endpoint(const struct rw_request *req);
+
+/**
+ * The body's `model` (what a relay routes on: `rw_engine_route_for_model`),
+ * as a view borrowed from `req` and valid until `rw_request_free`. NULL
+ * (`ptr` NULL, `len` 0) when the body names none, or for NULL.
+ *
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `req` is NULL or a live `rw_request`.
+ */
+struct rw_str rw_request_model(const struct rw_request *req);
+
+/**
+ * How many capabilities the request needs from any upstream (`streaming`,
+ * `tool_calling`, `json_schema`, `json_mode`, `vision`, `audio`,
+ * `file_input`, in that order). 0 for NULL.
+ *
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `req` is NULL or a live `rw_request`.
+ */
+size_t rw_request_capability_count(const struct rw_request *req);
+
+/**
+ * The `i`-th capability the request needs (0-based, below
+ * `rw_request_capability_count`), as a view borrowed from `req` and valid
+ * until `rw_request_free`. NULL (`ptr` NULL, `len` 0) when `i` is out of
+ * range, or for NULL.
+ *
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `req` is NULL or a live `rw_request`.
+ */
+struct rw_str rw_request_capability(const struct rw_request *req, size_t i);
+
+/**
+ * The request's input tokens, estimated low (the characters of the body's
+ * strings outside media parts, divided by 4): it keeps the request off a
+ * candidate whose `context_tokens` is surely too small. -1 when the body
+ * has no text (or is not a JSON object), or for NULL.
+ *
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `req` is NULL or a live `rw_request`.
+ */
+int64_t rw_request_input_tokens(const struct rw_request *req);
+
+/**
+ * The output tokens the request asks for (`max_completion_tokens`, else
+ * `max_tokens`; `max_output_tokens` for Responses; Anthropic's
+ * `max_tokens`). -1 when it asks for none, or for NULL.
+ *
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `req` is NULL or a live `rw_request`.
+ */
+int64_t rw_request_max_output_tokens(const struct rw_request *req);
+
+/**
+ * Frees a request. Every view it lent out becomes invalid; calls begun
+ * with it are unaffected (they copied its needs). NULL is a no-op.
+ *
+ * Thread safety: once no other thread uses the request.
+ *
+ * # Safety
+ * `req` is NULL or a request from `rw_request_read` not yet freed.
+ */
+void rw_request_free(struct rw_request *req);
 
 /**
  * A gate for a response body of `content_type` (the `content-type` header;

@@ -5,13 +5,15 @@
 
 use crate::args;
 use crate::engine::rw_engine;
+use crate::error::rw_error;
 use crate::panic::{ffi_boundary, try_arg};
 use crate::spare::Spares;
 use crate::types::*;
 use crate::vocab::*;
-use retrywise_core::rules::deadline::H_REQUEST_ID;
+use retrywise_core::rules::deadline::{InboundError, H_REQUEST_ID};
 use retrywise_core::{
-    Attempt, Call, CallSpec, Decision, Engine, Headers, HedgePlan, Inbound, IntoName, Outcome, Stopped,
+    Attempt, Call, CallSpec, Decision, Engine, Headers, HedgePlan, Inbound, IntoName, Needs, Outcome, PolicyError,
+    Stopped,
 };
 use smol_str::SmolStr;
 use std::mem::MaybeUninit;
@@ -65,11 +67,64 @@ const DETAIL_NULL: &str = "a required argument is NULL";
 const DETAIL_INVALID: &str = "invalid argument: enum value out of range or string not UTF-8";
 const DETAIL_PANIC: &str = "a panic was caught inside this call; it is unusable: free it and begin a new one";
 
+/// Why no call was begun: a bad argument, a malformed propagation header
+/// (with the core's reason) or a route the policy does not know.
+enum BeginError {
+    Arg(rw_result),
+    Inbound(InboundError),
+    Policy(PolicyError),
+}
+
+impl From<rw_result> for BeginError {
+    fn from(r: rw_result) -> Self {
+        BeginError::Arg(r)
+    }
+}
+
+impl From<PolicyError> for BeginError {
+    fn from(e: PolicyError) -> Self {
+        BeginError::Policy(e)
+    }
+}
+
+impl BeginError {
+    fn result(&self) -> rw_result {
+        match self {
+            BeginError::Arg(r) => *r,
+            BeginError::Inbound(_) => rw_result::RwErrInbound,
+            BeginError::Policy(_) => rw_result::RwErrPolicy,
+        }
+    }
+
+    /// The `rw_error` `rw_call_begin_err` gives out.
+    fn into_error(self) -> rw_error {
+        match self {
+            BeginError::Arg(rw_result::RwErrPanic) => rw_error::new(
+                rw_result::RwErrPanic,
+                "a panic was caught inside retrywise; no call was begun",
+                "",
+            ),
+            BeginError::Arg(r) => rw_error::new(r, error_detail(r).unwrap_or_default(), ""),
+            BeginError::Inbound(e) => {
+                let path = format!("inbound_headers.{}", e.header);
+                rw_error::new(rw_result::RwErrInbound, &format!("{path}: {}", e.message), &path)
+            }
+            BeginError::Policy(e) => rw_error::new(rw_result::RwErrPolicy, &e.to_string(), &e.path),
+        }
+    }
+}
+
+impl crate::panic::OnPanic for Result<(), BeginError> {
+    fn on_panic() -> Self {
+        Err(BeginError::Arg(rw_result::RwErrPanic))
+    }
+}
+
 /// Fills the core's spec from a C spec (in place: a `CallSpec` is large).
 ///
 /// # Safety
 /// Every pointer in `s` is NULL or valid as documented on `rw_call_spec`.
-unsafe fn fill_spec(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), rw_result> {
+unsafe fn fill_spec(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), BeginError> {
     let owned = |x: Option<&str>| x.map(str::to_string);
     // SAFETY: pointers in `s` are valid per the caller's contract (so for every read below).
     spec.route = unsafe { args::req_str(s.route) }?.into_name();
@@ -89,24 +144,30 @@ unsafe fn fill_spec(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), rw_resu
         // SAFETY: as above.
         let inbound = unsafe { args::headers(s.inbound_headers, s.inbound_headers_len) }?;
         let h: Headers = inbound.into_iter().collect();
-        if let Some(i) = Inbound::from_headers(&h).map_err(|_| rw_result::RwErrInbound)? {
+        if let Some(i) = Inbound::from_headers(&h).map_err(BeginError::Inbound)? {
             spec.inbound = Some(i);
         }
     }
-    let needs = &mut spec.needs;
+    let mut given = Needs::default();
     if s.capabilities_len > 0 {
         // SAFETY: as above.
         let caps = unsafe { args::slice(s.capabilities, s.capabilities_len) }?;
         for c in caps {
             // SAFETY: as above.
-            needs.capabilities.push(unsafe { args::req_str(*c) }?.to_string());
+            given.capabilities.push(unsafe { args::req_str(*c) }?.to_string());
         }
     }
-    needs.input_tokens = (s.input_tokens > 0).then_some(s.input_tokens);
-    needs.max_output_tokens = (s.max_output_tokens > 0).then_some(s.max_output_tokens);
+    given.input_tokens = (s.input_tokens > 0).then_some(s.input_tokens);
+    given.max_output_tokens = (s.max_output_tokens > 0).then_some(s.max_output_tokens);
     // SAFETY: as above.
-    needs.data_boundary = owned(unsafe { args::opt_str(s.data_boundary) }?);
-    needs.max_cost = (s.max_cost > 0.0).then_some(s.max_cost);
+    given.data_boundary = owned(unsafe { args::opt_str(s.data_boundary) }?);
+    given.max_cost = (s.max_cost > 0.0).then_some(s.max_cost);
+    // SAFETY: `request` is NULL or a live `rw_request`, per the caller's contract.
+    spec.needs = match unsafe { s.request.as_ref() } {
+        // The request's needs, under the caller's own (the core's merge).
+        Some(r) => r.facts.needs.merged(&given),
+        None => given,
+    };
     Ok(())
 }
 
@@ -124,6 +185,7 @@ fn is_simple(s: &rw_call_spec) -> bool {
         && s.input_tokens == 0
         && s.max_output_tokens == 0
         && (s.max_cost <= 0.0 || s.max_cost.is_nan())
+        && s.request.is_null()
 }
 
 /// The route and tenant of a spec for which [`is_simple`] holds.
@@ -162,6 +224,7 @@ unsafe fn outcome_from(o: &rw_outcome) -> Result<Outcome, rw_result> {
         out.effect = Some(rw_effect::core_from_code(o.effect).ok_or(rw_result::RwErrInvalidArg)?);
     }
     out.resumable = o.resumable;
+    out.first_token = (o.first_token_ms > 0).then(|| Duration::from_millis(o.first_token_ms));
     if o.continuation != rw_continuation::None as i32 {
         out.continuation = Some(rw_continuation::core_from_code(o.continuation).ok_or(rw_result::RwErrInvalidArg)?);
     }
@@ -328,11 +391,12 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl rw_call {
-    /// Begins the core's call straight into a box (a spare one when this
-    /// thread has one): a `Call` is large, and writing it in place spares
-    /// copying it (and the rest of `rw_call`) to the heap.
+    /// Begins the core's call (`try_begin`: a route the policy does not
+    /// know is an error) and moves it into a box (a spare one when this
+    /// thread has one).
     #[inline(always)]
-    fn boxed(engine: &Engine, spec: CallSpec) -> Box<rw_call> {
+    fn boxed(engine: &Engine, spec: &mut CallSpec) -> Result<Box<rw_call>, PolicyError> {
+        let call = engine.try_begin_from(spec)?;
         let mut b = SPARES
             .try_with(Spares::take)
             .ok()
@@ -340,10 +404,9 @@ impl rw_call {
             .unwrap_or_else(Box::new_uninit);
         let p = b.as_mut_ptr();
         // SAFETY: `p` is the box's memory, valid for writes; every field is
-        // written exactly once before `assume_init`. If `begin` panics, the
-        // box is freed as uninitialised memory (nothing to drop).
+        // written exactly once before `assume_init`.
         unsafe {
-            addr_of_mut!((*p).call).write(engine.begin(spec));
+            addr_of_mut!((*p).call).write(call);
             addr_of_mut!((*p).poisoned).write(false);
             AttemptStrings::init(addr_of_mut!((*p).att));
             addr_of_mut!((*p).att_detail).write(None);
@@ -351,7 +414,7 @@ impl rw_call {
             addr_of_mut!((*p).dec_upstream).write(None);
             addr_of_mut!((*p).dec_detail).write(None);
             addr_of_mut!((*p).dec_excluded).write(None);
-            b.assume_init()
+            Ok(b.assume_init())
         }
     }
 
@@ -441,14 +504,56 @@ impl rw_call {
     }
 }
 
+/// Begins a call on `engine` from `spec` into `*out` (NULL first, the call
+/// on success).
+///
+/// # Safety
+/// As for `rw_call_begin`.
+#[inline(always)]
+unsafe fn begin(engine: *const rw_engine, spec: *const rw_call_spec, out: *mut *mut rw_call) -> Result<(), BeginError> {
+    if out.is_null() {
+        return Err(rw_result::RwErrNull.into());
+    }
+    // SAFETY: non-NULL and writable per the contract.
+    unsafe { out.write(std::ptr::null_mut()) };
+    // SAFETY: NULL or live / readable, per the contract.
+    let (Some(h), Some(spec)) = (unsafe { engine.as_ref() }, unsafe { spec.as_ref() }) else {
+        return Err(rw_result::RwErrNull.into());
+    };
+    let call = if is_simple(spec) {
+        // SAFETY: the spec's pointers are valid per the contract.
+        let (route, tenant) = unsafe { simple_parts(spec) }?;
+        let mut core_spec = CallSpec {
+            route,
+            deadline: (spec.deadline_ms > 0).then(|| Duration::from_millis(spec.deadline_ms)),
+            idempotency: rw_idempotency::core_from_code(spec.idempotency).ok_or(rw_result::RwErrInvalidArg)?,
+            tenant,
+            ..CallSpec::default()
+        };
+        rw_call::boxed(&h.engine, &mut core_spec)?
+    } else {
+        let mut core_spec = CallSpec::default();
+        // SAFETY: the spec's pointers are valid per the contract.
+        unsafe { fill_spec(&mut core_spec, spec) }?;
+        rw_call::boxed(&h.engine, &mut core_spec)?
+    };
+    // SAFETY: as above.
+    unsafe { out.write(Box::into_raw(call)) };
+    Ok(())
+}
+
 /// Begins one logical request on `engine`. On `RW_OK`, `*out` is a new call
 /// the caller frees with `rw_call_free`; on any other result `*out` is NULL.
-/// Everything `spec` points to is copied; it need not outlive this call.
+/// Everything `spec` points to is copied (its `request` too); it need not
+/// outlive this call.
 ///
 /// Returns `RW_ERR_NULL` (`engine`, `spec` or `out` NULL, or a string/array
 /// pointer NULL with a non-zero length), `RW_ERR_INVALID_ARG` (bad
 /// `idempotency`, a string that is not UTF-8), `RW_ERR_INBOUND` (a malformed
-/// propagation header in `inbound_headers`) or `RW_ERR_PANIC`.
+/// propagation header in `inbound_headers`), `RW_ERR_POLICY` (the policy
+/// declares routes and `route` is neither one of them nor an upstream of its
+/// catalog: no call is begun, and no I/O should be made) or `RW_ERR_PANIC`.
+/// `rw_call_begin_err` says why in an `rw_error`.
 ///
 /// Thread safety: may be called on a shared engine from any thread; the new
 /// call belongs to the calling thread until handed over.
@@ -463,39 +568,46 @@ pub unsafe extern "C" fn rw_call_begin(
     out: *mut *mut rw_call,
 ) -> rw_result {
     ffi_boundary! {
-        if out.is_null() {
-            return rw_result::RwErrNull;
+        // SAFETY: the caller's contract, forwarded.
+        match unsafe { begin(engine, spec, out) } {
+            Ok(()) => rw_result::RwOk,
+            Err(e) => e.result(),
         }
-        // SAFETY: non-NULL and writable per the contract.
-        unsafe { out.write(std::ptr::null_mut()) };
-        // SAFETY: NULL or live / readable, per the contract.
-        let (Some(h), Some(spec)) = (unsafe { engine.as_ref() }, unsafe { spec.as_ref() }) else {
-            return rw_result::RwErrNull;
-        };
-        let call = if is_simple(spec) {
-            // SAFETY: the spec's pointers are valid per the contract.
-            let (route, tenant) = try_arg!(unsafe { simple_parts(spec) });
-            // Built in the call expression, so the spec's fields go straight
-            // into the call (no spec kept in memory and copied).
-            rw_call::boxed(
-                &h.engine,
-                CallSpec {
-                    route,
-                    deadline: (spec.deadline_ms > 0).then(|| Duration::from_millis(spec.deadline_ms)),
-                    idempotency: try_arg!(rw_idempotency::core_from_code(spec.idempotency).ok_or(rw_result::RwErrInvalidArg)),
-                    tenant,
-                    ..CallSpec::default()
-                },
-            )
-        } else {
-            let mut core_spec = CallSpec::default();
-            // SAFETY: the spec's pointers are valid per the contract.
-            try_arg!(unsafe { fill_spec(&mut core_spec, spec) });
-            rw_call::boxed(&h.engine, core_spec)
-        };
-        // SAFETY: as above.
-        unsafe { out.write(Box::into_raw(call)) };
-        rw_result::RwOk
+    }
+}
+
+/// `rw_call_begin`, saying why no call was begun: on any result but
+/// `RW_OK`, `*err` (when `err` is not NULL) is an `rw_error` the caller frees
+/// with `rw_error_free`, whose result is the one returned. For
+/// `RW_ERR_POLICY` its message names the route and the policy's known
+/// routes (`routes.chta: no route "chta" in ... known routes: chat`) and its
+/// path is `routes.<route>`; for `RW_ERR_INBOUND` the path is
+/// `inbound_headers.<header>` and the message says what is wrong with its
+/// value. On `RW_OK`, `*err` is NULL.
+///
+/// Thread safety: as `rw_call_begin`.
+///
+/// # Safety
+/// As for `rw_call_begin`; `err` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rw_call_begin_err(
+    engine: *const rw_engine,
+    spec: *const rw_call_spec,
+    out: *mut *mut rw_call,
+    err: *mut *mut rw_error,
+) -> rw_result {
+    // SAFETY: `err` is NULL or writable, per the contract.
+    unsafe { rw_error::clear(err) };
+    // SAFETY: the caller's contract, forwarded.
+    let r = ffi_boundary! { unsafe { begin(engine, spec, out) } };
+    match r {
+        Ok(()) => rw_result::RwOk,
+        Err(e) => {
+            let code = e.result();
+            // SAFETY: `err` is NULL or writable, per the contract.
+            unsafe { rw_error::store(err, e.into_error()) };
+            code
+        }
     }
 }
 

@@ -45,6 +45,11 @@
 //! Many models, many providers: `rw_engine_route_for_model` names the route
 //! for a request's model; `rw_engine_reach` says how to reach the upstream
 //! an attempt names (base URL, API family, wire model, key variable name).
+//!
+//! A relay's request: `rw_request_read` reads what the request it forwards
+//! needs from any upstream (wire family, endpoint, model, capabilities,
+//! sizes); `rw_call_spec.request` begins the call with those needs, so a
+//! fallback never lands where the request cannot be served.
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -58,6 +63,7 @@ pub mod error;
 pub mod names;
 mod panic;
 pub mod reach;
+pub mod request;
 mod spare;
 pub mod stream;
 pub mod timer;
@@ -70,6 +76,7 @@ pub use engine::*;
 pub use error::*;
 pub use names::*;
 pub use reach::*;
+pub use request::*;
 pub use stream::*;
 pub use timer::*;
 pub use transcript::*;
@@ -77,12 +84,14 @@ pub use types::*;
 pub use vocab::*;
 
 // The thread-safety contract in the header, checked: an engine is shared
-// between threads, a call moves between them, an error is read from any.
+// between threads, a call moves between them, an error and a request are
+// read from any.
 const _: () = {
     const fn shared<T: Send + Sync>() {}
     const fn movable<T: Send>() {}
     shared::<rw_engine>();
     shared::<rw_error>();
+    shared::<rw_request>();
     movable::<retrywise_core::Call>();
     movable::<rw_call>();
     movable::<rw_stream_gate>();

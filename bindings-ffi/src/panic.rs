@@ -2,10 +2,11 @@
 //! return type yields when a panic is caught.
 //!
 //! Functions returning `rw_result` give `RW_ERR_PANIC`; functions returning
-//! pointers give NULL; sizes give 0; flags false; string views an empty one.
+//! pointers give NULL; sizes give 0; counts whose "none" is -1 give -1;
+//! flags false; string views an empty one.
 
 use crate::types::{rw_result, rw_str};
-use crate::vocab::{rw_error_kind, rw_phase};
+use crate::vocab::{rw_api_family, rw_error_kind, rw_phase};
 use std::os::raw::c_char;
 
 /// The value a function returns after catching a panic.
@@ -16,6 +17,19 @@ pub(crate) trait OnPanic {
 impl OnPanic for rw_result {
     fn on_panic() -> Self {
         rw_result::RwErrPanic
+    }
+}
+
+impl OnPanic for rw_api_family {
+    fn on_panic() -> Self {
+        rw_api_family::None
+    }
+}
+
+/// Counts whose "none" is -1 (`rw_request_input_tokens`).
+impl OnPanic for i64 {
+    fn on_panic() -> Self {
+        -1
     }
 }
 

@@ -7,6 +7,7 @@
 //! Rust; output structs use the enum types, which Rust only ever fills with
 //! valid values.
 
+use crate::request::rw_request;
 use crate::vocab::*;
 use std::os::raw::c_char;
 
@@ -26,7 +27,8 @@ pub enum rw_result {
     /// A panic was caught inside retrywise; nothing unwound into C. A call on
     /// which this happened is unusable (free it); its engine stays usable.
     RwErrPanic = 3,
-    /// The policy document did not parse or validate; see the `rw_error`.
+    /// The policy document did not parse or validate, or the call named a
+    /// route the policy does not know (`rw_call_begin`); see the `rw_error`.
     RwErrPolicy = 4,
     /// An argument was invalid: an enum value out of range or a string that
     /// is not UTF-8. Nothing was changed.
@@ -103,7 +105,9 @@ pub struct rw_engine_options {
 #[derive(Debug, Clone, Copy)]
 pub struct rw_call_spec {
     /// A route name from the policy, or an upstream name (required; may be
-    /// empty when `task` names a route).
+    /// empty when `task` names a route). When the policy declares routes, a
+    /// name that is neither one of them nor an upstream of its catalog is
+    /// `RW_ERR_POLICY` (a misspelt route never becomes a bare upstream).
     pub route: rw_str,
     /// End-to-end deadline from now, ms; 0 = the policy's `deadline_ms`.
     pub deadline_ms: u64,
@@ -137,6 +141,14 @@ pub struct rw_call_spec {
     pub data_boundary: rw_str,
     /// Cost cap for this call in USD on top of the route's; <= 0 = none.
     pub max_cost: f64,
+    /// The request the call carries, read by `rw_request_read`; NULL = none.
+    /// Its needs (capabilities, wire family, input and output tokens) are the
+    /// call's, under this spec's own: the capabilities of both, and
+    /// `input_tokens`, `max_output_tokens`, `data_boundary` and `max_cost`
+    /// where this spec sets them. A candidate that cannot serve them is
+    /// skipped (the decision's `excluded` says why). Read during
+    /// `rw_call_begin` only: the request may be freed right after.
+    pub request: *const rw_request,
 }
 
 /// The attempt to make now, or why none may start (from `rw_call_next_attempt`).
@@ -308,6 +320,10 @@ pub struct rw_outcome {
     /// that way (what the previous decision's `continuation` asked for);
     /// `RW_CONTINUATION_NONE` (-1) = a plain attempt.
     pub continuation: i32,
+    /// A streamed success: ms from sending the request to its first visible
+    /// output (the stream gate's first release; pings and the preamble do
+    /// not count). 0 = not measured.
+    pub first_token_ms: u64,
 }
 
 /// What the caller must do after reporting an attempt (from `rw_call_report`).
@@ -407,6 +423,7 @@ impl Default for rw_call_spec {
             max_output_tokens: 0,
             data_boundary: rw_str::NONE,
             max_cost: 0.0,
+            request: std::ptr::null(),
         }
     }
 }
@@ -427,6 +444,7 @@ impl Default for rw_outcome {
             body: rw_str::NONE,
             resumable: false,
             continuation: rw_continuation::None as i32,
+            first_token_ms: 0,
         }
     }
 }

@@ -371,7 +371,7 @@ static const char *CATALOG =
     " \"base_url\": \"https://api.anthropic.com/v1\", \"api\": \"anthropic\", \"api_key_env\": \"ANTHROPIC_API_KEY\","
     " \"capabilities\": [\"assistant_prefill\"]},"
     "\"azure\": {\"model\": \"gpt4o-deploy\", \"api\": \"azure_openai\", \"api_version\": \"2024-10-21\"}},"
-    " \"models\": {\"gpt-4o\": \"chat\"}, \"routes\": {\"chat\": {\"candidates\": [\"primary\", \"backup\"]}}}";
+    " \"models\": {\"gpt-4o\": \"chat\"}, \"routes\": {\"chat\": {\"candidates\": [\"primary\", \"azure\"]}}}";
 
 static void test_route_and_reach(void) {
   rw_engine *e = engine_with(CATALOG, 1);
@@ -398,7 +398,8 @@ static void test_route_and_reach(void) {
   CHECK_RC(rw_engine_route_for_model(e, not_utf8, &route, NULL), RW_ERR_INVALID_ARG);
 
   /* The upstream an attempt names (here the fallback after a silent
-   * primary): where it is, which family, which model, which key variable. */
+   * primary; Azure OpenAI takes an OpenAI body, so one route may hold both):
+   * where it is, which family, which model, which key variable. */
   rw_call *c = begin(e, "chat", 30000);
   rw_attempt a;
   rw_decision d;
@@ -406,28 +407,29 @@ static void test_route_and_reach(void) {
   CHECK(str_eq(a.upstream, "primary"));
   rw_outcome silent = outcome(0, RW_ERROR_KIND_FIRST_BYTE_TIMEOUT, RW_PHASE_SENT);
   CHECK_RC(rw_call_report(c, &silent, &d), RW_OK);
-  CHECK(d.action == RW_ACTION_FALLBACK && str_eq(d.upstream, "backup"));
+  CHECK(d.action == RW_ACTION_FALLBACK && str_eq(d.upstream, "azure"));
   CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
   rw_reach r;
   CHECK_RC(rw_engine_reach(e, a.upstream, &r), RW_OK);
   rw_call_free(c);
-  CHECK(strcmp(r.upstream, "backup") == 0);
-  CHECK(strcmp(r.base_url, "https://api.anthropic.com/v1") == 0);
-  CHECK(r.api == RW_API_FAMILY_ANTHROPIC && strcmp(rw_api_family_name(r.api), "anthropic") == 0);
-  CHECK(strcmp(r.model, "claude-sonnet-4-5") == 0);
-  CHECK(strcmp(r.api_key_env, "ANTHROPIC_API_KEY") == 0);
-  CHECK(r.api_version == NULL && r.prefill);
+  CHECK(strcmp(r.upstream, "azure") == 0);
+  CHECK(r.api == RW_API_FAMILY_AZURE_OPENAI && strcmp(rw_api_family_name(r.api), "azure_openai") == 0);
+  CHECK(strcmp(r.api_version, "2024-10-21") == 0);
+  CHECK(r.base_url == NULL && r.api_key_env == NULL && strcmp(r.model, "gpt4o-deploy") == 0 && !r.prefill);
   rw_reach_free(&r);
-  CHECK(r.upstream == NULL && r.base_url == NULL && r.model == NULL && r.api_key_env == NULL);
+  CHECK(r.upstream == NULL && r.base_url == NULL && r.model == NULL && r.api_version == NULL);
   rw_reach_free(&r); /* freed strings are NULL: a second free is a no-op */
 
   CHECK_RC(rw_engine_reach(e, str_of("primary"), &r), RW_OK);
   CHECK(r.api == RW_API_FAMILY_OPENAI && strcmp(r.model, "gpt-4o") == 0 && !r.prefill);
   CHECK(strcmp(r.api_key_env, "OPENAI_API_KEY") == 0);
   rw_reach_free(&r);
-  CHECK_RC(rw_engine_reach(e, str_of("azure"), &r), RW_OK);
-  CHECK(r.api == RW_API_FAMILY_AZURE_OPENAI && strcmp(r.api_version, "2024-10-21") == 0);
-  CHECK(r.base_url == NULL && r.api_key_env == NULL && strcmp(r.model, "gpt4o-deploy") == 0);
+  CHECK_RC(rw_engine_reach(e, str_of("backup"), &r), RW_OK);
+  CHECK(strcmp(r.base_url, "https://api.anthropic.com/v1") == 0);
+  CHECK(r.api == RW_API_FAMILY_ANTHROPIC && strcmp(rw_api_family_name(r.api), "anthropic") == 0);
+  CHECK(strcmp(r.model, "claude-sonnet-4-5") == 0);
+  CHECK(strcmp(r.api_key_env, "ANTHROPIC_API_KEY") == 0);
+  CHECK(r.api_version == NULL && r.prefill);
   rw_reach_free(&r);
   /* An upstream the catalog does not list goes as the request was built. */
   CHECK_RC(rw_engine_reach(e, str_of("adhoc/model"), &r), RW_OK);

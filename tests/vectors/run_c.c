@@ -548,6 +548,12 @@ static void step_check(run *r) {
     if (!same(&e->v, a)) {
       render(&e->v, eb, sizeof eb);
       render(a, ab, sizeof ab);
+      /* A begin or reload that failed unexpectedly: say why. */
+      const val *why = strcmp(e->path, "ok") == 0 ? vals_get(&r->actual, "error") : NULL;
+      if (why && why->t == T_STR) {
+        size_t n = strlen(ab);
+        snprintf(ab + n, sizeof ab - n, " (%s)", why->s);
+      }
       mismatch(r, e->path, eb, ab);
     }
     vals_free(&tmp);
@@ -596,12 +602,58 @@ static const char *arg(const toks *t, size_t from, const char *k) {
   return NULL;
 }
 
+/* A request a transport reads: `PREFIXurl S`, `PREFIXheader NAME VALUE`
+ * (repeated), `PREFIXbody S` among the step's arguments from `from`. */
+typedef struct {
+  int given;
+  const char *url, *body;
+  rw_header headers[32];
+  size_t nheaders;
+} request_args;
+
+/* Takes the request argument at t->v[*i] when it is one (advancing *i). */
+static int take_request_arg(request_args *q, const toks *t, size_t *i, const char *prefix) {
+  size_t n = strlen(prefix);
+  const char *k = t->v[*i];
+  if (strncmp(k, prefix, n) != 0) return 0;
+  k += n;
+  if (strcmp(k, "header") == 0 && *i + 2 < t->n) {
+    if (q->nheaders < 32) {
+      q->headers[q->nheaders].name = S(t->v[*i + 1]);
+      q->headers[q->nheaders].value = S(t->v[*i + 2]);
+      q->nheaders++;
+    }
+    *i += 3;
+  } else if (strcmp(k, "url") == 0 && *i + 1 < t->n) {
+    q->url = t->v[*i + 1];
+    *i += 2;
+  } else if (strcmp(k, "body") == 0 && *i + 1 < t->n) {
+    q->body = t->v[*i + 1];
+    *i += 2;
+  } else {
+    return 0;
+  }
+  q->given = 1;
+  return 1;
+}
+
+/* rw_request_read of the request; NULL (with a mismatch) when it fails. */
+static rw_request *read_request(run *r, const request_args *q) {
+  rw_request *req = NULL;
+  rw_result rc = rw_request_read(S(q->url), q->nheaders ? q->headers : NULL, q->nheaders, (const uint8_t *)q->body,
+                                 q->body ? strlen(q->body) : 0, &req);
+  if (rc != RW_OK) mismatch(r, "rw_request_read", "RW_OK", rw_result_name(rc));
+  return req;
+}
+
 static void do_begin(run *r, const toks *t, const char *call) {
   rw_call_spec spec;
   memset(&spec, 0, sizeof spec);
   rw_str caps[32];
   rw_header inbound[32];
   size_t ncaps = 0, ninb = 0;
+  request_args q;
+  memset(&q, 0, sizeof q);
   for (size_t i = 4; i < t->n;) {
     const char *k = t->v[i];
     if (strcmp(k, "inbound") == 0 && i + 2 < t->n) {
@@ -613,6 +665,7 @@ static void do_begin(run *r, const toks *t, const char *call) {
       i += 3;
       continue;
     }
+    if (take_request_arg(&q, t, &i, "request_")) continue;
     if (i + 1 >= t->n) break;
     const char *v = t->v[i + 1];
     if (strcmp(k, "route") == 0) spec.route = S(v);
@@ -639,11 +692,62 @@ static void do_begin(run *r, const toks *t, const char *call) {
   spec.capabilities_len = ncaps;
   spec.inbound_headers = ninb ? inbound : NULL;
   spec.inbound_headers_len = ninb;
+  /* The request's needs under the spec's; the call copies them, so the
+   * request is freed at once. */
+  rw_request *req = q.given ? read_request(r, &q) : NULL;
+  spec.request = req;
   rw_call **slot = call_slot(r, call, 1);
   rw_call_free(*slot);
   *slot = NULL;
-  rw_result rc = rw_call_begin(r->engine, &spec, slot);
-  if (rc != RW_OK) mismatch(r, "rw_call_begin", "RW_OK", rw_result_name(rc));
+  rw_error *err = NULL;
+  rw_result rc = rw_call_begin_err(r->engine, &spec, slot, &err);
+  rw_request_free(req);
+  /* {"ok": true} or {"ok": false, "error": message} (a route the policy does not know). */
+  r->kind = K_VALS;
+  add_bool(&r->actual, "ok", rc == RW_OK);
+  if (rc != RW_OK) {
+    add_cstr(&r->actual, "error", err ? rw_error_message(err) : rw_result_name(rc));
+    if (rc != RW_ERR_POLICY) mismatch(r, "rw_call_begin_err", "RW_OK or RW_ERR_POLICY", rw_result_name(rc));
+  }
+  rw_error_free(err);
+}
+
+/* read_request: the canonical view of what rw_request_read read. */
+static void do_read_request(run *r, const toks *t) {
+  request_args q;
+  memset(&q, 0, sizeof q);
+  for (size_t i = 4; i < t->n;)
+    if (!take_request_arg(&q, t, &i, "")) {
+      mismatch(r, "read_request", "url, header or body", t->v[i]);
+      i++;
+    }
+  rw_request *req = read_request(r, &q);
+  if (!req) return;
+  vals *v = &r->actual;
+  r->kind = K_VALS;
+  add_cstr(v, "family", rw_api_family_name(rw_request_family(req)));
+  add_cstr(v, "endpoint", rw_request_endpoint(req));
+  add_str(v, "model", rw_request_model(req));
+  size_t cap = 64, len = 0, n = rw_request_capability_count(req);
+  char *caps = xmalloc(cap);
+  for (size_t i = 0; i < n; i++) {
+    rw_str c = rw_request_capability(req, i);
+    while (len + c.len + 2 > cap) caps = xrealloc(caps, cap *= 2);
+    if (i) caps[len++] = ',';
+    memcpy(caps + len, c.ptr, c.len);
+    len += c.len;
+  }
+  caps[len] = '\0';
+  add_cstr(v, "needs.capabilities", caps);
+  free(caps);
+  /* A request's needs carry its wire family. */
+  add_cstr(v, "needs.api", rw_api_family_name(rw_request_family(req)));
+  int64_t in = rw_request_input_tokens(req), out = rw_request_max_output_tokens(req);
+  if (in < 0) vals_add(v, "needs.input_tokens", T_NULL);
+  else add_uint(v, "needs.input_tokens", (unsigned long long)in);
+  if (out < 0) vals_add(v, "needs.max_output_tokens", T_NULL);
+  else add_uint(v, "needs.max_output_tokens", (unsigned long long)out);
+  rw_request_free(req);
 }
 
 /* An attempt's canonical view under `prefix` ("" or "attempt."). */
@@ -772,6 +876,7 @@ static void do_report(run *r, const toks *t, rw_call *c) {
     else if (strcmp(k, "ok") == 0) o.ok = strcmp(v, "1") == 0;
     else if (strcmp(k, "resumable") == 0) o.resumable = strcmp(v, "1") == 0;
     else if (strcmp(k, "continuation") == 0) o.continuation = code_of(CONTINUATIONS, v, &ok);
+    else if (strcmp(k, "first_token_ms") == 0) o.first_token_ms = strtoull(v, NULL, 10);
     else if (strcmp(k, "attempt") == 0) {
       has_attempt = 1;
       attempt = (uint32_t)strtoul(v, NULL, 10);
@@ -849,6 +954,8 @@ static void do_step(run *r, const toks *t) {
     if (rc != RW_OK) mismatch(r, "rw_engine_advance_clock", "RW_OK", rw_result_name(rc));
   } else if (strcmp(op, "begin") == 0) {
     do_begin(r, t, call);
+  } else if (strcmp(op, "read_request") == 0) {
+    do_read_request(r, t);
   } else if (strcmp(op, "next_attempt") == 0 || strcmp(op, "report") == 0 || strcmp(op, "next_hedge") == 0 ||
              strcmp(op, "cancel") == 0) {
     rw_call **slot = call_slot(r, call, 0);

@@ -22,9 +22,14 @@ Step ARGS are key/value pairs:
     begin:   route S, deadline_ms N, idempotency S, tenant S, task S, priority S,
              idempotency_key S, params_digest HEX, cap S (repeated),
              input_tokens N, max_output_tokens N, data_boundary S, max_cost F,
-             inbound NAME VALUE (repeated)
+             inbound NAME VALUE (repeated),
+             request_url S, request_header NAME VALUE (repeated), request_body S
+             (the spec's `request`: read with rw_request_read, under the needs);
+             its `expect` defaults to {"ok": true}
+    read_request: url S, header NAME VALUE (repeated), body S
     report:  status N, error S, phase S, effect S, vendor_code S, body S,
-             input_tokens N, ok 0|1, header NAME VALUE (repeated),
+             input_tokens N, ok 0|1, resumable 0|1, continuation S,
+             first_token_ms N, header NAME VALUE (repeated),
              attempt N (report that attempt number: hedging)
     next_hedge, cancel: no arguments
     stream_gate: content_type S (absent: none), chunk S (repeated), finish 1 (last)
@@ -101,6 +106,18 @@ def flatten(prefix: str, v: Any, out: list[str]) -> None:
     out.append(f"expect {enc(prefix)} {t} {enc(val)}")
 
 
+def request_args(r: dict[str, Any], prefix: str) -> list[str]:
+    """A request a transport reads (`url`, `headers`, `body` as text) as step arguments."""
+    args: list[str] = []
+    if "url" in r:
+        args += [prefix + "url", enc(r["url"])]
+    for name, value in r.get("headers", {}).items():
+        args += [prefix + "header", enc(name), enc(value)]
+    if "body" in r:
+        args += [prefix + "body", enc(r["body"])]
+    return args
+
+
 def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
     op = step["op"]
     if op == "repeat":
@@ -128,14 +145,21 @@ def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
                 args += [k, enc(needs[k])]
         for name, value in spec.get("inbound_headers", {}).items():
             args += ["inbound", enc(name), enc(value)]
+        if "request" in spec:
+            args += request_args(spec["request"], "request_")
         unknown = set(spec) - {"route", "deadline_ms", "idempotency", "tenant", "task", "priority", "idempotency_key",
-                               "params", "needs", "inbound_headers"}
+                               "params", "needs", "inbound_headers", "request"}
         if unknown:
             raise ValueError(f"step {label}: unknown spec fields {sorted(unknown)}")
+        unknown = set(needs) - {"capabilities", "input_tokens", "max_output_tokens", "data_boundary", "max_cost"}
+        if unknown:
+            raise ValueError(f"step {label}: needs fields the C runner does not pass: {sorted(unknown)}")
+    elif op == "read_request":
+        args = request_args(step, "")
     elif op == "report":
         o = step.get("outcome", {})
         for k in ("status", "error", "phase", "effect", "vendor_code", "input_tokens", "ok", "body", "resumable",
-                  "continuation"):
+                  "continuation", "first_token_ms"):
             if k in o:
                 args += [k, enc(o[k])]
         for name, value in o.get("headers", {}).items():
@@ -156,7 +180,7 @@ def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
         args = [f"{k} {enc(m.get(k, True))}" for k in ("retries", "fallback", "hedging")]
     out.append(" ".join(["step", enc(pretty), enc(op)] + ([enc(call)] if call else ["%"]) + args))
     expect = step.get("expect")
-    if op == "reload" and expect is None:
+    if op in ("reload", "begin") and expect is None:
         expect = {"ok": True}
     if expect is not None:
         expect = dict(expect)

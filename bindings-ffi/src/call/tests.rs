@@ -1,7 +1,9 @@
-//! Unit tests of `rw_call`: attempt strings, reused boxes, the usual and the full spec.
+//! Unit tests of `rw_call`: attempt strings, reused boxes, the usual and the full spec, unknown routes.
 
 use super::*;
 use crate::engine::{rw_engine_free, rw_engine_new_with};
+use crate::error::{rw_error_free, rw_error_message};
+use crate::request::{rw_request_free, rw_request_read};
 
 fn engine(policy: &str) -> *mut rw_engine {
     let opts = rw_engine_options {
@@ -234,6 +236,61 @@ fn the_usual_spec_and_the_full_one_begin_the_same_call() {
     let mut c = std::ptr::null_mut();
     // SAFETY: as above.
     assert_eq!(unsafe { rw_call_begin(e, &null_tenant, &mut c) }, rw_result::RwErrNull);
+    // An unknown route too (the core's try_begin), with its message.
+    for spec in [
+        rw_call_spec {
+            route: rw_str::of("caht"),
+            ..usual
+        },
+        rw_call_spec {
+            route: rw_str::of("caht"),
+            ..full
+        },
+    ] {
+        let mut c = std::ptr::null_mut();
+        // SAFETY: as above.
+        assert_eq!(unsafe { rw_call_begin(e, &spec, &mut c) }, rw_result::RwErrPolicy);
+        assert!(c.is_null());
+        let mut err = std::ptr::null_mut();
+        // SAFETY: as above; `err` is writable.
+        let r = unsafe { rw_call_begin_err(e, &spec, &mut c, &mut err) };
+        assert_eq!(r, rw_result::RwErrPolicy);
+        assert!(c.is_null() && !err.is_null());
+        // SAFETY: `err` is a live error from rw_call_begin_err.
+        let message = unsafe { std::ffi::CStr::from_ptr(rw_error_message(err)) }
+            .to_str()
+            .unwrap();
+        assert!(message.starts_with("routes.caht: no route \"caht\""), "{message}");
+        assert!(message.contains("known routes: chat"), "{message}");
+        // SAFETY: freed once.
+        unsafe { rw_error_free(err) };
+    }
     // SAFETY: created above, freed once.
     unsafe { rw_engine_free(e) };
+}
+
+#[test]
+fn a_spec_with_a_request_goes_the_full_way() {
+    let body = br#"{"model":"gpt-4o","stream":true,"messages":[]}"#;
+    let mut req = std::ptr::null_mut();
+    // SAFETY: a live URL and body, a writable out.
+    let r = unsafe {
+        rw_request_read(
+            rw_str::of("https://api.openai.com/v1/chat/completions"),
+            std::ptr::null(),
+            0,
+            body.as_ptr(),
+            body.len(),
+            &mut req,
+        )
+    };
+    assert_eq!(r, rw_result::RwOk);
+    let usual = rw_call_spec {
+        route: rw_str::of("chat"),
+        ..Default::default()
+    };
+    assert!(is_simple(&usual));
+    assert!(!is_simple(&rw_call_spec { request: req, ..usual }));
+    // SAFETY: from rw_request_read, freed once.
+    unsafe { rw_request_free(req) };
 }
