@@ -92,13 +92,66 @@ export interface EngineOptions {
   manualClock?: boolean
 }
 
+/** A wire family: the request and response bodies an upstream speaks. */
+export type ApiFamily = 'openai' | 'anthropic' | 'azure_openai'
+
+/** An endpoint a request's path names (`RequestFacts.endpoint`). */
+export type Endpoint = 'chat_completions' | 'responses' | 'completions' | 'embeddings' | 'messages'
+
+/**
+ * What a call needs from any upstream serving it (the core's `Needs`): a
+ * candidate that lacks it is skipped, with why (`missing_capability:vision`,
+ * `context_too_small:1000<2000`, `api_family:openai!=anthropic`, ...). An
+ * upstream whose `capabilities` are null (unknown) is never skipped for them.
+ */
 export interface Needs {
+  /**
+   * From the core's vocabulary (`streaming`, `tool_calling`, `json_schema`,
+   * `json_mode`, `vision`, `audio`, `file_input`, `assistant_prefill`) or
+   * custom (`x-...`).
+   */
   capabilities?: string[]
+  /** The wire family the request is built for: a candidate whose `api` cannot take it is skipped. */
+  api?: ApiFamily
+  /** Input tokens (estimated): a candidate whose `context_tokens` is smaller is skipped. */
   inputTokens?: number
   maxOutputTokens?: number
   dataBoundary?: string
   maxCost?: number
 }
+
+/**
+ * What a request an SDK built says about itself, read once by the core
+ * (`readRequest`): its family, endpoint and model, and what any upstream
+ * serving it needs. `engine.begin({ request })` takes it.
+ */
+export declare class RequestFacts {
+  /** Facts come from `readRequest()`. */
+  private constructor(...internal: never[])
+  /** The wire family the request was built for (from its URL and headers). */
+  readonly family: ApiFamily
+  /** Its endpoint, when its path names one. */
+  readonly endpoint: Endpoint | null
+  /** The body's `model` (what a wrapped fetch routes on), or null. */
+  readonly model: string | null
+  /**
+   * What any upstream serving it needs, as `begin`'s `needs` takes it
+   * (`capabilities` in vocabulary order, `api`: `family`, `inputTokens`: an
+   * estimate that errs low, `maxOutputTokens`; absent fields left out).
+   */
+  readonly needs: Needs
+  toJSON(): { family: ApiFamily; endpoint: Endpoint | null; model: string | null; needs: Needs }
+}
+
+/**
+ * Reads a request (the core's `RequestFacts::read`): its family from the URL
+ * and headers (only their names), its endpoint from the path, its model and
+ * needs from the body (`stream`, `tools`, a JSON schema or JSON mode, image,
+ * audio and file parts, its output and input token counts). A body that is
+ * not a JSON object gives no model and no needs but its family. Strings are
+ * read as UTF-8, objects as their JSON.
+ */
+export declare function readRequest(url: string | URL, headers?: HeadersLike | null, body?: string | Uint8Array | ArrayBuffer | object | null): RequestFacts
 
 /** One logical request. */
 export interface CallSpec {
@@ -117,7 +170,10 @@ export interface CallSpec {
   params?: unknown
   /** A precomputed `paramsDigest(params)`. */
   paramsDigest?: string
+  /** What the call needs, laid over what its `request` needs (capabilities of both; each other field where given). */
   needs?: Needs
+  /** What the call's request needs (`readRequest`): the call begins with it, `needs` on top. */
+  request?: RequestFacts
   /** Propagation headers of an inbound request: the call is then a non-owner. */
   inboundHeaders?: HeadersLike
   /** `false`: do not inherit from an enclosing retrywise call (default true). */
@@ -178,6 +234,12 @@ export interface Outcome {
   resumable?: boolean
   /** The attempt continued a broken stream this way (what the decision's `continuation` asked for). */
   continuation?: Continuation
+  /**
+   * A streamed success: ms from sending the request to its first visible
+   * output (a stream gate's first release); the core learns each upstream's
+   * time to first token from it. A wrapped fetch reports it for you.
+   */
+  firstTokenMs?: number
 }
 
 export interface Decision {
@@ -334,7 +396,11 @@ export declare class Engine {
   constructor(policy?: Policy | string | null, opts?: EngineOptions)
   /** Reads a policy file (`.json`, `.yaml`/`.yml`, `.toml`). */
   static fromFile(path: string | URL, opts?: EngineOptions): Engine
-  /** Begins one logical request (inside another retrywise call: a non-owner inheriting its deadline). */
+  /**
+   * Begins one logical request (inside another retrywise call: a non-owner
+   * inheriting its deadline). A route the policy does not know (when it
+   * declares routes) throws a `PolicyError` naming the known routes.
+   */
   begin(spec: CallSpec): Call
   /** Runs `fn` with every retry decided by the core; rejects with `StoppedError` when it gives up. */
   run<T>(fn: (attempt: Attempt) => T | Promise<T>, opts?: RunOptions): Promise<T>
@@ -436,24 +502,38 @@ export declare class AttemptTimeoutError extends RetrywiseError {
 
 export type FetchLike = (input: any, init?: any) => Promise<Response>
 
-/** What `WrapFetchOptions.routes` as a function is given: the request, and the `model` of its JSON body. */
+/** What `WrapFetchOptions.routes` and `needs` as functions are given: the request, the `model` of its JSON body and its facts. */
 export interface RouteRequest {
   url: string
   method: string | undefined
   headers: Headers
   model: string | null
+  /** What the request says about itself (read once per request). */
+  facts: RequestFacts
 }
 
-export interface WrapFetchOptions extends Partial<CallSpec> {
+export interface WrapFetchOptions extends Omit<Partial<CallSpec>, 'needs' | 'request'> {
   /**
    * Without `route`: the route of each request, from its model (an object:
    * request model -> route) or computed (a function). Default: the core's
    * `engine.routeForModel(model)` (an unknown model rejects before any I/O).
    */
   routes?: Record<string, string> | ((request: RouteRequest) => string)
+  /**
+   * Needs laid over what each request needs (its facts: every call begins
+   * with them), for every request (an object) or computed per request (a
+   * function; `null`/`undefined`: nothing to add). A request's
+   * `init.retrywise.needs` goes over these.
+   */
+  needs?: Needs | ((request: RouteRequest) => Needs | null | undefined)
 }
 
-/** A fetch-compatible function whose retries retrywise owns; `init.retrywise` overrides the spec per request. */
+/**
+ * A fetch-compatible function whose retries retrywise owns; `init.retrywise`
+ * overrides the spec per request (its `needs` laid over the wrapper's and the
+ * request's own). A route the policy does not know rejects with a
+ * `PolicyError` before any request is sent.
+ */
 export declare function wrapFetch(engine: Engine, fetch?: FetchLike | null, opts?: WrapFetchOptions): (input: string | URL | Request, init?: RequestInit & { retrywise?: Partial<CallSpec> }) => Promise<Response>
 
 /**

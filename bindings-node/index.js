@@ -13,6 +13,7 @@
 //   context      the attempt the current async context runs in (nesting)
 //   timers       sleeping, racing, per-attempt timers
 //   run          engine.run's loop
+//   request      readRequest, RequestFacts: what a request needs, read once
 //   fetch        wrapFetch
 //   stream       StreamGate, Transcript and the wrapped response body
 //   idempotency  paramsDigest, deriveIdempotencyKey
@@ -25,6 +26,7 @@ const { Call, Attempt, decisionOf } = require('./lib/call.js')
 const { currentAttempt } = require('./lib/context.js')
 const { vendorCodeFromBody, jsonMediaType } = require('./lib/outcomes.js')
 const { wrapFetch } = require('./lib/fetch.js')
+const { readRequest, RequestFacts } = require('./lib/request.js')
 const { StreamGate, Transcript } = require('./lib/stream.js')
 const { paramsDigest, deriveIdempotencyKey } = require('./lib/idempotency.js')
 const { Fleet, RedisFleet, fleetScripts } = require('./lib/fleet.js')
@@ -41,6 +43,8 @@ const api = {
   AttemptError,
   AttemptTimeoutError,
   wrapFetch,
+  readRequest,
+  RequestFacts,
   decisionOf,
   currentAttempt,
   paramsDigest,

@@ -100,23 +100,40 @@ export declare class NativeEngine {
   /** Moves the manual clock forward; throws unless built with `manualClock`. */
   advanceClock(ms: number): void
   /**
+   * Reads the request a wrapped fetch is about to begin a call for (the
+   * core's `RequestFacts::read_with`, as `readRequest`: `headerNames` the
+   * names of its headers joined by `
+  `, `body` its bytes) and keeps what
+   * it needs for that call: the next begin given `begin::REQUEST` 1 (or
+   * `readNext`) takes it. No object is made for the facts: the family's
+   * code goes into the `request.FAMILY` slot, and the body's model (what
+   * the route comes from) is returned (null: none).
+   */
+  readNextRequest(url: string, headerNames?: string | undefined | null, body?: Uint8Array | undefined | null): string | null
+  /**
    * Begins a call: the fast path (route, deadline, idempotency, tenant).
    * `deadlineMs` < 0 means the policy default; `idempotency` is a code.
-   * Returns the call's handle.
+   * `readNext`: the call needs what the request last read by
+   * `readNextRequest` needs. Returns the call's handle.
    */
-  begin(route: string, deadlineMs: number, idempotency: number, tenant?: string | undefined | null): number
+  begin(route: string, deadlineMs: number, idempotency: number, tenant?: string | undefined | null, readNext?: boolean | undefined | null): number
   /**
-   * Begins a call with every field. `extra` is JSON:
+   * Begins a call with every field. `extra` is JSON (null: none of them):
    * `{tenant, task, priority, idempotencyKey, params, paramsDigest,
-   *   needs: {capabilities, inputTokens, maxOutputTokens, dataBoundary, maxCost},
-   *   inboundHeaders: [[name, value], ...]}`.
+   *   needs: {capabilities, api, inputTokens, maxOutputTokens, dataBoundary, maxCost},
+   *   inboundHeaders: [[name, value], ...]}`; `needs` may also be a list
+   * of such objects, each laid over the one before.
+   * `request`: what the call's request needs (`readRequest`), under `needs`
+   * (`Needs::merged`); `readNext` (without `request`): what the request
+   * last read by `readNextRequest` needs, likewise.
    * `parent` (a handle, < 0 for none) / `parentAttempt` (0 = latest): an enclosing
    * call of this engine (nesting); the new call inherits what is left of its
    * deadline, its ids and key, and is a non-owner.
    * With `first`, the call's first attempt is asked for in the same step
    * (result code in the `step.RESULT` slot of `vocab().scratch`, attempt or stop fields in scratch, as `nextAttempt`).
+   * A route the policy does not know throws a policy error (`Engine::try_begin`).
    */
-  beginEx(route: string, deadlineMs: number, idempotency: number, extra: string, parent: number, parentAttempt: number, first?: boolean | undefined | null): number
+  beginEx(route: string, deadlineMs: number, idempotency: number, extra: string | undefined | null, parent: number, parentAttempt: number, first?: boolean | undefined | null, request?: RequestFacts | undefined | null, readNext?: boolean | undefined | null): number
   /**
    * Drops a call (an unfinished one gives back its probe permits, gate
    * slots and budget holds, as dropping a core `Call` does). Idempotent.
@@ -146,8 +163,10 @@ export declare class NativeEngine {
    * `headers` is a flat `[name, value, ...]` list. `body` is read by
    * `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
    * a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
+   * `firstTokenMs` (< 0: absent): a streamed answer's time from sending to
+   * its first visible output (`Outcome::first_token`).
    */
-  report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: Uint8Array | undefined | null, attempt: number, ok: boolean, resumable?: boolean | undefined | null, continuation?: number | undefined | null): number
+  report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: Uint8Array | undefined | null, attempt: number, ok: boolean, resumable?: boolean | undefined | null, continuation?: number | undefined | null, firstTokenMs?: number | undefined | null): number
   /** Cancels call `h`; the decision goes to scratch; returns the action code. */
   cancel(h: number): number
   /**
@@ -197,6 +216,27 @@ export declare class NativeFleet {
   healthy(): boolean
   /** The counters. */
   stats(): FleetCounters
+}
+
+/**
+ * What a request an SDK built says about itself, read once
+ * (`retrywise::wire::RequestFacts`): its wire family, endpoint and model,
+ * and what any upstream serving it needs. `beginEx` takes it by reference
+ * (its needs under the caller's), so a wrapped fetch reads each request's
+ * body once and passes nothing back as JSON.
+ */
+export declare class RequestFacts {
+  /** `openai`, `anthropic` or `azure_openai` (`ApiFamily::of_request`). */
+  get family(): 'openai' | 'anthropic' | 'azure_openai'
+  /**
+   * `chat_completions`, `responses`, `completions`, `embeddings`,
+   * `messages`, or null when the path names none.
+   */
+  get endpoint(): string | null
+  /** The body's `model`, or null. */
+  get model(): string | null
+  /** What any upstream serving the request needs (absent fields null). */
+  get needs(): RequestNeeds
 }
 
 /**
@@ -418,10 +458,28 @@ export declare function paramsDigest(paramsJson: string): string
 export declare function policySchema(): string
 
 /**
+ * Reads a request (`RequestFacts::read_with`): `headerNames` is the names
+ * of its headers joined by `
+` (one string crosses, however many there
+ * are: only their presence is read), `body` its bytes (none: empty).
+ */
+export declare function readRequest(url: string, headerNames?: string | undefined | null, body?: Uint8Array | undefined | null): RequestFacts
+
+/**
  * The text of a finished call's id from the two numbers its last step left
  * in scratch (`finished.ID_HI`, `finished.ID_LO`): printed only when asked.
  */
 export declare function requestIdText(hi: number, lo: number): string
+
+/** A request's needs (`retrywise::Needs`), in the binding's camelCase. */
+export interface RequestNeeds {
+  capabilities: Array<string>
+  api?: string
+  inputTokens?: number
+  maxOutputTokens?: number
+  dataBoundary?: string
+  maxCost?: number
+}
 
 /**
  * The error kind an expired attempt timer means (`Attempt::timer_error`,

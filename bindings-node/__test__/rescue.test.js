@@ -8,8 +8,9 @@ const test = require('node:test')
 const assert = require('node:assert/strict')
 const { Engine, wrapFetch, StoppedError, PolicyError, AttemptTimeoutError } = require('..')
 
+// b's capabilities are a complete list: it declares streaming, or a streamed request never reaches it.
 const CONTINUE = {
-  upstreams: { a: {}, b: { capabilities: ['assistant_prefill'] }, c: {} },
+  upstreams: { a: {}, b: { capabilities: ['streaming', 'assistant_prefill'] }, c: {} },
   routes: { r: { candidates: ['a', 'b'], stream_recovery: 'continue' }, r2: { candidates: ['a', 'c'], stream_recovery: 'continue' } },
 }
 

@@ -17,7 +17,7 @@ if (typeof ArrayBuffer.prototype.transfer === 'function') detachers.push(['Array
 test('vocab().scratch: every slot inside the buffer, distinct within its group, inputs above outputs', () => {
   assert.equal(layout.len, 40)
   const inputs = ['begin', 'next', 'report', 'release']
-  const outputs = ['attempt', 'stopped', 'decision', 'hedge_after', 'hedge_no', 'step', 'finished']
+  const outputs = ['attempt', 'stopped', 'decision', 'hedge_after', 'hedge_no', 'request', 'step', 'finished']
   assert.deepEqual(Object.keys(layout.slots).sort(), [...inputs, ...outputs].sort())
   let maxOut = -1
   let minIn = Infinity
@@ -63,6 +63,35 @@ test('the fast entry points read and write the slots vocab() names', () => {
   assert.equal(JSON.parse(native.vocab()).action[s[decision.ACTION]], 'retry')
   assert.equal(s[decision.ATTEMPT], 1)
   assert.equal(s[step.IDLE], 1, 'a retry decision leaves nothing in flight')
+})
+
+test('readNextRequest: the family code in request.FAMILY, the model returned, the needs taken by the next begin with begin.REQUEST 1 (once)', () => {
+  const s = new Float64Array(layout.len)
+  const policy = { upstreams: { mini: { capabilities: ['streaming'] }, big: {} }, routes: { chat: { candidates: ['mini', 'big'] } } }
+  const n = new native.NativeEngine(s, 1, JSON.stringify(policy), '1', false)
+  const f = n.fast()
+  const { begin, next, step, attempt, request } = layout.slots
+  const tools = Buffer.from('{"model":"m","tools":[{"type":"function","function":{"name":"f"}}],"messages":[]}')
+  assert.equal(n.readNextRequest('http://h/v1/messages', 'content-type', tools), 'm')
+  assert.equal(JSON.parse(native.vocab()).apiFamily[s[request.FAMILY]], 'anthropic')
+  assert.equal(n.readNextRequest('http://h/v1/chat/completions', 'x-api-key\ncontent-type', null), null)
+  assert.equal(JSON.parse(native.vocab()).apiFamily[s[request.FAMILY]], 'anthropic', 'by its headers')
+  const first = (withRequest) => {
+    s[begin.ROUTE] = n.intern('chat')
+    s[begin.DEADLINE_MS] = -1
+    s[begin.IDEMPOTENCY] = 0
+    s[begin.TENANT] = -1
+    s[begin.REQUEST] = withRequest ? 1 : 0
+    f.begin()
+    s[next.HANDLE] = s[step.HANDLE]
+    s[next.STAMP] = 0
+    f.next()
+    return n.upstreamName(s[attempt.UPSTREAM])
+  }
+  n.readNextRequest('http://h/v1/chat/completions', null, tools)
+  assert.equal(first(false), 'mini', 'a begin that does not ask leaves the needs')
+  assert.equal(first(true), 'big', 'tools skip mini')
+  assert.equal(first(true), 'mini', 'taken by one begin only')
 })
 
 for (const [how, detach] of detachers) {

@@ -12,11 +12,16 @@ import {
   StreamGate,
   Transcript,
   RedisFleet,
+  readRequest,
+  RequestFacts,
   type Attempt,
   type FleetStats,
   type Decision,
   type Outcome,
   type RetrywiseEvent,
+  type Needs,
+  type ApiFamily,
+  type Endpoint,
 } from 'retrywise'
 
 const engine = new Engine({ max_attempts: 3, deadline_ms: 20_000 }, { seed: 1n })
@@ -69,6 +74,53 @@ const openai = new OpenAI({
 async function chat(): Promise<string | null> {
   const r = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
   return r.choices[0]?.message.content ?? null
+}
+
+// A fallback keeps what each request needs: the wrapped fetch reads every
+// request's facts (tools, schema, images, size, family) and the caller adds
+// its own, for every request (an object or a function of the request) or for
+// one (init.retrywise.needs).
+const routed = new Engine({
+  upstreams: {
+    mini: { api: 'openai', model: 'gpt-4o-mini', capabilities: ['streaming'], context_tokens: 16_000 },
+    big: { api: 'openai', model: 'gpt-4o', capabilities: ['streaming', 'tool_calling', 'json_schema', 'vision'] },
+  },
+  routes: { chat: { candidates: ['mini', 'big'] } },
+  models: { 'gpt-4o-mini': 'chat' },
+})
+const needsFor = (req: { model: string | null; facts: RequestFacts }): Needs | null => (req.facts.endpoint === 'responses' ? { capabilities: ['json_schema'] } : null)
+const routedClient = new OpenAI({ apiKey: 'test', baseURL: 'http://127.0.0.1:1/v1', maxRetries: 0, fetch: wrapFetch(routed, fetch, { needs: needsFor }) })
+const fixedNeeds = wrapFetch(routed, fetch, { needs: { capabilities: ['vision'], maxOutputTokens: 1024 } })
+
+async function chatWithImages(): Promise<string | null> {
+  const r = await routedClient.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+  const res = await fixedNeeds('http://127.0.0.1:1/v1/chat/completions', {
+    method: 'POST',
+    body: JSON.stringify({ model: 'gpt-4o-mini', messages: [] }),
+    retrywise: { needs: { capabilities: ['tool_calling'] } },
+  })
+  void res
+  return r.choices[0]?.message.content ?? null
+}
+
+// The same facts by hand: readRequest, then begin with them (the spec's needs on top).
+function beginForRequest(body: string): Decision {
+  const facts: RequestFacts = readRequest('https://api.openai.com/v1/chat/completions', { 'content-type': 'application/json' }, body)
+  const family: ApiFamily = facts.family
+  const endpoint: Endpoint | null = facts.endpoint
+  const needs: Needs = facts.needs
+  void [family, endpoint, needs.capabilities, needs.inputTokens, facts.model]
+  let call
+  try {
+    call = routed.begin({ route: 'chat', request: facts, needs: { capabilities: ['x-eu-only'] } })
+  } catch (e) {
+    // A route the policy does not know: a PolicyError naming the known routes, before any I/O.
+    if (e instanceof PolicyError) console.log(e.path, e.message)
+    throw e
+  }
+  call.nextAttempt()
+  // A streamed success says when its first visible output came (ms after sending).
+  return call.report({ status: 200, firstTokenMs: 420 })
 }
 
 const off: () => void = engine.onEvent((ev: RetrywiseEvent) => {
@@ -127,4 +179,4 @@ function shareState(): FleetStats {
   fleet.stop()
   return fleet.fleet.stats()
 }
-void [withRun, explicitLoop, chat, amplification, text, state, items, maybe, readStream, relayStream, shareState]
+void [withRun, explicitLoop, chat, chatWithImages, beginForRequest, amplification, text, state, items, maybe, readStream, relayStream, shareState]

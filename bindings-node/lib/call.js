@@ -313,7 +313,8 @@ function reportNative(call, outcome, argName, mode = 0) {
     o.attempt === undefined &&
     o.ok === undefined &&
     o.resumable === undefined &&
-    o.continuation === undefined
+    o.continuation === undefined &&
+    o.firstTokenMs === undefined
   ) {
     const checked = httpStatus(st, argName, 'status')
     const s = e._s
@@ -348,7 +349,13 @@ function reportNative(call, outcome, argName, mode = 0) {
   const ok = o.ok === true
   const resumable = o.resumable === true
   const continuation = o.continuation === undefined || o.continuation === null ? -1 : toCode('continuation', o.continuation, `${argName}.continuation`)
-  return n.report(h, status, error, phase, effect, /** @type {string | null} */ (vendor), flatHeaders(o.headers, `${argName}.headers`), tokens, bodyBytes(o.body, `${argName}.body`), attempt, ok, resumable, continuation)
+  let firstToken = -1
+  if (o.firstTokenMs !== undefined && o.firstTokenMs !== null) {
+    const t = o.firstTokenMs
+    if (typeof t !== 'number' || !(t >= 0) || !Number.isFinite(t)) throw new TypeError(`${argName}.firstTokenMs must be a finite number >= 0; got ${describe(t)}`)
+    firstToken = t
+  }
+  return n.report(h, status, error, phase, effect, /** @type {string | null} */ (vendor), flatHeaders(o.headers, `${argName}.headers`), tokens, bodyBytes(o.body, `${argName}.body`), attempt, ok, resumable, continuation, firstToken)
 }
 
 /**

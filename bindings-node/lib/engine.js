@@ -12,6 +12,7 @@ const { Call } = require('./call.js')
 const { startRun } = require('./run.js')
 const { StreamGate } = require('./stream.js')
 const { Fleet } = require('./fleet.js')
+const { RequestFacts, READ_NEXT } = require('./request.js')
 
 const {
   LEN: SCRATCH_LEN,
@@ -19,6 +20,7 @@ const {
   BEGIN_DEADLINE_MS,
   BEGIN_IDEMPOTENCY,
   BEGIN_TENANT,
+  BEGIN_REQUEST,
   NEXT_HANDLE,
   NEXT_STAMP,
   RELEASE_HANDLE,
@@ -225,13 +227,30 @@ class Engine {
    * Opens a native call for `spec` (nesting-aware); returns its handle. With
    * `first`, the call's first attempt is asked for in the same step: the
    * `step.RESULT` slot says whether one was admitted (attempt fields in
-   * scratch, stamped) or not (stop fields in scratch).
+   * scratch, stamped) or not (stop fields in scratch). A route the policy
+   * does not know throws a `PolicyError` naming the known routes (the core's
+   * `try_begin`), before any attempt.
    * @param {SpecInput} spec
    * @param {string} argName
    * @param {boolean} first
    * @returns {number}
    */
   _open(spec, argName, first) {
+    try {
+      return this._openRaw(spec, argName, first)
+    } catch (e) {
+      throw translateNativeError(e)
+    }
+  }
+
+  /**
+   * `_open` without the translation of the addon's policy errors.
+   * @param {SpecInput} spec
+   * @param {string} argName
+   * @param {boolean} first
+   * @returns {number}
+   */
+  _openRaw(spec, argName, first) {
     if (spec === null || typeof spec !== 'object') throw new TypeError(`${argName} must be an object; got ${describe(spec)}`)
     const route = spec.route
     if (typeof route !== 'string') throw new TypeError(`${argName}.route must be a string; got ${describe(route)}`)
@@ -244,6 +263,8 @@ class Engine {
     const tenant = spec.tenant
     if (tenant !== undefined && tenant !== null && typeof tenant !== 'string') throw new TypeError(`${argName}.tenant must be a string`)
     const parent = spec.inherit === false ? undefined : currentAttempt()
+    // READ_NEXT (a wrapped fetch): the needs of the request the engine read last.
+    const readNext = /** @type {unknown} */ (spec.request) === READ_NEXT
     const simple =
       parent === undefined &&
       spec.task === undefined &&
@@ -252,6 +273,7 @@ class Engine {
       spec.params === undefined &&
       spec.paramsDigest === undefined &&
       spec.needs === undefined &&
+      (spec.request === undefined || readNext) &&
       spec.inboundHeaders === undefined
     const s = this._s
     if (simple) {
@@ -262,28 +284,46 @@ class Engine {
         s[BEGIN_DEADLINE_MS] = dl
         s[BEGIN_IDEMPOTENCY] = idem
         s[BEGIN_TENANT] = tid
+        s[BEGIN_REQUEST] = readNext ? 1 : 0
         if (first) this._f.beginAttempt()
         else this._f.begin()
         return s[STEP_HANDLE]
       }
-      const h = this._n.begin(route, dl, idem, tenant)
+      const h = this._n.begin(route, dl, idem, tenant, readNext)
       if (first) this._next(h, 1)
       return h
     }
     /** @type {Record<string, unknown>} */
     const extra = {}
+    // Whether `extra` holds anything: none crosses as JSON otherwise.
+    let any = false
     for (const k of /** @type {const} */ (['task', 'priority', 'idempotencyKey', 'paramsDigest'])) {
       const v = spec[k]
       if (v !== undefined && v !== null) {
         if (typeof v !== 'string') throw new TypeError(`${argName}.${k} must be a string; got ${describe(v)}`)
         extra[k] = v
+        any = true
       }
     }
-    if (tenant) extra.tenant = tenant
-    if (spec.params !== undefined) extra.params = spec.params
+    if (tenant) {
+      extra.tenant = tenant
+      any = true
+    }
+    if (spec.params !== undefined) {
+      extra.params = spec.params
+      any = true
+    }
+    // An object; a wrapped fetch passes a list of them, each laid over the one before (the core's Needs::merged).
     if (spec.needs !== undefined && spec.needs !== null) {
-      if (typeof spec.needs !== 'object') throw new TypeError(`${argName}.needs must be an object`)
+      if (typeof spec.needs !== 'object') throw new TypeError(`${argName}.needs must be an object; got ${describe(spec.needs)}`)
       extra.needs = spec.needs
+      any = true
+    }
+    /** @type {import('../native').RequestFacts | null} */
+    let facts = null
+    if (spec.request !== undefined && spec.request !== null && !readNext) {
+      if (!(spec.request instanceof RequestFacts)) throw new TypeError(`${argName}.request must be what readRequest() returned; got ${describe(spec.request)}`)
+      facts = spec.request._n
     }
     let parentHandle = -1
     let parentAttempt = 0
@@ -301,21 +341,27 @@ class Engine {
         } catch {
           hs = null
         }
-        if (hs !== null) extra.inboundHeaders = headerPairs(hs, 'inboundHeaders')
+        if (hs !== null) {
+          extra.inboundHeaders = headerPairs(hs, 'inboundHeaders')
+          any = true
+        }
       }
     } else if (spec.inboundHeaders !== undefined && spec.inboundHeaders !== null) {
       extra.inboundHeaders = headerPairs(spec.inboundHeaders, `${argName}.inboundHeaders`)
+      any = true
     }
-    let text
-    try {
-      text = JSON.stringify(extra)
-    } catch (e) {
-      throw new TypeError(`${argName}.params must be JSON-serializable: ${/** @type {Error} */ (e).message}`)
+    let text = null
+    if (any) {
+      try {
+        text = JSON.stringify(extra)
+      } catch (e) {
+        throw new TypeError(`${argName}.params must be JSON-serializable: ${/** @type {Error} */ (e).message}`)
+      }
     }
     try {
-      return this._n.beginEx(route, dl, idem, text, parentHandle, parentAttempt, first === true)
+      return this._n.beginEx(route, dl, idem, text, parentHandle, parentAttempt, first === true, facts, readNext)
     } catch (e) {
-      if (e && /** @type {{ code?: unknown }} */ (e).code === 'ERR_RETRYWISE_RELEASED') return this._n.beginEx(route, dl, idem, text, -1, 0, first === true)
+      if (e && /** @type {{ code?: unknown }} */ (e).code === 'ERR_RETRYWISE_RELEASED') return this._n.beginEx(route, dl, idem, text, -1, 0, first === true, facts, readNext)
       throw e
     }
   }
@@ -421,7 +467,9 @@ class Engine {
   /**
    * Begins one logical request. Inside another retrywise call (same async
    * context) the new call inherits its deadline and is a non-owner, unless
-   * `spec.inherit === false`.
+   * `spec.inherit === false`. `spec.request` (from `readRequest`): what the
+   * request needs, with `spec.needs` laid over it. A route the policy does
+   * not know throws a `PolicyError` naming the known routes.
    * @param {CallSpec} spec
    * @returns {Call}
    */

@@ -1,15 +1,18 @@
 'use strict'
 // wrapFetch: a fetch whose retries retrywise owns, for SDKs that take a
-// `fetch` (openai-node: `maxRetries: 0` + this). Per attempt: propagation
-// headers, timeouts from the core as AbortSignals, error and JSON bodies read
-// inside the loop so the core sees vendor codes and malformed successes;
-// other bodies are handed on wrapped (see stream.js).
+// `fetch` (openai-node: `maxRetries: 0` + this). Per request: its facts read
+// once in Rust (family, model, what it needs: the call begins with those needs,
+// so a fallback keeps them). Per attempt: propagation headers, timeouts from
+// the core as AbortSignals, error and JSON bodies read inside the loop so the
+// core sees vendor codes and malformed successes; other bodies are handed on
+// wrapped (see stream.js).
 
 const native = require('../native.js')
 const { SLOT } = require('./vocab.js')
 const { describe, AttemptTimeoutError } = require('./errors.js')
 const { Call, Attempt, decisionFromScratch, stoppedFromScratch, stoppedFromDecision, reportNative, DECISION, decisionOf } = require('./call.js')
 const { headerPairs, errorOutcome, timerKind, bodyBytes } = require('./outcomes.js')
+const { readChecked, readNext, headerNames, READ_NEXT } = require('./request.js')
 const { abortReason, sleep, attemptController, raceAbort, restartIdle } = require('./timers.js')
 const { runInFlight } = require('./context.js')
 const { Engine } = require('./engine.js')
@@ -23,6 +26,9 @@ const { STEP_RESULT, RESULT_ATTEMPT, STOPPED_WAIT_MS } = SLOT
  * @typedef {import('../index').CallSpec} CallSpec
  * @typedef {import('../index').WrapFetchOptions} WrapFetchOptions
  * @typedef {import('../index').FetchLike} FetchLike
+ * @typedef {import('../index').Needs} Needs
+ * @typedef {import('../index').RouteRequest} RouteRequest
+ * @typedef {import('./request.js').RequestFacts} RequestFacts
  * @typedef {import('./timers.js').AttemptController} AttemptController
  */
 
@@ -32,7 +38,12 @@ const { STEP_RESULT, RESULT_ATTEMPT, STOPPED_WAIT_MS } = SLOT
  * @property {string} url
  * @property {string | undefined} method
  * @property {Headers} headers
+ * @property {string | null} names its header names joined by `\n` (what its facts read of its headers)
  * @property {any} body
+ * @property {Uint8Array | null} bytes the body as bytes, when it is a string or bytes (null when absent or another kind): what its facts, rewrites and continuations read, encoded once
+ * @property {RequestFacts | null} facts what the request says about itself (`readRequest`), for the `routes` and `needs` functions given (null otherwise: the engine keeps what it read)
+ * @property {string | null} model the body's model, read with its facts
+ * @property {import('../index').ApiFamily} family the request's wire family, read with its facts
  * @property {AbortSignal | null | undefined} signal
  * @property {Record<string, unknown>} rest the other `init` fields, passed on
  */
@@ -45,6 +56,7 @@ const { STEP_RESULT, RESULT_ATTEMPT, STOPPED_WAIT_MS } = SLOT
  * @property {AttemptController} ctl
  * @property {ReadableStreamDefaultReader<Uint8Array>} reader
  * @property {number} sentAt when its request was sent (`performance.now()`): its first-token timer counts from there
+ * @property {number | null} firstAt when the first bytes of its body reached the caller (the gate's first release), or null
  * @property {import('../native').Splicer | null} splicer a continuation's: turns its stream into the rest of the caller's
  * @property {import('./stream.js').NativeGate | null} gate the body's gate (the policy's, `engine.streamGate`) while it watches: an event stream's preamble and error events
  */
@@ -100,21 +112,13 @@ function rebuildResponse(res, body, decision) {
 }
 
 /**
- * The `model` of a JSON request body, or null.
- * @param {unknown} body
- * @returns {string | null}
+ * What `opts.routes` and `opts.needs` as functions are given: the request and its facts.
+ * @param {Req} req
+ * @returns {RouteRequest}
  */
-function modelOf(body) {
-  let text
-  if (typeof body === 'string') text = body
-  else if (body instanceof Uint8Array) text = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')
-  else return null
-  try {
-    const v = JSON.parse(text)
-    return v !== null && typeof v === 'object' && typeof v.model === 'string' ? v.model : null
-  } catch {
-    return null
-  }
+function requestView(req) {
+  const facts = /** @type {RequestFacts} */ (req.facts)
+  return { url: req.url, method: req.method, headers: req.headers, model: req.model, facts }
 }
 
 /**
@@ -122,7 +126,8 @@ function modelOf(body) {
  * the request's model, or a function of the request); else, with a `task`, the
  * core's lookup by task (empty route name); else the core's route for the
  * request's model (`engine.routeForModel`: an unknown model is a PolicyError
- * before any I/O); else the empty route name.
+ * before any I/O); else the empty route name. The model is the one the
+ * request's facts read from its body.
  * @param {Engine} engine
  * @param {WrapFetchOptions['routes']} routes
  * @param {Req} req
@@ -131,12 +136,12 @@ function modelOf(body) {
  */
 function routeOf(engine, routes, req, spec) {
   if (spec.route !== undefined) return spec.route
-  const model = modelOf(req.body)
   if (typeof routes === 'function') {
-    const r = routes({ url: req.url, method: req.method, headers: req.headers, model })
+    const r = routes(requestView(req))
     if (typeof r !== 'string') throw new TypeError(`opts.routes(request) must return a route name; got ${describe(r)}`)
     return r
   }
+  const model = req.model
   if (routes && model !== null && Object.prototype.hasOwnProperty.call(routes, model)) return routes[model]
   if (spec.task !== undefined || model === null) return ''
   return engine.routeForModel(model)
@@ -153,15 +158,27 @@ function routeOf(engine, routes, req, spec) {
  * @returns {{ url: string, headers: Headers, body: any }}
  */
 function requestFor(engine, upstream, req, headers) {
-  const bytesLike = req.body === undefined || req.body === null || typeof req.body === 'string' || req.body instanceof Uint8Array
   const flat = []
   for (const [k, v] of headers) flat.push(k, v)
-  const body = bytesLike ? bodyBytes(req.body, 'body') || new Uint8Array(0) : new Uint8Array(0)
-  const out = engine._n.rewrite(upstream, { method: req.method || 'GET', url: req.url, headers: flat, body })
+  const out = engine._n.rewrite(upstream, { method: req.method || 'GET', url: req.url, headers: flat, body: req.bytes || EMPTY })
   if (out === null) return { url: req.url, headers, body: req.body }
   const h = new Headers()
   for (let i = 0; i < out.headers.length; i += 2) h.append(out.headers[i], out.headers[i + 1])
-  return { url: out.url, headers: h, body: bytesLike && req.body !== undefined && req.body !== null ? out.body : req.body }
+  return { url: out.url, headers: h, body: req.bytes !== null ? out.body : req.body }
+}
+
+const EMPTY = new Uint8Array(0)
+
+/**
+ * A needs argument (`opts.needs` or `init.retrywise.needs`), checked: an object, or none.
+ * @param {unknown} n
+ * @param {string} argName
+ * @returns {Needs | null}
+ */
+function needsArg(n, argName) {
+  if (n === undefined || n === null) return null
+  if (typeof n !== 'object' || Array.isArray(n)) throw new TypeError(`${argName} must be a needs object ({ capabilities, inputTokens, ... }); got ${describe(n)}`)
+  return /** @type {Needs} */ (n)
 }
 
 /**
@@ -171,6 +188,10 @@ function requestFor(engine, upstream, req, headers) {
  * route comes from its model (`opts.routes`, or `engine.routeForModel`), and
  * each attempt goes to the upstream the core chose, rewritten for it when the
  * policy's catalog says how to reach it (`base_url`, `model`, `api_key_env`).
+ * Every call begins with what its request needs (its facts, read once), with
+ * `opts.needs` (an object, or a function of the request) laid over them and
+ * `init.retrywise.needs` over both, so no attempt goes to a candidate that
+ * lacks what the request relies on.
  * @param {import('../index').Engine} engine
  * @param {FetchLike | null} [fetchImpl]
  * @param {WrapFetchOptions} [opts]
@@ -185,13 +206,45 @@ function wrapFetch(engine, fetchImpl, opts) {
   if (defaults.route !== undefined && typeof defaults.route !== 'string') throw new TypeError('opts.route must be a string')
   const routes = defaults.routes
   if (routes !== undefined && (routes === null || (typeof routes !== 'object' && typeof routes !== 'function'))) throw new TypeError('opts.routes must be an object (request model -> route) or a function (request -> route)')
+  const needs = defaults.needs
+  const needsFn = typeof needs === 'function' ? needs : null
+  const fixedNeeds = needsFn === null ? needsArg(needs, 'opts.needs') : null
+  // The spec every request begins with (routes and needs are read per request).
+  /** @type {Record<string, any>} */
   const base = { ...defaults }
   delete base.routes
+  delete base.needs
+  // A function given is shown the request's facts: they are made as an object.
+  const factsShown = needsFn !== null || typeof routes === 'function'
 
   return async function retrywiseFetch(input, init) {
     const req = await normalizeRequest(input, init)
-    const spec = { ...base, ...(init && init.retrywise ? init.retrywise : {}) }
+    const over = init && init.retrywise ? init.retrywise : null
+    // `needs` may become a list of layers (engine._open passes it on as it is).
+    /** @type {Record<string, any>} */
+    const spec = over === null ? { ...base } : { ...base, ...over }
+    // One native call reads the request's family, model and needs from its
+    // URL, header names and body; the call begins with those needs.
+    if (factsShown) {
+      const facts = readChecked(req.url, req.names, req.bytes)
+      req.facts = facts
+      req.model = facts.model
+      req.family = facts.family
+      spec.request = facts
+    } else {
+      // Kept in the engine for the begin below (no object is made): nothing between reads another request.
+      const read = readNext(engine, req.url, req.names, req.bytes)
+      req.model = read.model
+      req.family = read.family
+      spec.request = READ_NEXT
+    }
     spec.route = routeOf(engine, routes, req, spec)
+    // The caller's needs over the request's, in layers (the core merges them).
+    const mine = needsFn !== null ? needsArg(needsFn(requestView(req)), 'opts.needs(request)') : fixedNeeds
+    const theirs = over === null ? null : needsArg(over.needs, 'init.retrywise.needs')
+    if (mine !== null && theirs !== null) spec.needs = [mine, theirs]
+    else if (mine !== null || theirs !== null) spec.needs = /** @type {Needs} */ (mine !== null ? mine : theirs)
+    else delete spec.needs
     // The call's first attempt is asked for in the same native step.
     const call = new Call(engine, engine._open(spec, 'opts', true))
     const fc = new FetchCall(engine, call, f, req)
@@ -248,7 +301,15 @@ async function normalizeRequest(input, init) {
     rest[k] = i[k]
   }
   if (i.method !== undefined) method = i.method
-  if (i.headers !== undefined) headers = new Headers(headerPairs(i.headers, 'init.headers'))
+  // The header names, joined as the request's facts read them (only which are present counts).
+  /** @type {string | null} */
+  let names = null
+  if (i.headers !== undefined) {
+    const pairs = headerPairs(i.headers, 'init.headers')
+    headers = new Headers(pairs)
+    names = ''
+    for (let j = 0; j < pairs.length; j++) names = j === 0 ? pairs[j][0] : `${names}\n${pairs[j][0]}`
+  } else if (headers) names = headerNames(headers, 'headers')
   if (!headers) headers = new Headers()
   if (i.signal !== undefined && i.signal !== null) signal = i.signal
   if (i.body !== undefined) body = i.body
@@ -259,7 +320,9 @@ async function normalizeRequest(input, init) {
     body = Buffer.concat(chunks)
     delete rest.duplex
   }
-  return { url, method, headers, body, signal, rest }
+  // Encoded once, for the request's facts and every rewrite and continuation.
+  const bytes = typeof body === 'string' || body instanceof Uint8Array ? bodyBytes(body, 'body') : null
+  return { url, method, headers, names, body, bytes, facts: null, model: null, family: 'openai', signal, rest }
 }
 
 /** One request through a wrapped fetch: its call, and the attempts it makes. */
@@ -300,7 +363,7 @@ class FetchCall {
    * @param {import('../index').Continuation} how
    */
   continueWith(how) {
-    const body = bodyBytes(this.req.body, 'body') || new Uint8Array(0)
+    const body = this.req.bytes || EMPTY
     this.contBody = native.continuationBody(/** @type {string} */ (this.api), body, /** @type {import('../native').Transcript} */ (this.transcript), how)
     this.continuation = how
   }
@@ -376,7 +439,7 @@ class FetchCall {
       const headers = new Headers(req.headers)
       const ph = attempt.headers
       for (const k in ph) headers.set(k, ph[k])
-      const wire = requestFor(engine, attempt.upstream, this.contBody !== null ? { ...req, body: this.contBody } : req, headers)
+      const wire = requestFor(engine, attempt.upstream, this.contBody !== null ? { ...req, body: this.contBody, bytes: this.contBody } : req, headers)
       const ctl = attemptController(attempt, req.signal)
       attempt.signal = ctl.ac.signal
       // No response headers within connect + first-byte: the request may have been received.
@@ -457,7 +520,7 @@ class FetchCall {
       // elsewhere or the caller's stream ends with the core's stop (as in Python).
       const gate = engine._n.streamGate(res.headers.get('content-type'), true)
       /** @type {BodyParts} */
-      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate, splicer: null, sentAt }
+      const parts = { res, attempt, ctl, reader: res.body.getReader(), gate, splicer: null, sentAt, firstAt: null }
       if (splice) return { parts, handedOver: true }
       return { response: wrapBody(this, parts), handedOver: true }
     }

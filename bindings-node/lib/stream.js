@@ -224,7 +224,9 @@ function outcomeFromJson(json) {
  * never replayed). Each attempt's event stream passes through the core's
  * StreamGate, which holds its preamble (a role-only delta, `message_start`)
  * back until the first meaningful event, so a cut after the preamble still
- * delivered nothing.
+ * delivered nothing. A success reports its time to first token
+ * (`firstTokenMs`: from sending the attempt that answered to the first bytes
+ * its gate released to the caller).
  * @param {FetchCall} self
  * @param {BodyParts} first
  * @returns {Response}
@@ -234,10 +236,9 @@ function wrapBody(self, first) {
   const res = first.res
   let cur = first
   let delivered = 0
-  // What the caller was delivered, so a stream broken after output can be continued elsewhere.
-  const flat = []
-  for (const [k, v] of self.req.headers) flat.push(k, v)
-  self.api = native.apiFamilyOf(self.req.url, flat)
+  // What the caller was delivered, so a stream broken after output can be
+  // continued elsewhere: read in the family the request's facts named.
+  self.api = self.req.family
   const transcript = new native.Transcript(self.api)
   self.transcript = transcript
   /**
@@ -250,6 +251,8 @@ function wrapBody(self, first) {
       firstToken = null
     }
     delivered += v.byteLength
+    // The attempt's first visible output: its time to first token, reported with its success.
+    if (cur.firstAt === null) cur.firstAt = performance.now()
     transcript.observe(v)
     controller.enqueue(v)
   }
@@ -460,6 +463,8 @@ function wrapBody(self, first) {
           if (await failed(controller, new Error(`stream ended without its finish (${outcome.error})`), outcome)) continue
           return
         }
+        // Sending this attempt -> the first bytes the gate released to the caller.
+        if (cur.firstAt !== null) outcome.firstTokenMs = cur.firstAt - cur.sentAt
         self._report(outcome)
         finish()
         controller.close()

@@ -17,6 +17,7 @@ const { describe } = require('./errors.js')
  * @typedef {import('../index').Reason} Reason
  * @typedef {import('../index').OnFailure} OnFailure
  * @typedef {import('../index').Continuation} Continuation
+ * @typedef {import('../index').ApiFamily} ApiFamily
  */
 
 /**
@@ -33,6 +34,7 @@ const { describe } = require('./errors.js')
  * @property {Reason[]} reason
  * @property {OnFailure[]} onFailure
  * @property {Continuation[]} continuation
+ * @property {ApiFamily[]} apiFamily
  * @property {{ len: number, slots: Record<string, Record<string, number>>, results: Record<string, number>, flags: Record<string, number> }} scratch
  */
 
@@ -146,6 +148,8 @@ const SLOT = Object.freeze({
   // A hedge plan.
   HEDGE_AFTER_WAIT_MS: slot('hedge_after', 'WAIT_MS'),
   HEDGE_NO_REASON: slot('hedge_no', 'REASON'),
+  // A request read for the next begin (`readNextRequest`).
+  REQUEST_FAMILY: slot('request', 'FAMILY'),
   // What every step leaves.
   STEP_RESULT: slot('step', 'RESULT'),
   STEP_HANDLE: slot('step', 'HANDLE'),
@@ -169,6 +173,7 @@ const SLOT = Object.freeze({
   BEGIN_DEADLINE_MS: slot('begin', 'DEADLINE_MS'),
   BEGIN_IDEMPOTENCY: slot('begin', 'IDEMPOTENCY'),
   BEGIN_TENANT: slot('begin', 'TENANT'),
+  BEGIN_REQUEST: slot('begin', 'REQUEST'),
   NEXT_HANDLE: slot('next', 'HANDLE'),
   NEXT_STAMP: slot('next', 'STAMP'),
   REPORT_HANDLE: slot('report', 'HANDLE'),
@@ -217,6 +222,7 @@ module.exports = {
   WAIT_SOURCE: VOCAB.waitSource,
   ON_FAILURE: VOCAB.onFailure,
   CONTINUATION: VOCAB.continuation,
+  API_FAMILY: VOCAB.apiFamily,
   version: VOCAB.version,
   vocabulary,
 }

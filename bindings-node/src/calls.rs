@@ -4,21 +4,48 @@
 //! exist as fast entry points (`fast`); what concerns the engine as a whole is
 //! in `engine`.
 
-use crate::convert::{deadline, http_status, idempotency_of, outcome, pairs_to_headers};
+use crate::convert::{call_needs, deadline, http_status, idempotency_of, outcome, pairs_to_headers};
 use crate::engine::NativeEngine;
 use crate::errors::{guard, throw, throw_type, Fail};
 use crate::scratch::{codes, hedge_after, hedge_no, step};
 use crate::state::live;
+use crate::wire::RequestFacts;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use retrywise::idempotency::params_digest as core_params_digest;
-use retrywise::{Call, CallSpec, Continuation, HedgePlan, Inbound, IntoName, Needs, Outcome};
+use retrywise::{Call, CallSpec, Continuation, HedgePlan, Inbound, IntoName, Outcome};
+use std::time::Duration;
 
 #[napi]
 impl NativeEngine {
+    /// Reads the request a wrapped fetch is about to begin a call for (the
+    /// core's `RequestFacts::read_with`, as `readRequest`: `headerNames` the
+    /// names of its headers joined by `\n`, `body` its bytes) and keeps what
+    /// it needs for that call: the next begin given `begin::REQUEST` 1 (or
+    /// `readNext`) takes it. No object is made for the facts: the family's
+    /// code goes into the `request.FAMILY` slot, and the body's model (what
+    /// the route comes from) is returned (null: none).
+    #[napi]
+    pub fn read_next_request(
+        &mut self,
+        env: Env,
+        url: String,
+        header_names: Option<String>,
+        body: Option<Uint8Array>,
+    ) -> Result<Option<String>> {
+        guard(&env, || {
+            let f = crate::wire::read_facts(&url, header_names.as_deref(), body.as_deref());
+            let (mut st, s) = self.st_slots(&env)?;
+            s.set(crate::scratch::request::FAMILY, f.family.code() as f64);
+            st.read = Some(f.needs);
+            Ok(f.model)
+        })
+    }
+
     /// Begins a call: the fast path (route, deadline, idempotency, tenant).
     /// `deadlineMs` < 0 means the policy default; `idempotency` is a code.
-    /// Returns the call's handle.
+    /// `readNext`: the call needs what the request last read by
+    /// `readNextRequest` needs. Returns the call's handle.
     #[napi]
     pub fn begin(
         &mut self,
@@ -27,6 +54,7 @@ impl NativeEngine {
         deadline_ms: f64,
         idempotency: u32,
         tenant: Option<String>,
+        read_next: Option<bool>,
     ) -> Result<f64> {
         guard(&env, || {
             let mut spec = CallSpec::new(route);
@@ -34,22 +62,32 @@ impl NativeEngine {
             spec.idempotency = idempotency_of(idempotency as f64).map_err(|f| f.into_error(&env))?;
             spec.tenant = tenant.map(IntoName::into_name);
             let (mut st, s) = self.st_slots(&env)?;
+            if read_next == Some(true) {
+                spec.needs = st.read.take().unwrap_or_default();
+            }
             st.start(&s, &mut spec, false)
                 .map(|(h, _)| h)
                 .map_err(|f| f.into_error(&env))
         })
     }
 
-    /// Begins a call with every field. `extra` is JSON:
+    /// Begins a call with every field. `extra` is JSON (null: none of them):
     /// `{tenant, task, priority, idempotencyKey, params, paramsDigest,
-    ///   needs: {capabilities, inputTokens, maxOutputTokens, dataBoundary, maxCost},
-    ///   inboundHeaders: [[name, value], ...]}`.
+    ///   needs: {capabilities, api, inputTokens, maxOutputTokens, dataBoundary, maxCost},
+    ///   inboundHeaders: [[name, value], ...]}`; `needs` may also be a list
+    /// of such objects, each laid over the one before.
+    /// `request`: what the call's request needs (`readRequest`), under `needs`
+    /// (`Needs::merged`); `readNext` (without `request`): what the request
+    /// last read by `readNextRequest` needs, likewise.
     /// `parent` (a handle, < 0 for none) / `parentAttempt` (0 = latest): an enclosing
     /// call of this engine (nesting); the new call inherits what is left of its
     /// deadline, its ids and key, and is a non-owner.
     /// With `first`, the call's first attempt is asked for in the same step
     /// (result code in the `step.RESULT` slot of `vocab().scratch`, attempt or stop fields in scratch, as `nextAttempt`).
-    #[napi]
+    /// A route the policy does not know throws a policy error (`Engine::try_begin`).
+    #[napi(
+        ts_args_type = "route: string, deadlineMs: number, idempotency: number, extra: string | undefined | null, parent: number, parentAttempt: number, first?: boolean | undefined | null, request?: RequestFacts | undefined | null, readNext?: boolean | undefined | null"
+    )]
     #[allow(clippy::too_many_arguments)]
     pub fn begin_ex(
         &mut self,
@@ -57,17 +95,21 @@ impl NativeEngine {
         route: String,
         deadline_ms: f64,
         idempotency: u32,
-        extra: String,
+        extra: Option<String>,
         parent: f64,
         parent_attempt: u32,
         first: Option<bool>,
+        request: Option<&RequestFacts>,
+        read_next: Option<bool>,
     ) -> Result<f64> {
         guard(&env, || {
             let mut spec = CallSpec::new(route);
             spec.deadline = deadline(deadline_ms);
             spec.idempotency = idempotency_of(idempotency as f64).map_err(|f| f.into_error(&env))?;
-            let x: serde_json::Value =
-                serde_json::from_str(&extra).map_err(|e| throw_type(&env, &format!("spec: {e}")))?;
+            let x: serde_json::Value = match extra {
+                Some(text) => serde_json::from_str(&text).map_err(|e| throw_type(&env, &format!("spec: {e}")))?,
+                None => serde_json::Value::Null,
+            };
             let s = |k: &str| x.get(k).and_then(|v| v.as_str()).map(str::to_string);
             spec.tenant = s("tenant").map(IntoName::into_name);
             spec.task = s("task").map(IntoName::into_name);
@@ -76,26 +118,6 @@ impl NativeEngine {
             spec.params_digest = s("paramsDigest");
             if let Some(p) = x.get("params") {
                 spec.params_digest = Some(core_params_digest(p));
-            }
-            if let Some(n) = x.get("needs").filter(|n| n.is_object()) {
-                let u = |k: &str| n.get(k).and_then(|v| v.as_f64()).map(|f| f.max(0.0) as u64);
-                spec.needs = Needs {
-                    capabilities: n
-                        .get("capabilities")
-                        .and_then(|c| c.as_array())
-                        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-                        .unwrap_or_default(),
-                    api: match n.get("api").filter(|v| !v.is_null()) {
-                        Some(v) => Some(v.as_str().and_then(|a| a.parse().ok()).ok_or_else(|| {
-                            throw_type(&env, &format!("spec.needs.api: expected openai, anthropic or azure_openai; got {v}"))
-                        })?),
-                        None => None,
-                    },
-                    input_tokens: u("inputTokens"),
-                    max_output_tokens: u("maxOutputTokens"),
-                    data_boundary: n.get("dataBoundary").and_then(|v| v.as_str()).map(str::to_string),
-                    max_cost: n.get("maxCost").and_then(|v| v.as_f64()),
-                };
             }
             let (mut st, s) = self.st_slots(&env)?;
             if parent >= 0.0 {
@@ -108,6 +130,16 @@ impl NativeEngine {
                     Ok(i) => spec.inbound = i,
                     Err(e) => return Err(throw(&env, "ERR_RETRYWISE_INBOUND", &e.to_string())),
                 }
+            }
+            // Taken once nothing else can fail before the begin (a released
+            // parent is retried as no parent, with the same request).
+            let read = match request {
+                Some(r) => Some(r.needs_ref().clone()),
+                None if read_next == Some(true) => st.read.take(),
+                None => None,
+            };
+            if let Some(n) = call_needs(&env, read, x.get("needs"))? {
+                spec.needs = n;
             }
             let first = first.unwrap_or(false);
             let (h, r) = st.start(&s, &mut spec, first).map_err(|f| f.into_error(&env))?;
@@ -188,6 +220,8 @@ impl NativeEngine {
     /// `headers` is a flat `[name, value, ...]` list. `body` is read by
     /// `Outcome::read_body` (an error's vendor code when `vendorCode` is absent;
     /// a JSON success that does not parse is `malformed_response`). `attempt` 0 = the latest.
+    /// `firstTokenMs` (< 0: absent): a streamed answer's time from sending to
+    /// its first visible output (`Outcome::first_token`).
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn report(
@@ -206,6 +240,7 @@ impl NativeEngine {
         ok: bool,
         resumable: Option<bool>,
         continuation: Option<i32>,
+        first_token_ms: Option<f64>,
     ) -> Result<i32> {
         guard(&env, || {
             let mut o = outcome(
@@ -224,6 +259,12 @@ impl NativeEngine {
             if let Some(c) = continuation.filter(|c| *c >= 0) {
                 o.continuation =
                     Some(Continuation::from_code(c as u8).ok_or_else(|| throw_type(&env, "bad continuation code"))?);
+            }
+            if let Some(ms) = first_token_ms.filter(|ms| *ms >= 0.0) {
+                if !ms.is_finite() {
+                    return Err(throw_type(&env, "outcome.firstTokenMs must be a finite number >= 0"));
+                }
+                o.first_token = Some(Duration::from_micros((ms * 1000.0) as u64));
             }
             let (mut st, s) = self.st_slots(&env)?;
             st.report(&s, h, &o, attempt, 0)

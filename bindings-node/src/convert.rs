@@ -5,7 +5,7 @@
 
 use crate::errors::{policy_error, status_message, throw_type, Fail};
 use napi::bindgen_prelude::*;
-use retrywise::{EffectState, ErrorClass, ErrorKind, Headers, Idempotency, OnFailure, Outcome, Phase, Policy};
+use retrywise::{EffectState, ErrorClass, ErrorKind, Headers, Idempotency, Needs, OnFailure, Outcome, Phase, Policy};
 use std::time::Duration;
 
 /// Milliseconds with their fraction, as the timers compare them.
@@ -69,6 +69,62 @@ pub(crate) fn pairs_to_headers(h: &[serde_json::Value]) -> Headers {
         }
     }
     out
+}
+
+/// A `needs` object as the JS layer passes it (camelCase: `capabilities`,
+/// `api`, `inputTokens`, `maxOutputTokens`, `dataBoundary`, `maxCost`);
+/// `path` names it in a TypeError.
+pub(crate) fn needs_of(env: &Env, n: &serde_json::Value, path: &str) -> Result<Needs> {
+    let u = |k: &str| n.get(k).and_then(|v| v.as_f64()).map(|f| f.max(0.0) as u64);
+    Ok(Needs {
+        capabilities: n
+            .get("capabilities")
+            .and_then(|c| c.as_array())
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default(),
+        api: match n.get("api").filter(|v| !v.is_null()) {
+            Some(v) => Some(v.as_str().and_then(|a| a.parse().ok()).ok_or_else(|| {
+                throw_type(
+                    env,
+                    &format!("{path}.api: expected openai, anthropic or azure_openai; got {v}"),
+                )
+            })?),
+            None => None,
+        },
+        input_tokens: u("inputTokens"),
+        max_output_tokens: u("maxOutputTokens"),
+        data_boundary: n.get("dataBoundary").and_then(|v| v.as_str()).map(str::to_string),
+        max_cost: n.get("maxCost").and_then(|v| v.as_f64()),
+    })
+}
+
+/// A call's needs: `read` (what its request says, `readRequest`) with each of
+/// `given`'s layers laid over the one before (`Needs::merged`): an object, or
+/// a list of them (a wrapped fetch's own needs, then the request's
+/// `init.retrywise.needs`). `None` when there is neither.
+pub(crate) fn call_needs(env: &Env, read: Option<Needs>, given: Option<&serde_json::Value>) -> Result<Option<Needs>> {
+    let layers: &[serde_json::Value] = match given {
+        Some(serde_json::Value::Array(a)) => a,
+        Some(v) if v.is_object() => std::slice::from_ref(v),
+        _ => &[],
+    };
+    let mut needs = read;
+    for (i, l) in layers.iter().enumerate() {
+        if !l.is_object() {
+            continue;
+        }
+        let path = if layers.len() > 1 {
+            format!("spec.needs[{i}]")
+        } else {
+            "spec.needs".to_string()
+        };
+        let n = needs_of(env, l, &path)?;
+        needs = Some(match needs {
+            Some(under) => under.merged(&n),
+            None => n,
+        });
+    }
+    Ok(needs)
 }
 
 #[allow(clippy::too_many_arguments)]

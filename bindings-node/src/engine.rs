@@ -95,6 +95,7 @@ impl NativeEngine {
                     sink: None,
                     slab: Vec::new(),
                     free: Vec::new(),
+                    read: None,
                 })),
             })
         })

@@ -4,7 +4,7 @@
 //! other module throws through it.
 
 use napi::bindgen_prelude::*;
-use retrywise::PolicyErrors;
+use retrywise::{PolicyError, PolicyErrors};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub(crate) fn throw(env: &Env, code: &str, msg: &str) -> Error {
@@ -40,13 +40,20 @@ pub(crate) fn guard<T>(env: &Env, f: impl FnOnce() -> Result<T>) -> Result<T> {
     }
 }
 
-pub(crate) fn policy_error(env: &Env, errs: &PolicyErrors) -> Error {
+/// The JSON list of problems a policy error carries as its message (the JS
+/// layer's `translateNativeError` builds a `PolicyError` from it).
+fn policy_json(errs: &[PolicyError]) -> String {
     let list: Vec<serde_json::Value> = errs
-        .0
         .iter()
         .map(|e| serde_json::json!({ "path": e.path, "message": e.message }))
         .collect();
-    throw(env, "ERR_RETRYWISE_POLICY", &serde_json::Value::Array(list).to_string())
+    serde_json::Value::Array(list).to_string()
+}
+
+const POLICY: &str = "ERR_RETRYWISE_POLICY";
+
+pub(crate) fn policy_error(env: &Env, errs: &PolicyErrors) -> Error {
+    throw(env, POLICY, &policy_json(&errs.0))
 }
 
 const RELEASED: (&str, &str) = ("ERR_RETRYWISE_RELEASED", "this call was released");
@@ -64,6 +71,12 @@ pub(crate) enum Fail {
 impl Fail {
     pub(crate) fn released() -> Fail {
         Fail::Coded(RELEASED.0, RELEASED.1.to_string())
+    }
+
+    /// A call the policy refuses (`Engine::try_begin`: a route it does not
+    /// know), thrown as the policy errors are.
+    pub(crate) fn policy(e: PolicyError) -> Fail {
+        Fail::Coded(POLICY, policy_json(std::slice::from_ref(&e)))
     }
 
     pub(crate) fn into_error(self, env: &Env) -> Error {

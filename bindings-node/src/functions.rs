@@ -11,7 +11,8 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use retrywise::idempotency::{derive_key, params_digest as core_params_digest};
 use retrywise::{
-    Action, Continuation, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Policy, Reason, Timer, WaitSource,
+    Action, ApiFamily, Continuation, EffectState, ErrorClass, ErrorKind, Idempotency, Phase, Policy, Reason, Timer,
+    WaitSource,
 };
 
 /// Stable names of every vocabulary enum, indexed by code, plus the scratch
@@ -30,6 +31,7 @@ pub fn vocab() -> String {
         "waitSource": WaitSource::NAMES,
         "reason": Reason::NAMES,
         "continuation": Continuation::NAMES,
+        "apiFamily": ApiFamily::NAMES,
         "onFailure": ["fail", "manual_review"],
         "scratchLen": scratch::LEN,
         "scratch": scratch::vocab_json(),

@@ -162,6 +162,11 @@ layout! {
     output hedge_no {
         REASON = 1,
     }
+    /// `readNextRequest` read a request.
+    output request {
+        /// Its API family's code (`vocab().apiFamily`).
+        FAMILY = 1,
+    }
     /// What every step leaves besides its fields.
     output step {
         /// Result code of a fast entry point (`results`), or the action code of a report.
@@ -214,6 +219,9 @@ layout! {
         IDEMPOTENCY = 34,
         /// Interned id, or < 0 for none.
         TENANT = 35,
+        /// 1: the call needs what the request last read by `readNextRequest`
+        /// needs (its needs are taken: one begin uses them); 0: nothing.
+        REQUEST = 36,
     }
     /// `next()` arguments.
     input next {

@@ -9,7 +9,7 @@ use crate::errors::Fail;
 use crate::finished::{self, Versions};
 use crate::names::Names;
 use crate::scratch::{self, codes, decision, flags, step, Scratch, Slots};
-use retrywise::{Action, CallSpec, Engine, Event, ManualClock, Outcome};
+use retrywise::{Action, CallSpec, Engine, Event, ManualClock, Needs, Outcome};
 use smol_str::SmolStr;
 use std::sync::{Arc, Mutex};
 
@@ -35,6 +35,11 @@ pub(crate) struct Inner {
     pub(crate) sink: Option<u64>,
     pub(crate) slab: Vec<Entry>,
     pub(crate) free: Vec<u32>,
+    /// What the request last read by `readNextRequest` needs, until a begin
+    /// takes it (`begin::REQUEST`, or `beginEx`'s `readNext`): a wrapped
+    /// fetch reads a request and begins its call in the same job, so no
+    /// other read comes between.
+    pub(crate) read: Option<Needs>,
 }
 
 /// The live slot named by handle `h`.
@@ -106,7 +111,7 @@ impl Inner {
 
     /// Begins a call from the fast spec in `s` (`scratch::begin`: route id,
     /// deadline ms < 0: policy default, idempotency code, tenant id < 0:
-    /// none); see [`Inner::start`].
+    /// none, request 1: the needs `readNextRequest` kept); see [`Inner::start`].
     pub(crate) fn start_fast(&mut self, s: &Slots, first: bool) -> std::result::Result<(f64, i32), Fail> {
         use scratch::begin::*;
         let route = self
@@ -118,13 +123,18 @@ impl Inner {
         spec.deadline = deadline(s.get(DEADLINE_MS));
         spec.idempotency = idempotency;
         spec.tenant = tenant;
+        if s.get(REQUEST) == 1.0 {
+            spec.needs = self.read.take().unwrap_or_default();
+        }
         self.start(s, &mut spec, first)
     }
 
     /// Begins a call, and with `first` asks for its first attempt in the same
     /// step. Returns the handle and, with `first`,
     /// `ATTEMPT` or `STOPPED` (fields in scratch). `spec` is lent, not moved:
-    /// moving one copies it (~340 bytes) at each call it passes.
+    /// moving one copies it (~340 bytes) at each call it passes. A route the
+    /// policy does not know is a policy error (`Engine::try_begin_from`), and
+    /// the slot reserved for the call is free again.
     #[inline]
     pub(crate) fn start(
         &mut self,
@@ -140,13 +150,19 @@ impl Inner {
         }
         let (idx, h) = self.reserve()?;
         let e = &mut self.slab[idx];
+        let call = match self.engine.try_begin_from(spec) {
+            Ok(c) => e.call.insert(c),
+            Err(err) => {
+                self.free.push(idx as u32);
+                return Err(Fail::policy(err));
+            }
+        };
         if !first {
-            e.call = Some(self.engine.begin_from(spec));
             return Ok((h, codes::ATTEMPT));
         }
         // `begin` then `next_attempt` (two clock readings) costs fewer
         // instructions than `begin_attempt`, whose returned pair is copied.
-        let r = e.call.insert(self.engine.begin_from(spec)).next_attempt();
+        let r = call.next_attempt();
         Ok((h, e.put_next(s, &mut self.names, r, true, self.rt_offset_ms)))
     }
 

@@ -1,7 +1,7 @@
 //! The core's wire helpers for the JS fetch wrapper: how to reach an
 //! upstream, and the request for it (`retrywise::wire`). Translation only.
 
-use crate::errors::{throw, throw_type};
+use crate::errors::{guard, throw, throw_type};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use retrywise::wire::{Reach, WireRequest};
@@ -71,6 +71,94 @@ pub fn api_family_of(url: String, headers: Vec<String>) -> &'static str {
         pairs.push((k, v));
     }
     ApiFamily::of_request(&url, &pairs).as_str()
+}
+
+/// What a request an SDK built says about itself, read once
+/// (`retrywise::wire::RequestFacts`): its wire family, endpoint and model,
+/// and what any upstream serving it needs. `beginEx` takes it by reference
+/// (its needs under the caller's), so a wrapped fetch reads each request's
+/// body once and passes nothing back as JSON.
+#[napi]
+pub struct RequestFacts {
+    inner: retrywise::wire::RequestFacts,
+}
+
+impl RequestFacts {
+    /// The needs read from the request (the base a call's own needs go over).
+    pub(crate) fn needs_ref(&self) -> &retrywise::Needs {
+        &self.inner.needs
+    }
+}
+
+#[napi]
+impl RequestFacts {
+    /// `openai`, `anthropic` or `azure_openai` (`ApiFamily::of_request`).
+    #[napi(getter, ts_return_type = "'openai' | 'anthropic' | 'azure_openai'")]
+    pub fn family(&self) -> &'static str {
+        self.inner.family.as_str()
+    }
+
+    /// `chat_completions`, `responses`, `completions`, `embeddings`,
+    /// `messages`, or null when the path names none.
+    #[napi(getter)]
+    pub fn endpoint(&self) -> Option<&'static str> {
+        self.inner.endpoint.map(|e| e.as_str())
+    }
+
+    /// The body's `model`, or null.
+    #[napi(getter)]
+    pub fn model(&self) -> Option<String> {
+        self.inner.model.clone()
+    }
+
+    /// What any upstream serving the request needs (absent fields null).
+    #[napi(getter)]
+    pub fn needs(&self) -> RequestNeeds {
+        let n = &self.inner.needs;
+        RequestNeeds {
+            capabilities: n.capabilities.clone(),
+            api: n.api.map(|a| a.as_str().to_string()),
+            input_tokens: n.input_tokens.map(|t| t as f64),
+            max_output_tokens: n.max_output_tokens.map(|t| t as f64),
+            data_boundary: n.data_boundary.clone(),
+            max_cost: n.max_cost,
+        }
+    }
+}
+
+/// A request's needs (`retrywise::Needs`), in the binding's camelCase.
+#[napi(object)]
+pub struct RequestNeeds {
+    pub capabilities: Vec<String>,
+    pub api: Option<String>,
+    pub input_tokens: Option<f64>,
+    pub max_output_tokens: Option<f64>,
+    pub data_boundary: Option<String>,
+    pub max_cost: Option<f64>,
+}
+
+/// Reads a request (`RequestFacts::read_with`): `headerNames` is the names
+/// of its headers joined by `\n` (one string crosses, however many there
+/// are: only their presence is read), `body` its bytes (none: empty).
+#[napi]
+pub fn read_request(
+    env: Env,
+    url: String,
+    header_names: Option<String>,
+    body: Option<Uint8Array>,
+) -> Result<RequestFacts> {
+    guard(&env, || {
+        Ok(RequestFacts {
+            inner: read_facts(&url, header_names.as_deref(), body.as_deref()),
+        })
+    })
+}
+
+/// A request's facts from its URL, its header names joined by `\n` and its body.
+pub(crate) fn read_facts(url: &str, header_names: Option<&str>, body: Option<&[u8]>) -> retrywise::wire::RequestFacts {
+    let names = header_names.unwrap_or_default();
+    let has = |name: &str| names.split('\n').any(|k| k.trim().eq_ignore_ascii_case(name));
+    retrywise::wire::RequestFacts::read_with(url, &has, body.unwrap_or(&[]))
 }
 
 /// What a streamed answer delivered so far (`retrywise::wire::Transcript`),

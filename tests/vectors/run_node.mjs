@@ -24,7 +24,7 @@ const FORMAT = 1
 delete process.env.RETRYWISE_DISABLE
 
 const rw = createRequire(import.meta.url)(PKG)
-const { Engine } = rw
+const { Engine, PolicyError } = rw
 const StoppedError = rw.StoppedError ?? rw.Stopped
 
 // ------------------------------------------------------------------ compare --
@@ -148,6 +148,29 @@ function canonHedge(p) {
   return { action, reason: pick(p, 'reason') }
 }
 
+// A `request` object (`url`, `headers` object, `body` text) read as a drop-in transport reads it.
+function factsOf(r) {
+  return rw.readRequest(r.url ?? '', r.headers ?? {}, r.body ?? '')
+}
+
+// The canonical view of `read_request`: family, endpoint, model and the needs,
+// capabilities joined with commas in the order read.
+function canonRequest(step) {
+  const f = factsOf(step)
+  const n = f.needs
+  return {
+    family: f.family,
+    endpoint: f.endpoint,
+    model: f.model,
+    needs: {
+      capabilities: (n.capabilities ?? []).join(','),
+      api: n.api ?? null,
+      input_tokens: n.inputTokens ?? null,
+      max_output_tokens: n.maxOutputTokens ?? null,
+    },
+  }
+}
+
 // Vector spec (snake_case) -> the binding's camelCase begin() options.
 function beginOptions(spec) {
   const o = {}
@@ -158,8 +181,11 @@ function beginOptions(spec) {
   for (const [k, v] of Object.entries(spec)) {
     if (k === 'needs') {
       o.needs = {}
-      const n = { capabilities: 'capabilities', input_tokens: 'inputTokens', max_output_tokens: 'maxOutputTokens', data_boundary: 'dataBoundary', max_cost: 'maxCost' }
+      const n = { capabilities: 'capabilities', api: 'api', input_tokens: 'inputTokens', max_output_tokens: 'maxOutputTokens', data_boundary: 'dataBoundary', max_cost: 'maxCost' }
       for (const [nk, nv] of Object.entries(v)) o.needs[n[nk] ?? nk] = nv
+    } else if (k === 'request') {
+      // Read as the drop-in transports read it; the spec's needs go on top.
+      o.request = factsOf(v)
     } else {
       o[map[k] ?? k] = v
     }
@@ -168,7 +194,7 @@ function beginOptions(spec) {
 }
 
 function reportOptions(outcome) {
-  const map = { vendor_code: 'vendorCode', input_tokens: 'inputTokens' }
+  const map = { vendor_code: 'vendorCode', input_tokens: 'inputTokens', first_token_ms: 'firstTokenMs' }
   return Object.fromEntries(Object.entries(outcome).map(([k, v]) => [map[k] ?? k, v]))
 }
 
@@ -192,6 +218,16 @@ class Run {
 
   fail(step, field, expected, actual) {
     this.mismatches.push(`vector ${this.name} step ${step}: ${field}: expected ${expected}, got ${actual}`)
+  }
+
+  // `{"ok": true}` or `{"ok": false, "error": message}` against `expect` (default
+  // `{"ok": true}`), whose `error_contains` checks a part of the message.
+  checkResult(label, expected, actual) {
+    const exp = { ...(expected ?? { ok: true }) }
+    const needle = exp.error_contains
+    delete exp.error_contains
+    if (needle !== undefined && !(actual.error ?? '').includes(needle)) this.fail(label, 'error_contains', dumps(needle), dumps(actual.error ?? ''))
+    this.check(label, exp, actual)
   }
 
   check(step, expected, actual) {
@@ -228,8 +264,25 @@ class Run {
       case 'advance':
         this.engine.advanceClock(step.ms ?? 0)
         break
-      case 'begin':
-        this.calls.set(call, this.engine.begin(beginOptions(step.spec ?? {})))
+      case 'begin': {
+        // begin refuses a route the policy does not know (a PolicyError): a
+        // `begin` expecting `{"ok": false}` checks the error.
+        const opts = beginOptions(step.spec ?? {})
+        let actual
+        let c = null
+        try {
+          c = this.engine.begin(opts)
+          actual = { ok: true }
+        } catch (e) {
+          if (!(e instanceof PolicyError)) throw e
+          actual = { ok: false, error: String(e.message) }
+        }
+        this.checkResult(label, step.expect, actual)
+        if (c !== null) this.calls.set(call, c)
+        break
+      }
+      case 'read_request':
+        this.check(label, step.expect, canonRequest(step))
         break
       case 'next_attempt': {
         const c = this.calls.get(call)
@@ -265,11 +318,7 @@ class Run {
         } catch (e) {
           actual = { ok: false, error: String(e?.message ?? e) }
         }
-        const exp = { ...(step.expect ?? { ok: true }) }
-        const needle = exp.error_contains
-        delete exp.error_contains
-        if (needle !== undefined && !(actual.error ?? '').includes(needle)) this.fail(label, 'error_contains', dumps(needle), dumps(actual.error))
-        this.check(label, exp, actual)
+        this.checkResult(label, step.expect, actual)
         break
       }
       case 'set_mode': {
