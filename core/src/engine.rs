@@ -136,6 +136,7 @@ impl EngineBuilder {
             gates: Registry::new(),
             pools: Registry::new(),
             upstream_stats: Registry::new(),
+            first_tokens: Registry::new(),
             tenant_stats: Registry::new(),
             versions: VersionTable::default(),
             bus: EventBus::new(self.policy.telemetry.ring_size),
@@ -380,6 +381,16 @@ impl Engine {
             reconcile_dropped: i.reconcile_dropped.load(Ordering::Relaxed),
             breakers,
             rate_limits: i.ratelimits.counters().named().into_iter().collect(),
+            first_token: {
+                let mut m = BTreeMap::new();
+                i.first_tokens.for_each(|s| {
+                    let st = s.value.stats();
+                    if st.samples > 0 {
+                        m.insert(s.key.to_string(), st);
+                    }
+                });
+                m
+            },
         }
     }
 
@@ -447,12 +458,7 @@ impl Engine {
     /// [`Engine::try_begin`] for a spec lent in place, as [`Engine::begin_from`].
     #[inline]
     pub fn try_begin_from(&self, spec: &mut CallSpec) -> Result<Call, crate::PolicyError> {
-        let pol = self.inner.policy.load();
-        if !pol.policy.routes.is_empty() {
-            crate::rules::route::check_route(&pol.policy, &spec.route, spec.task.as_deref())?;
-        }
-        drop(pol);
-        Ok(self.begin_at(spec, self.inner.shared.clock.now_ns()))
+        self.begin_checked(spec, self.inner.shared.clock.now_ns(), true)
     }
 
     /// Begins one logical request and asks for its first attempt, with one
@@ -480,6 +486,19 @@ impl Engine {
     /// Takes what the call keeps out of `spec` in place (moving a whole spec copies it).
     #[inline(always)]
     fn begin_at(&self, spec: &mut CallSpec, now: Nanos) -> Call {
+        match self.begin_checked(spec, now, false) {
+            Ok(call) => call,
+            // Never taken: nothing is checked.
+            Err(_) => unreachable!("begin without a route check"),
+        }
+    }
+
+    /// Begins a call; with `check`, a route the policy does not know is a
+    /// `PolicyError` instead ([`crate::rules::route::check_route`]), decided
+    /// on the policy the thread already holds: a name this thread used
+    /// recently as an upstream was checked when it first came.
+    #[inline(always)]
+    fn begin_checked(&self, spec: &mut CallSpec, now: Nanos, check: bool) -> Result<Call, crate::PolicyError> {
         let inner = &self.inner;
         let direct = (!spec.route.is_empty()).then_some(spec.route.as_str());
         let lb = inner.local.begin(
@@ -487,10 +506,20 @@ impl Engine {
             || inner.policy.load_full(),
             direct,
         );
-        match lb.start {
+        Ok(match lb.start {
             // The common call: it names an upstream this thread used recently, and nothing else.
             Start::Cached(tu) if inner.shared.lane && spec.is_plain() => Call::begin_cached(spec, tu, lb.seq, now),
-            start => Call::begin_resolved(std::mem::take(spec), lb.seq, start, now),
-        }
+            start => {
+                if check {
+                    if let Start::Fresh(h) = &start {
+                        let p = &h.pol.policy;
+                        if !p.routes.is_empty() {
+                            crate::rules::route::check_route(p, &spec.route)?;
+                        }
+                    }
+                }
+                Call::begin_resolved(std::mem::take(spec), lb.seq, start, now)
+            }
+        })
     }
 }

@@ -9,6 +9,7 @@
 //! owned by one thread each, bumped with a plain load and store: threads on
 //! distinct keys never write the same cache line.
 
+pub use crate::state::first_token::FirstTokenStats;
 use crate::types::Reason;
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -439,6 +440,9 @@ pub struct Stats {
     /// `stops_rate_limited`, `stops_quota`, `malformed_headers`, ...); every
     /// scope's gauges are in [`crate::Engine::rate_limits`].
     pub rate_limits: BTreeMap<String, u64>,
+    /// Each upstream's learned first-token limit (`timeouts.learn`), for
+    /// upstreams whose streamed successes reported their time to first token.
+    pub first_token: BTreeMap<String, FirstTokenStats>,
 }
 
 /// One Prometheus series: name, type, and how to read it from a scope's counters.

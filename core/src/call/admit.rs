@@ -236,7 +236,50 @@ impl Call {
         a.hedge = is_hedge;
         a.fallback = fallback;
         a.wire_number = wire_number;
+        if let Some(e) = self.x.as_mut() {
+            e.clamped = None;
+        }
+        if !is_hedge && self.route_key().is_some() {
+            self.keep_room_for_fallback(&mut a, remaining, now_ms);
+        }
         Ok(a)
+    }
+
+    /// An attempt's silence limits (first byte, first token; explicit ones
+    /// included) never take the time a fallback needs: while the route has
+    /// an eligible candidate left and the call an attempt for it, they end
+    /// `min_attempt_ms` before the deadline, so a silent upstream still
+    /// leaves the next candidate an attempt. Only when both fit (at least
+    /// twice `min_attempt_ms` left); the note goes into the detail of the
+    /// decision on a silent failure (`Ext::clamped`).
+    #[cold]
+    #[inline(never)]
+    fn keep_room_for_fallback(&mut self, a: &mut Attempt, remaining: Nanos, now_ms: u64) {
+        let (_, min_ms) = self.min_attempt();
+        let room = remaining.ms().saturating_sub(min_ms);
+        if room < min_ms || a.number >= self.max_attempts || !self.fallback_allowed() {
+            return;
+        }
+        let mut capped = a.timeouts;
+        let Some((byte, token)) = capped.cap_silence(room.min(u32::MAX as u64) as u32) else {
+            return;
+        };
+        let tried: Vec<SmolStr> = self
+            .x
+            .as_ref()
+            .map(|e| e.tried.iter().cloned().collect())
+            .unwrap_or_default();
+        let tried: Vec<&str> = tried.iter().map(SmolStr::as_str).collect();
+        let m = self.match_now(&tried, None, now_ms);
+        let Some(next) = m.eligible.first() else {
+            return;
+        };
+        a.timeouts = capped;
+        let note = format!(
+            "silence limits capped at {room} ms (first byte {byte} ms, first token {token} ms): \
+             {min_ms} ms (min_attempt_ms) stay for {next}"
+        );
+        self.ext_mut().clamped = Some(note);
     }
 
     /// The breaker of a scope that depends on the call: resolve it, then ask it.

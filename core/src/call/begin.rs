@@ -66,7 +66,7 @@ impl Call {
         let key: Option<SmolStr> = idempotency_key
             .or_else(|| inbound.as_ref().and_then(|b| b.idempotency_key.clone()))
             .map(SmolStr::from);
-        let unknown = crate::rules::route::check_route(&pol.policy, &route, task.as_deref())
+        let unknown = crate::rules::route::check_route(&pol.policy, &route)
             .err()
             .map(|e| (Reason::NoEligibleUpstream, e.message));
         let conflict = match (&key, &params_digest) {
@@ -169,6 +169,7 @@ impl Call {
                 refused,
                 inbound_attempt,
                 rate_ticket: None,
+                clamped: None,
             })
         });
         Call::assemble(

@@ -83,14 +83,7 @@ impl Decision {
             },
             class: self.class,
             on_failure: self.on_failure,
-            // A stop that skipped candidates says which and why, where the
-            // caller reads it (an error carries no `excluded` list).
-            detail: self.detail.clone().or_else(|| {
-                (!self.excluded.is_empty()).then(|| {
-                    let skipped: Vec<String> = self.excluded.iter().map(|(u, why)| format!("{u} ({why})")).collect();
-                    format!("candidates skipped: {}", skipped.join(", "))
-                })
-            }),
+            detail: self.detail.clone(),
             wait: None,
         }
     }
@@ -155,7 +148,13 @@ impl Final {
 
 impl Call {
     #[inline]
-    pub(super) fn finish(&mut self, d: Decision, now: Nanos) -> Decision {
+    pub(super) fn finish(&mut self, mut d: Decision, now: Nanos) -> Decision {
+        // A stop that skipped candidates says which and why where every
+        // caller reads it (an error carries no `excluded` list).
+        if d.action == Action::Stop && d.detail.is_none() && !d.excluded.is_empty() {
+            let skipped: Vec<String> = d.excluded.iter().map(|(u, why)| format!("{u} ({why})")).collect();
+            d.detail = Some(format!("candidates skipped: {}", skipped.join(", ")));
+        }
         match d.action {
             Action::Succeeded => {}
             Action::Reconcile => {

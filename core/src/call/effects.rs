@@ -12,7 +12,7 @@ use crate::guards::breaker::{BreakerCell, Record, Transition};
 use crate::hot::{Here, Lent, ThreadUp};
 use crate::id::{CallId, RequestId};
 use crate::policy::BreakerOverride;
-use crate::rules::deadline::TokenEstimate;
+use crate::rules::deadline::{TimeoutsMs, TokenEstimate};
 use crate::state::registry::Slot;
 use crate::state::upstream::BudgetScope;
 use crate::state::version::Version;
@@ -166,11 +166,17 @@ impl Call {
         remaining: Nanos,
     ) -> Attempt {
         let pol = &*self.tu.handle.pol;
+        let mut timeouts = pol.timeouts(remaining, tokens);
+        if pol.policy.timeouts.learn.enabled && upstream == self.tu.up.key {
+            if let Some(ms) = self.tu.up.value.first_token.value.limit_ms() {
+                self.learned(&mut timeouts, ms);
+            }
+        }
         Attempt {
             number,
             fallback: false,
             upstream,
-            timeouts: pol.timeouts(remaining, tokens),
+            timeouts,
             remaining,
             request_id,
             idempotency_key: self.key.clone(),
@@ -180,6 +186,20 @@ impl Call {
             propagate: pol.policy.propagation.enabled,
             wire_number: number,
         }
+    }
+
+    /// The upstream's learned first-token limit `ms` on an attempt's timeouts
+    /// (`timeouts.learn`): its first-token limit, and a streamed request's
+    /// first-byte limit, where the policy leaves them to the default rule.
+    #[cold]
+    #[inline(never)]
+    fn learned(&self, t: &mut TimeoutsMs, ms: u32) {
+        let p = &self.pol().policy.timeouts;
+        let streamed = self
+            .x
+            .as_ref()
+            .is_some_and(|e| e.needs.capabilities.iter().any(|c| c == "streaming"));
+        t.learned(ms, p.first_token_ms.is_none(), streamed && p.first_byte_ms.is_none());
     }
 
     /// Counts `c` into the call's policy version, its tenant and the upstream `here` is of.

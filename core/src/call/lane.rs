@@ -117,6 +117,7 @@ impl Call {
         if self.x.is_some()
             || self.final_decision.is_some()
             || !outcome.is_success()
+            || outcome.first_token.is_some()
             || !self.in_flight.is_one()
             || self.in_flight.first().map(|f| f.number) != Some(number)
         {

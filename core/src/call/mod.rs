@@ -178,6 +178,10 @@ struct Ext {
     inbound_attempt: Option<u32>,
     /// The place a paced wait promised the call in its rate-limit scope's windows to come.
     rate_ticket: Option<Ticket>,
+    /// Why the attempt in flight has shorter silence limits than the rules
+    /// gave it (`admit.rs`, `keep_room_for_fallback`): said in the decision
+    /// on its silent failure.
+    clamped: Option<String>,
 }
 
 static NO_NEEDS: Needs = Needs {

@@ -153,6 +153,11 @@ impl Call {
         };
         match cls.disposition {
             Disposition::Succeeded => {
+                let learn = &self.pol().policy.timeouts.learn;
+                if let (Some(after), true) = (outcome.first_token, learn.enabled) {
+                    let ms = after.as_millis().min(u64::MAX as u128) as u64;
+                    self.tu_of(&f).up.value.first_token.value.record(ms, learn);
+                }
                 self.count_success(&self.tu_of(&f).here(), &f);
                 self.release_pending_hold();
                 let upstream = f.tu().map(|t| t.up.key.clone());
@@ -240,7 +245,14 @@ impl Call {
                     Some(ErrorKind::FirstByteTimeout | ErrorKind::StreamIdleTimeout)
                 ) && matches!(cls.phase, Phase::Sent | Phase::Headers | Phase::StreamOpen)
                     && self.route().on_silence == OnSilence::Fallback;
-                let d = base(self);
+                let mut d = base(self);
+                let timed_out = matches!(
+                    outcome.error,
+                    Some(ErrorKind::FirstByteTimeout | ErrorKind::StreamIdleTimeout)
+                );
+                if let Some(note) = self.x.as_mut().and_then(|e| e.clamped.take()).filter(|_| timed_out) {
+                    d.detail.get_or_insert(note);
+                }
                 let failure = Failure {
                     prefer_switch: silent,
                     // A continuation that failed before its own output is

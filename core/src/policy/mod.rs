@@ -209,6 +209,8 @@ pub struct Timeouts {
     pub attempt_ms: Option<u64>,
     /// Token-aware attempt timeout (seed 002 §3), used when the caller gives token counts.
     pub dynamic: Option<DynamicTimeout>,
+    /// First-token limits learned per upstream (on by default): see [`LearnFirstToken`].
+    pub learn: LearnFirstToken,
 }
 
 impl Default for Timeouts {
@@ -220,6 +222,46 @@ impl Default for Timeouts {
             idle_ms: 15_000,
             attempt_ms: None,
             dynamic: None,
+            learn: LearnFirstToken::default(),
+        }
+    }
+}
+
+/// Each upstream's first-token limit, learned from the streamed successes
+/// that report their time to first token (`Outcome::first_token`): the
+/// `quantile` of its last 128 such times, times `factor`, at least
+/// `floor_ms`, once `min_samples` were seen. While `first_token_ms` is null
+/// an attempt there waits for its first token at most that long (never
+/// longer than the half-of-the-time-left rule, which stays the cold-start
+/// limit), and a streamed request (`streaming` among its needs) waits as
+/// long for its first byte while `first_byte_ms` is null: an upstream whose
+/// first token comes in 0.1 s is left for a fallback after `floor_ms`, not
+/// after half the deadline. A non-streamed answer's first byte comes only
+/// once it is generated, so its limit is never learned. `Engine::stats`
+/// shows each upstream's samples, quantile and limit (`first_token`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct LearnFirstToken {
+    /// Learn and apply the limits. Default true.
+    pub enabled: bool,
+    /// Which quantile of the samples, in (0, 1]. Default 0.99.
+    pub quantile: f64,
+    /// The limit is the quantile times this, ≥ 1. Default 3.
+    pub factor: f64,
+    /// The limit is never below this, ms. Default 1 000.
+    pub floor_ms: u64,
+    /// Samples needed before a limit applies, 1 to 128. Default 20.
+    pub min_samples: u32,
+}
+
+impl Default for LearnFirstToken {
+    fn default() -> Self {
+        LearnFirstToken {
+            enabled: true,
+            quantile: 0.99,
+            factor: 3.0,
+            floor_ms: 1_000,
+            min_samples: 20,
         }
     }
 }

@@ -45,6 +45,21 @@ impl Policy {
                 1_000_000,
             );
         }
+        let learn = &self.timeouts.learn;
+        v.unit_rate("timeouts.learn.quantile", learn.quantile);
+        v.check(
+            learn.factor.is_finite() && (1.0..=100.0).contains(&learn.factor),
+            "timeouts.learn.factor",
+            "must be in [1, 100]",
+            || learn.factor.to_string(),
+        );
+        v.range_u64("timeouts.learn.floor_ms", learn.floor_ms, 1, 86_400_000);
+        v.range_u64(
+            "timeouts.learn.min_samples",
+            learn.min_samples as u64,
+            1,
+            crate::state::first_token::SAMPLES as u64,
+        );
         v.range_u64("backoff.base_ms", self.backoff.base_ms, 0, 3_600_000);
         v.range_u64("backoff.cap_ms", self.backoff.cap_ms, 0, 3_600_000);
         v.check(

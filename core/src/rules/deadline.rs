@@ -78,6 +78,29 @@ impl TimeoutsMs {
         }
     }
 
+    /// A learned limit of `ms` on the first token (`token`) and the first
+    /// byte (`byte`), never raising either.
+    pub(crate) fn learned(&mut self, ms: u32, token: bool, byte: bool) {
+        if token {
+            self.first_token = self.first_token.min(ms);
+        }
+        if byte {
+            self.first_byte = self.first_byte.min(ms);
+        }
+    }
+
+    /// Caps the silence limits (first byte, first token) at `room` ms;
+    /// `(first_byte, first_token)` as they were when either was above it.
+    pub(crate) fn cap_silence(&mut self, room: u32) -> Option<(u32, u32)> {
+        if self.first_byte <= room && self.first_token <= room {
+            return None;
+        }
+        let was = (self.first_byte, self.first_token);
+        self.first_byte = self.first_byte.min(room);
+        self.first_token = self.first_token.min(room);
+        Some(was)
+    }
+
     /// `t` in whole milliseconds.
     pub(crate) fn of(t: &AttemptTimeouts) -> TimeoutsMs {
         let ms = |d: Duration| Nanos::of(d).ms();

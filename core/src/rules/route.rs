@@ -345,43 +345,36 @@ pub fn route_for_model(policy: &Policy, model: &str) -> Result<String, crate::po
     })
 }
 
-/// Whether a call may begin on `route` (with `task`): a route of the
-/// policy, an upstream of its catalog (called alone: the documented way to
-/// ask for one upstream with no route), an empty route with a task naming
-/// a route, or any name when the policy declares no routes (each name is
-/// its own upstream). Anything else is a `PolicyError` naming the known
+/// Whether a call may begin on `route`: a route of the policy, an upstream
+/// of its catalog (called alone: the documented way to ask for one upstream
+/// with no route), an empty name (a task may name the route, else the
+/// request goes where the caller sent it), or any name when the policy
+/// declares no routes (each name is its own upstream). Anything else is a `PolicyError` naming the known
 /// routes: a misspelt route must not silently become a bare upstream with
 /// no fallback.
 ///
 /// ```
 /// use retrywise::{rules::route::check_route, Policy};
 /// let p = Policy::from_str_any("upstreams: {a: {}, b: {}}\nroutes: {chat: {candidates: [a, b]}}").unwrap();
-/// assert!(check_route(&p, "chat", None).is_ok());
-/// assert!(check_route(&p, "b", None).is_ok());
-/// let e = check_route(&p, "caht", None).unwrap_err();
+/// assert!(check_route(&p, "chat").is_ok());
+/// assert!(check_route(&p, "").is_ok());
+/// assert!(check_route(&p, "b").is_ok());
+/// let e = check_route(&p, "caht").unwrap_err();
 /// assert_eq!(e.path, "routes.caht");
 /// assert!(e.message.contains("known routes: chat"));
 /// ```
-pub fn check_route(policy: &Policy, route: &str, task: Option<&str>) -> Result<(), crate::policy::PolicyError> {
+pub fn check_route(policy: &Policy, route: &str) -> Result<(), crate::policy::PolicyError> {
     let routes = &policy.routes;
-    if routes.is_empty() || routes.contains_key(route) || policy.upstreams.contains_key(route) {
-        return Ok(());
-    }
-    if route.is_empty() && task.is_some_and(|t| routes.contains_key(t)) {
+    // An empty route (with no task naming one) is the caller's own
+    // upstream, as it was asked: a request that names no model (`GET /v1/models`).
+    if routes.is_empty() || route.is_empty() || routes.contains_key(route) || policy.upstreams.contains_key(route) {
         return Ok(());
     }
     let known = routes.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
-    let message = if route.is_empty() {
-        format!(
-            "the call names no route{}: give one of the known routes: {known}",
-            task.map_or(String::new(), |t| format!(" and its task {t:?} names none"))
-        )
-    } else {
-        format!(
-            "no route {route:?} in `routes` and no upstream {route:?} in `upstreams`; known routes: {known} \
-             (to call one upstream with no route, declare it under `upstreams`)"
-        )
-    };
+    let message = format!(
+        "no route {route:?} in `routes` and no upstream {route:?} in `upstreams`; known routes: {known} \
+         (to call one upstream with no route, declare it under `upstreams`)"
+    );
     Err(crate::policy::PolicyError {
         path: format!("routes.{route}"),
         message,

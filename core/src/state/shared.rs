@@ -9,6 +9,7 @@ use crate::guards::gate::{GateCell, PoolCell};
 use crate::guards::throttle::ThrottleCell;
 use crate::idempotency::Ledger;
 use crate::policy::Mode;
+use crate::state::first_token::FirstTokenCell;
 use crate::state::fleet::Outbox;
 use crate::state::ratelimit::RateLimits;
 use crate::state::registry::Registry;
@@ -35,6 +36,8 @@ pub(crate) struct Shared {
     pub(crate) gates: Registry<GateCell>,
     pub(crate) pools: Registry<PoolCell>,
     pub(crate) upstream_stats: Registry<CounterSet>,
+    /// Each upstream's time to first token, learned (`timeouts.learn`).
+    pub(crate) first_tokens: Registry<FirstTokenCell>,
     pub(crate) tenant_stats: Registry<Counters>,
     pub(crate) versions: VersionTable,
     pub(crate) bus: EventBus,

@@ -12,6 +12,7 @@ use crate::guards::breaker::BreakerCell;
 use crate::guards::budget::BudgetCell;
 use crate::hash::{fnv, splitmix};
 use crate::policy::{BreakerOverride, ScopeDim};
+use crate::state::first_token::FirstTokenCell;
 use crate::state::ratelimit::Cell;
 use crate::state::registry::Slot;
 use crate::state::scope::{breaker_override, display_key, rate_scope, scope_key};
@@ -44,6 +45,8 @@ pub(crate) enum BreakerRef {
 #[derive(Debug)]
 pub(crate) struct UpstreamState {
     pub(crate) counters: Arc<Slot<CounterSet>>,
+    /// Its learned time to first token (`state/first_token.rs`).
+    pub(crate) first_token: Arc<Slot<FirstTokenCell>>,
     pub(crate) breaker: BreakerRef,
     pub(crate) budgets: SmallVec<[BudgetScope; 1]>,
     /// The provider rate-limit state of the upstream's scope
@@ -71,6 +74,9 @@ impl UpstreamState {
         let counters = sh
             .upstream_stats
             .get_or_insert(upstream, now_ms, max_keys, idle, CounterSet::default);
+        let first_token = sh
+            .first_tokens
+            .get_or_insert(upstream, now_ms, max_keys, idle, FirstTokenCell::default);
         let breaker = if !p.breaker.enabled {
             BreakerRef::None
         } else if per_call(&p.breaker.scope) {
@@ -108,6 +114,7 @@ impl UpstreamState {
             plain_names: packed.as_ref().map_or(0, |p| plain_names(sh.id_prefix, p)),
             packed,
             counters,
+            first_token,
             breaker,
             budgets,
         }
@@ -117,6 +124,7 @@ impl UpstreamState {
     #[inline]
     pub(crate) fn touch(&self, now_ms: u64) {
         self.counters.touch(now_ms);
+        self.first_token.touch(now_ms);
         self.rate.touch(now_ms);
         if let BreakerRef::Fixed(c, _) = &self.breaker {
             c.touch(now_ms);
@@ -131,6 +139,7 @@ impl UpstreamState {
     /// True when a cell this points to was evicted from its registry.
     pub(crate) fn is_stale(&self) -> bool {
         self.counters.is_evicted()
+            || self.first_token.is_evicted()
             || self.rate.is_evicted()
             || matches!(&self.breaker, BreakerRef::Fixed(c, _) if c.is_evicted())
             || self
