@@ -223,13 +223,15 @@ fn engine_an_outage_touches_the_upstream_only_with_probes_and_ends_within_the_ca
     }
     let first_ok = first_ok.expect("the upstream is used again");
     assert!(first_ok - recovers_at <= 20_000, "back at {first_ok} ms");
-    // 20 failures trip it at 1.9 s (min_calls 20); afterwards one probe as
-    // each open period ends: 1, 1.5, 2.25, 3.4, 5.1, 7.6 and 11.4 s (± 10 %)
-    // end before 45 s, the eighth (17.1 s) after it, at 52.2 s. (Doubling
-    // from 5 s up to 60 s, the periods of 5, 10, 20 and 40 s left it unused
-    // until 76.9 s.)
-    assert_eq!(sent_down, 20 + 7, "calls that reached the upstream while it was down");
-    assert_eq!(first_ok, 52_200);
+    // Failures in a row for a second trip it at 1.0 s, on the eleventh
+    // (`consecutive_failures` 5 lasting `consecutive_min_ms` 1 000, before
+    // the rate window has its 20 calls); afterwards one probe as each open
+    // period ends: 1, 1.5, 2.25, 3.4, 5.1, 7.6 and 11.4 s (± 10 %) end
+    // before 45 s, the eighth (17.1 s) after it, at 51.3 s. (Doubling from
+    // 5 s up to 60 s, the periods of 5, 10, 20 and 40 s left it unused until
+    // 76.9 s.)
+    assert_eq!(sent_down, 11 + 7, "calls that reached the upstream while it was down");
+    assert_eq!(first_ok, 51_300);
     assert!(refused >= 480, "{refused} calls refused without touching it");
     // The second probe success closes it: every call is admitted again.
     assert!(

@@ -489,7 +489,10 @@ fn attempt_timeouts_are_whole_ms_within_what_is_left() {
 
 #[test]
 fn budget_refuses_and_names_the_scope() {
-    let (e, clock) = engine("budget: {ratio: 0.1, min_per_sec: 0, window_ms: 10000}");
+    // Six failures in a row across 11 s would trip the breaker's consecutive
+    // rule: the budget is what this tests.
+    let (e, clock) =
+        engine("budget: {ratio: 0.1, min_per_sec: 0, window_ms: 10000}\nbreaker: {consecutive_failures: null}");
     // 20 successful requests earn 2 retries.
     for _ in 0..20 {
         let mut c = e.begin(CallSpec::new("up"));

@@ -197,7 +197,8 @@ fn reload_is_atomic_under_concurrent_calls() {
         let (e, stop, p1, p2) = (e.clone(), stop.clone(), p1.clone(), p2.clone());
         std::thread::spawn(move || {
             let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
+            // At least one round even when the workers finish first (a loaded machine).
+            while n == 0 || !stop.load(Ordering::Relaxed) {
                 e.reload(if n % 2 == 0 { p2.clone() } else { p1.clone() }).unwrap();
                 // Invalid policies interleaved: never take effect.
                 assert!(e

@@ -142,14 +142,14 @@ impl Knobs {
             for i in 0..n {
                 let name = format!("u{i}");
                 let caps = if self.capabilities & (1 << i) != 0 {
-                    vec!["tools".to_string()]
+                    vec!["tool_calling".to_string()]
                 } else {
                     Vec::new()
                 };
                 p.upstreams.insert(
                     name.clone(),
                     Upstream {
-                        capabilities: caps,
+                        capabilities: Some(caps),
                         context_tokens: Some(4_000 << i),
                         ..Upstream::default()
                     },

@@ -318,6 +318,8 @@ fn run(policy: &[u8], ops: Vec<Op<'_>>) {
                                 | rw_result::RwErrNull
                                 | rw_result::RwErrInvalidArg
                                 | rw_result::RwErrInbound
+                                // A route the fuzzed policy does not know.
+                                | rw_result::RwErrPolicy
                         ),
                         "rw_call_begin: {r:?}"
                     );
@@ -406,6 +408,7 @@ fn run(policy: &[u8], ops: Vec<Op<'_>>) {
                         },
                         resumable,
                         continuation: continuation.get(2),
+                        first_token_ms: u64::from(input_tokens % 1_000),
                     };
                     let mut d = rw_decision::default();
                     let r = rw_call_report(l.call, if null_outcome { ptr::null() } else { &o }, &mut d);

@@ -156,6 +156,7 @@ impl Policy {
                 || "null".into(),
             );
         }
+        v.range_u64("breaker.consecutive_min_ms", br.consecutive_min_ms, 0, 86_400_000);
         if let Some(c) = br.consecutive_failures {
             v.range_u64("breaker.consecutive_failures", c as u64, 1, 10_000_000);
         }

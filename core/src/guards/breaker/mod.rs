@@ -205,6 +205,8 @@ pub struct BreakerCell {
     /// Outcomes recorded into the count window: the next outcome's position.
     calls: AtomicU64,
     consecutive: AtomicU32,
+    /// When the current run of consecutive failures began, ms.
+    run_since: AtomicU64,
     /// Fingerprint of the parameters the window was built for.
     params_id: AtomicU64,
     /// Count window, two bits per call: `words` failure words, then `words` slow words.
@@ -241,6 +243,7 @@ impl BreakerCell {
             open_until: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             consecutive: AtomicU32::new(0),
+            run_since: AtomicU64::new(0),
             params_id: AtomicU64::new(params.id),
             bits: (0..2 * words).map(|_| AtomicU64::new(0)).collect(),
             inner: Mutex::new(Inner {
@@ -506,7 +509,7 @@ impl BreakerCell {
         if let Some(tw) = g.time.as_mut() {
             tw.expire(params, now_ms);
             tw.push(params, now_ms, failure, slow);
-            let consecutive = self.bump_consecutive(params, failure);
+            let consecutive = self.bump_consecutive(params, failure, now_ms);
             if matches!(ovr, Some(BreakerOverride::MetricsOnly | BreakerOverride::ForceClosed)) {
                 return None;
             }
@@ -518,19 +521,26 @@ impl BreakerCell {
         self.record_closed(params, ovr, now_ms, failure, slow)
     }
 
+    /// The run of consecutive failures with this outcome: its length and how
+    /// long ago it began, ms.
     #[inline]
-    fn bump_consecutive(&self, params: &BreakerParams, failure: bool) -> u32 {
+    fn bump_consecutive(&self, params: &BreakerParams, failure: bool, now_ms: u64) -> (u32, u64) {
         if params.consecutive.is_none() {
             // Not a trip condition of this policy: not kept.
-            return 0;
+            return (0, 0);
         }
         if failure {
-            self.consecutive.fetch_add(1, Ordering::Relaxed).saturating_add(1)
+            let n = self.consecutive.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+            if n == 1 {
+                self.run_since.store(now_ms, Ordering::Relaxed);
+                return (1, 0);
+            }
+            (n, now_ms.saturating_sub(self.run_since.load(Ordering::Relaxed)))
         } else {
             if self.consecutive.load(Ordering::Relaxed) != 0 {
                 self.consecutive.store(0, Ordering::Relaxed);
             }
-            0
+            (0, 0)
         }
     }
 
@@ -554,7 +564,7 @@ impl BreakerCell {
         let bit = 1u64 << (idx % 64);
         set_bit(&self.bits[idx / 64], bit, failure);
         set_bit(&self.bits[words + idx / 64], bit, slow);
-        let consecutive = self.bump_consecutive(params, failure);
+        let consecutive = self.bump_consecutive(params, failure, now_ms);
         if matches!(ovr, Some(BreakerOverride::MetricsOnly | BreakerOverride::ForceClosed)) {
             return None;
         }

@@ -19,6 +19,7 @@ pub struct BreakerParams {
     pub(super) slow_call_ms: Option<u64>,
     pub(super) slow_call_rate: Option<f64>,
     pub(super) consecutive: Option<u32>,
+    pub(super) consecutive_min_ms: u64,
     pub(super) counted: [bool; 9],
     pub(super) open_ms: u64,
     pub(super) open_factor: f64,
@@ -52,6 +53,7 @@ impl BreakerParams {
             slow_call_ms: p.slow_call_ms,
             slow_call_rate: p.slow_call_rate,
             consecutive: p.consecutive_failures,
+            consecutive_min_ms: p.consecutive_min_ms,
             counted,
             open_ms: p.open_ms,
             open_factor: p.open_factor,
@@ -79,6 +81,7 @@ impl BreakerParams {
             opt(self.slow_call_ms),
             opt(self.slow_call_rate.map(f64::to_bits)),
             opt(self.consecutive.map(u64::from)),
+            self.consecutive_min_ms,
             self.counted.iter().fold(0, |a, c| a << 1 | *c as u64),
         ];
         words.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
@@ -142,13 +145,13 @@ impl BreakerParams {
     #[inline]
     pub(super) fn trip_reason(
         &self,
-        consecutive: u32,
+        (consecutive, run_ms): (u32, u64),
         calls: u64,
         failures: impl FnOnce() -> u64,
         slow: impl FnOnce() -> u64,
     ) -> Option<&'static str> {
         if let Some(c) = self.consecutive {
-            if consecutive >= c {
+            if consecutive >= c && run_ms >= self.consecutive_min_ms {
                 return Some("consecutive_failures");
             }
         }

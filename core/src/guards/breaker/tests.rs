@@ -46,6 +46,8 @@ fn count_window_trips_when_the_reference_model_does() {
             b.failure_rate = failure_rate;
             b.slow_call_rate = slow_call_rate;
             b.consecutive_failures = consecutive;
+            // The count alone (a run's span has a test of its own).
+            b.consecutive_min_ms = 0;
         });
         let b = BreakerCell::new(p.clone(), 1);
         let (pf, ps) = (rng.gen_range(0.0..0.6), rng.gen_range(0.0..0.5));
@@ -158,11 +160,35 @@ fn consecutive_and_slow_call_trips() {
     let p = params(|p| {
         p.failure_rate = None;
         p.consecutive_failures = Some(3);
+        p.consecutive_min_ms = 0;
     });
     let b = BreakerCell::new(p.clone(), 1);
     fail(&b, &p, 0);
     fail(&b, &p, 0);
     assert_eq!(fail(&b, &p, 0).unwrap().reason, "consecutive_failures");
+
+    // A run must also last consecutive_min_ms: failures in a row within
+    // milliseconds are a busy upstream's noise; a second with no success is not.
+    let p = params(|p| {
+        p.failure_rate = None;
+        p.consecutive_failures = Some(3);
+        p.consecutive_min_ms = 1_000;
+    });
+    let b = BreakerCell::new(p.clone(), 1);
+    for t in [0, 10, 20, 30, 999] {
+        assert!(fail(&b, &p, t).is_none(), "{t}");
+    }
+    assert_eq!(fail(&b, &p, 1_000).unwrap().reason, "consecutive_failures");
+    // A success starts the run again: its clock too.
+    let b = BreakerCell::new(p.clone(), 1);
+    for t in [0, 500] {
+        assert!(fail(&b, &p, t).is_none());
+    }
+    assert!(b.record(&p, None, 900, false, Record::Success, false).is_none());
+    for t in [1_000, 1_500, 1_999] {
+        assert!(fail(&b, &p, t).is_none(), "{t}");
+    }
+    assert_eq!(fail(&b, &p, 2_000).unwrap().reason, "consecutive_failures");
 
     let p = params(|p| {
         p.failure_rate = None;
