@@ -8,8 +8,9 @@
 //! carries (Gemini's `RetryInfo.retryDelay`) and the prompt's real size when
 //! the body names it (a context-length refusal, re-matched to a larger
 //! window). Conditions spelled differently by each provider are read into the
-//! code the default tables already know: Anthropic's "prompt is too long" is
-//! `context_length_exceeded`, Gemini's per-day `QuotaFailure` is
+//! code the default tables already know: a context-length refusal in any
+//! provider's words (Anthropic's "prompt is too long", vLLM's and Gemini's
+//! messages, whatever their code) is `context_length_exceeded`, Gemini's per-day `QuotaFailure` is
 //! `quota_exceeded` (waiting a minute does not help; a per-minute one stays a
 //! rate limit).
 
@@ -57,11 +58,10 @@ pub fn read_error_body(body: &[u8]) -> BodyEvidence {
     };
     out.vendor_code = pick("code").or_else(|| pick("type")).or_else(|| pick("status"));
     let message = err.get("message").and_then(Value::as_str).unwrap_or("");
-    if let Some(n) = prompt_too_long(message) {
+    let named = out.vendor_code.as_deref() == Some("context_length_exceeded");
+    if named || too_long(message) {
         out.vendor_code = Some("context_length_exceeded".into());
-        out.input_tokens = Some(n);
-    } else if out.vendor_code.as_deref() == Some("context_length_exceeded") {
-        out.input_tokens = resulted_in_tokens(message);
+        out.input_tokens = prompt_tokens(message);
     }
     if let Some(details) = err.get("details").and_then(Value::as_array) {
         for d in details {
@@ -76,16 +76,48 @@ pub fn read_error_body(body: &[u8]) -> BodyEvidence {
     out
 }
 
-/// Anthropic: `prompt is too long: 210463 tokens > 200000 maximum`.
-fn prompt_too_long(message: &str) -> Option<u64> {
-    let rest = message.strip_prefix("prompt is too long:")?;
-    leading_number(rest.trim_start())
+/// A message that says the prompt does not fit the model's context window,
+/// in any provider's words (the code may be only `invalid_request_error`,
+/// `BadRequestError` or `INVALID_ARGUMENT`): Anthropic's "prompt is too
+/// long", OpenAI's and vLLM's "maximum context length", the Responses API's
+/// "exceeds the context window", Gemini's "input token count (N) exceeds the
+/// maximum number of tokens", Mistral's "too large for model with N maximum
+/// context length".
+fn too_long(message: &str) -> bool {
+    const SAYS: [&str; 6] = [
+        "prompt is too long",
+        "maximum context length",
+        "context window",
+        "context length exceeded",
+        "exceeds the maximum number of tokens",
+        "input is too long",
+    ];
+    let m = message.to_ascii_lowercase();
+    SAYS.iter().any(|s| m.contains(s))
 }
 
-/// OpenAI: `... However, your messages resulted in 9000 tokens.`
-fn resulted_in_tokens(message: &str) -> Option<u64> {
-    let (_, rest) = message.split_once("resulted in ")?;
-    leading_number(rest)
+/// The prompt's size in tokens where the message names it: Anthropic
+/// (`prompt is too long: 210463 tokens > 200000 maximum`), OpenAI (`your
+/// messages resulted in 9000 tokens`, `you requested 10000 tokens (9000 in
+/// the messages, ...`), Gemini (`The input token count (1234567) exceeds`),
+/// Mistral (`Prompt contains 40000 tokens`).
+fn prompt_tokens(message: &str) -> Option<u64> {
+    let m = message.to_ascii_lowercase();
+    let after = |marker: &str| {
+        m.split_once(marker)
+            .and_then(|(_, rest)| leading_number(rest.trim_start()))
+    };
+    after("prompt is too long:")
+        .or_else(|| after("resulted in "))
+        .or_else(|| {
+            // "you requested 10000 tokens (9000 in the messages, 1000 in the completion)"
+            let (_, rest) = m.split_once("you requested ")?;
+            let (_, inner) = rest.split_once('(')?;
+            leading_number(inner).filter(|_| inner.contains(" in the messages"))
+        })
+        .or_else(|| after("input token count ("))
+        .or_else(|| after("input token count"))
+        .or_else(|| after("prompt contains "))
 }
 
 fn leading_number(s: &str) -> Option<u64> {
@@ -154,13 +186,42 @@ mod tests {
             (e.vendor_code.as_deref(), e.input_tokens),
             (Some("context_length_exceeded"), Some(9000))
         );
+        for (body, tokens) in [
+            // Anthropic without the numbers: still the context window, size unknown.
+            (
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}"#,
+                None,
+            ),
+            (
+                r#"{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}"#,
+                None,
+            ),
+            // vLLM and other OpenAI-compatible servers: no code, the size in parentheses.
+            (
+                r#"{"object":"error","error":{"message":"This model's maximum context length is 32768 tokens. However, you requested 33000 tokens (32000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","code":400}}"#,
+                Some(32_000),
+            ),
+            (
+                r#"{"error":{"code":400,"message":"The input token count (1234567) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#,
+                Some(1_234_567),
+            ),
+            (
+                r#"{"error":{"message":"Prompt contains 40000 tokens and 0 draft tokens, too large for model with 32768 maximum context length","type":"invalid_request_error","code":"3051"}}"#,
+                Some(40_000),
+            ),
+        ] {
+            let e = read_error_body(body.as_bytes());
+            assert_eq!(
+                (e.vendor_code.as_deref(), e.input_tokens),
+                (Some("context_length_exceeded"), tokens),
+                "{body}"
+            );
+        }
+        // Other bad requests stay what they are.
         let e = read_error_body(
-            br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}"#,
+            br#"{"error":{"message":"Invalid value for 'temperature': must be at most 2.","type":"invalid_request_error","code":"invalid_value"}}"#,
         );
-        assert_eq!(
-            (e.vendor_code.as_deref(), e.input_tokens),
-            (Some("invalid_request_error"), None)
-        );
+        assert_eq!(e.vendor_code.as_deref(), Some("invalid_value"));
     }
 
     #[test]
