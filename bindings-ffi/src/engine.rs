@@ -226,7 +226,9 @@ pub unsafe extern "C" fn rw_engine_advance_clock(engine: *const rw_engine, ms: u
 }
 
 /// A JSON snapshot of every counter (logical requests vs attempts, stops by
-/// reason, per upstream / tenant / policy version, breaker states). On
+/// reason, per upstream / tenant / policy version, breaker states) and each
+/// upstream's learned first-token limit (`first_token`: samples, quantile_ms,
+/// limit_ms, from the `first_token_ms` its streamed successes reported). On
 /// `RW_OK`, `*out` is a NUL-terminated string the caller frees with
 /// `rw_string_free`; otherwise `*out` is NULL (when `out` is not NULL).
 /// Returns `RW_ERR_NULL` when `engine` or `out` is NULL.

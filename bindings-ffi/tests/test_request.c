@@ -2,7 +2,8 @@
  * C tests of libretrywise: the request a relay forwards (rw_request_read and
  * its accessors), a call begun with it (rw_call_spec.request: a fallback
  * keeps what the request needs), a route the policy does not know
- * (RW_ERR_POLICY, rw_call_begin_err), an outcome's first_token_ms, and NULL
+ * (RW_ERR_POLICY, rw_call_begin_err), an outcome's first_token_ms (the
+ * learned first-token limit and the stats JSON's "first_token"), and NULL
  * arguments. Built and run by ci.sh, dynamically and statically, and under
  * valgrind.
  */
@@ -339,6 +340,54 @@ static void test_unknown_route(void) {
   rw_engine_free(e);
 }
 
+/* first_token_ms reaches the engine: streamed successes on p teach it p's
+ * first-token limit (timeouts.learn, min_samples 3 here), which the stats
+ * JSON shows under "first_token" and a streamed attempt there gets; 0 is
+ * "not measured" and teaches nothing. */
+static void test_first_token_learned(void) {
+  rw_engine *e = engine_with("deadline_ms: 30000\n"
+                             "timeouts: {learn: {min_samples: 3}}\n"
+                             "upstreams: {p: {}, b: {}}\n"
+                             "routes: {chat: {candidates: [p, b]}}\n",
+                             1);
+  char *json = NULL;
+  CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
+  CHECK(json != NULL && strstr(json, "\"first_token\":{}") != NULL);
+  rw_string_free(json);
+
+  rw_request *req = read_request(CHAT_URL, NULL, 0, PLAIN_STREAM);
+  const uint64_t took[] = {80, 0, 120, 100};
+  rw_attempt a;
+  rw_decision d;
+  for (size_t i = 0; i < sizeof took / sizeof took[0]; i++) {
+    rw_call *c = begin_with(e, "chat", req, NULL, 0);
+    CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+    CHECK(str_eq(a.upstream, "p"));
+    CHECK(a.first_token_timeout_ms == 15000); /* cold: half of the time left */
+    rw_outcome o = RW_OUTCOME_INIT;
+    o.status = 200;
+    o.first_token_ms = took[i];
+    CHECK_RC(rw_call_report(c, &o, &d), RW_OK);
+    CHECK(d.action == RW_ACTION_SUCCEEDED);
+    rw_call_free(c);
+  }
+
+  /* The 0.99 quantile of 80, 120, 100 is 120 ms; times 3 is under the
+   * 1 000 ms floor. */
+  CHECK_RC(rw_engine_stats_json(e, &json), RW_OK);
+  CHECK(json != NULL &&
+        strstr(json, "\"first_token\":{\"p\":{\"samples\":3,\"quantile_ms\":120,\"limit_ms\":1000}}") != NULL);
+  rw_string_free(json);
+
+  rw_call *c = begin_with(e, "chat", req, NULL, 0);
+  rw_request_free(req);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
+  CHECK(str_eq(a.upstream, "p"));
+  CHECK(a.first_byte_timeout_ms == 1000 && a.first_token_timeout_ms == 1000);
+  rw_call_free(c);
+  rw_engine_free(e);
+}
+
 int main(void) {
   test_read_openai_chat();
   test_read_anthropic();
@@ -346,5 +395,6 @@ int main(void) {
   test_read_null_arguments();
   test_routed_call_keeps_the_request_needs();
   test_unknown_route();
+  test_first_token_learned();
   return check_summary();
 }

@@ -696,12 +696,16 @@ static void do_begin(run *r, const toks *t, const char *call) {
    * request is freed at once. */
   rw_request *req = q.given ? read_request(r, &q) : NULL;
   spec.request = req;
-  rw_call **slot = call_slot(r, call, 1);
-  rw_call_free(*slot);
-  *slot = NULL;
+  rw_call *begun = NULL;
   rw_error *err = NULL;
-  rw_result rc = rw_call_begin_err(r->engine, &spec, slot, &err);
+  rw_result rc = rw_call_begin_err(r->engine, &spec, &begun, &err);
   rw_request_free(req);
+  /* As in the other runners, a refused begin leaves the name as it was. */
+  if (begun) {
+    rw_call **slot = call_slot(r, call, 1);
+    rw_call_free(*slot);
+    *slot = begun;
+  }
   /* {"ok": true} or {"ok": false, "error": message} (a route the policy does not know). */
   r->kind = K_VALS;
   add_bool(&r->actual, "ok", rc == RW_OK);

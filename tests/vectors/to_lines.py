@@ -39,7 +39,10 @@ Step ARGS are key/value pairs:
 replaced by its digest: SHA-256 of the canonical JSON (object keys sorted,
 compact), as the core's `params_digest` computes it. A vector with `skip`
 becomes `vector`, `skip`, `end` unless RETRYWISE_VECTORS_RUN_SKIPPED=1. Nested `expect` objects
-become dotted paths; keys must therefore not contain dots.
+become dotted paths; keys must therefore not contain dots. The C ABI reads 0
+as "unknown" in the needs' input_tokens and max_output_tokens and the
+outcome's input_tokens and first_token_ms, so a vector giving 0 there is an
+error here rather than a silent difference from the other runners.
 """
 
 from __future__ import annotations
@@ -118,6 +121,16 @@ def request_args(r: dict[str, Any], prefix: str) -> list[str]:
     return args
 
 
+ZERO_IS_UNKNOWN = ("input_tokens", "max_output_tokens", "first_token_ms")
+
+
+def nonzero(label: str, where: str, fields: dict[str, Any]) -> None:
+    """Refuses a 0 the C ABI would read as unknown (see the module docstring)."""
+    for k in ZERO_IS_UNKNOWN:
+        if k in fields and fields[k] == 0 and not isinstance(fields[k], bool):
+            raise ValueError(f"step {label}: {where}.{k} is 0, which the C ABI reads as unknown")
+
+
 def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
     op = step["op"]
     if op == "repeat":
@@ -138,6 +151,7 @@ def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
         if "params" in spec:
             args += ["params_digest", hashlib.sha256(canonical(spec["params"]).encode()).hexdigest()]
         needs = spec.get("needs", {})
+        nonzero(label, "spec.needs", needs)
         for c in needs.get("capabilities", []):
             args += ["cap", enc(c)]
         for k in ("input_tokens", "max_output_tokens", "data_boundary", "max_cost"):
@@ -158,6 +172,7 @@ def step_lines(step: dict[str, Any], label: str, out: list[str]) -> None:
         args = request_args(step, "")
     elif op == "report":
         o = step.get("outcome", {})
+        nonzero(label, "outcome", o)
         for k in ("status", "error", "phase", "effect", "vendor_code", "input_tokens", "ok", "body", "resumable",
                   "continuation", "first_token_ms"):
             if k in o:
@@ -204,7 +219,10 @@ def convert(path: Path) -> list[str]:
     out = [f"vector {enc(v['name'])}", f"seed {int(v['seed'])}",
            f"policy {enc(json.dumps(v.get('policy', {}), separators=(',', ':')))}"]
     for i, s in enumerate(v.get("steps", [])):
-        step_lines(s, str(i), out)
+        try:
+            step_lines(s, str(i), out)
+        except ValueError as e:
+            raise ValueError(f"{path.name}: {e}") from None
     out.append("end")
     return out
 
