@@ -22,6 +22,11 @@ use smol_str::SmolStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What a silence limit capped for a fallback leaves beyond `min_attempt_ms`:
+/// a timer fires a little late, and the binding reports and asks for the
+/// next attempt after it, so the fallback still finds `min_attempt_ms` left.
+pub(crate) const KEEP_ROOM_SLACK_MS: u64 = 100;
+
 /// What the breaker's slow path decided for an attempt.
 enum Verdict {
     /// Go to the planned upstream.
@@ -248,15 +253,15 @@ impl Call {
     /// An attempt's silence limits (first byte, first token; explicit ones
     /// included) never take the time a fallback needs: while the route has
     /// an eligible candidate left and the call an attempt for it, they end
-    /// `min_attempt_ms` before the deadline, so a silent upstream still
-    /// leaves the next candidate an attempt. Only when both fit (at least
-    /// twice `min_attempt_ms` left); the note goes into the detail of the
-    /// decision on a silent failure (`Ext::clamped`).
+    /// `min_attempt_ms` and [`KEEP_ROOM_SLACK_MS`] before the deadline, so a
+    /// silent upstream still leaves the next candidate an attempt. Only when
+    /// both fit; the note goes into the detail of the decision on a silent
+    /// failure (`Ext::clamped`).
     #[cold]
     #[inline(never)]
     fn keep_room_for_fallback(&mut self, a: &mut Attempt, remaining: Nanos, now_ms: u64) {
         let (_, min_ms) = self.min_attempt();
-        let room = remaining.ms().saturating_sub(min_ms);
+        let room = remaining.ms().saturating_sub(min_ms + KEEP_ROOM_SLACK_MS);
         if room < min_ms || a.number >= self.max_attempts || !self.fallback_allowed() {
             return;
         }
@@ -277,7 +282,7 @@ impl Call {
         a.timeouts = capped;
         let note = format!(
             "silence limits capped at {room} ms (first byte {byte} ms, first token {token} ms): \
-             {min_ms} ms (min_attempt_ms) stay for {next}"
+             {min_ms} ms (min_attempt_ms) and {KEEP_ROOM_SLACK_MS} ms stay for {next}"
         );
         self.ext_mut().clamped = Some(note);
     }
