@@ -95,7 +95,7 @@ const TABLE: &[Entry] = &[
     entry("503", Kind::Unavailable, &["n", "status"], None),
     entry("reset", Kind::Reset, &["n"], Some(1)),
     entry("silent", Kind::Silent, &["n"], None),
-    entry("slow-first-token", Kind::SlowFirstToken, &["n", "ms"], None),
+    entry("slow-first-token", Kind::SlowFirstToken, &["n", "ms", "after"], None),
     entry("stream-cut", Kind::StreamCut, &["n", "k", "end"], None),
     entry("stream-stall", Kind::StreamStall, &["n", "k"], None),
     entry("malformed-sse", Kind::MalformedSse, &["n", "k"], None),
@@ -158,6 +158,10 @@ pub struct ModelFault {
     pub retry_after: String,
     /// `ms=`: the first-token pause (default 15 000 ms).
     pub first_token_ms: u64,
+    /// `after=`: the first this many requests to the model name (since start or
+    /// the last reset, whatever their logical request) answer at once; the fault
+    /// applies from the next one on (default 0: from the first).
+    pub after: u32,
     /// `k=`: content deltas before the break (default 2).
     pub k: u32,
     /// `end=`: how a streamed cut ends after its `k` deltas (default: aborted).
@@ -229,6 +233,7 @@ impl ModelFault {
             times: entry.times,
             retry_after: "1".into(),
             first_token_ms: 15_000,
+            after: 0,
             k: 2,
             end: CutEnd::Abort,
             status: 503,
@@ -320,6 +325,7 @@ impl ModelFault {
                     v => return err(model, format!("`mode` is `fixed` or `sliding`, got {v:?}")),
                 }
             }
+            "after" => self.after = num(model, key, value)?,
             "k" => {
                 self.k = num(model, key, value)?;
                 if self.k > MAX_K {
@@ -369,6 +375,12 @@ impl ModelFault {
     pub fn fires(&self, prior: u32) -> bool {
         self.times.is_none_or(|n| prior < n)
     }
+
+    /// Whether the request that had `earlier` predecessors to its model name
+    /// (any logical request) is past `after=`'s healthy start.
+    pub fn past_after(&self, earlier: u32) -> bool {
+        earlier >= self.after
+    }
 }
 
 #[cfg(test)]
@@ -409,6 +421,11 @@ mod tests {
         let m = ModelFault::parse("fb-500-once:n=3").unwrap();
         assert_eq!(m.times, Some(3));
         assert!(m.fires(2) && !m.fires(3));
+        let m = ModelFault::parse("fb-slow-first-token:after=20:ms=500").unwrap();
+        assert_eq!((m.after, m.first_token_ms), (20, 500));
+        assert!(!m.past_after(19) && m.past_after(20));
+        assert_eq!(ModelFault::parse("fb-slow-first-token").unwrap().after, 0);
+        assert!(ModelFault::parse("fb-slow-first-token").unwrap().past_after(0));
         let m = ModelFault::parse("fb-flap:down=1500:status=529").unwrap();
         assert_eq!((m.down_ms, m.status), (1500, 529));
         let m = ModelFault::parse("fb-content-filter:code=content_policy_violation:reason=violence").unwrap();
@@ -439,6 +456,9 @@ mod tests {
             "fb-",
             "fb-nope",
             "fb-ok:k=2",
+            "fb-ok:after=1",
+            "fb-slow-first-token:after=x",
+            "fb-slow-first-token:after=-1",
             "fb-stream-cut:k",
             "fb-stream-cut:k=",
             "fb-stream-cut:k=x",

@@ -335,6 +335,9 @@ fn decide_model(
     let turns = answer::conversation(shape, request);
     let prefill = turns.last().is_some_and(|t| t.role == "assistant");
     let fires = fault.fires(state.admit(model, arrival.logical_id.as_deref()));
+    // `after=N`: the model name's first N requests are answered at once.
+    let early = fault.after > 0 && !fault.past_after(state.admit_model(model));
+    let fires = fires && !early;
     let down = fault.kind == model::Kind::Flap && state.since_first(model) < Duration::from_millis(fault.down_ms);
     let mut plan = Plan::for_model(&fault, fires, down, prefill);
     let mut headers = Vec::new();

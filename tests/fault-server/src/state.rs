@@ -138,6 +138,8 @@ struct Inner {
     seen: HashMap<(String, Option<String>), u32>,
     /// First request per flapping model: its down window starts there.
     first_seen: HashMap<String, Instant>,
+    /// Requests so far per model name asking for `after=` (any logical request).
+    arrivals: HashMap<String, u32>,
     /// `fb-ratelimit`'s limit per exact model name.
     limiters: HashMap<String, Limiter>,
 }
@@ -287,6 +289,19 @@ impl State {
             .entry(model.to_owned())
             .or_insert_with(Instant::now)
             .elapsed()
+    }
+
+    /// Counts this arrival against its model name, whatever its logical request,
+    /// and returns how many requests to that name came before it (`after=`).
+    pub fn admit_model(&self, model: &str) -> u32 {
+        let mut inner = self.lock();
+        if inner.arrivals.len() >= MAX_COUNTERS {
+            inner.arrivals.clear();
+        }
+        let n = inner.arrivals.entry(model.to_owned()).or_insert(0);
+        let before = *n;
+        *n = n.saturating_add(1);
+        before
     }
 
     /// Counts a request of `model` against its rate limit (`limit` per `window`,

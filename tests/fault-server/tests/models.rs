@@ -228,6 +228,41 @@ fn m07_slow_first_token() {
 }
 
 #[test]
+fn m07_slow_first_token_after_a_fast_start() {
+    let (addr, _server) = server();
+    // Fast for the model name's first two requests, whatever their logical
+    // request (a transport sends a new one per call); slow from the third on.
+    let m = "fb-slow-first-token:after=2:ms=600";
+    for id in ["a", "b"] {
+        let started = Instant::now();
+        let r = call(
+            addr,
+            "POST",
+            CHAT,
+            &[("retrywise-request-id", id)],
+            &request(CHAT, m, true),
+        );
+        assert!(r.complete && started.elapsed() < Duration::from_millis(500));
+        assert_eq!(chat_deltas(&r), answer(m));
+    }
+    let sent = Instant::now();
+    let mut live = Live::open(addr, CHAT, &request(CHAT, m, true));
+    live.until("\"role\":\"assistant\"");
+    let first = live.until("answer from");
+    assert!(
+        first - sent >= Duration::from_millis(600),
+        "first delta after {:?}",
+        first - sent
+    );
+    assert_eq!(chat_deltas(&live.finish()), answer(m));
+    // A reset starts the count again.
+    call(addr, "POST", "/control/reset", &[], "");
+    let started = Instant::now();
+    assert_eq!(chat_content(&ask(addr, CHAT, m, false)), json!(answer(m)));
+    assert!(started.elapsed() < Duration::from_millis(500));
+}
+
+#[test]
 fn m08_stream_cut_after_k_deltas() {
     let (addr, _server) = server();
     let m = "fb-stream-cut";
