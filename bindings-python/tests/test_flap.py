@@ -2,16 +2,20 @@
 wiring (the openai SDK, its own retries off, over ``RetryTransport``; a
 primary and a fallback upstream; 3 attempts, a 30 s deadline, every other knob
 at its default): the primary answers 503 for 60 s from its first request, then
-is healthy; 20 requests 4 s apart.
+is healthy; 20 requests 4 s apart, then more at that pace until the primary
+answers again (at most 30 s after its recovery).
 
 Ten runs side by side, each its own engine (differently seeded: its jitter and
 breaker timings differ) and its own flapping model on the fault server, and
 ten more the same way through ``engine.run`` (the SDK pointed where
 ``attempt.reach`` says). In each: every request is answered, nothing the primary answered came from its
 outage, the breaker spares the primary part of the outage (fewer attempts
-than two per request; measured 25 for 15 requests: it judges after 20 calls,
-then only probes), and the primary serves again within 30 s of its recovery
-(measured 8-12 s)."""
+than two per request; 12 for 15 requests: five failures in a row lasting a
+second trip it on the third request, then it only probes), and the primary
+serves again within 30 s of its recovery (8-20 s: each failed probe opens the
+breaker 1.5 times longer, up to ``open_max_ms`` 20 s; tripped that early, its
+periods have grown to 11-20 s by the end of the outage, so the 20th request,
+16 s after it, may still come before the probe that finds the primary back)."""
 
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ RUNS = 10
 REQUESTS = 20
 EVERY_S = 4.0
 DOWN_MS = 60_000
+#: The primary serves again within this long after its recovery.
+BACK_WITHIN_MS = 30_000
 
 
 def answer(model: str) -> str:
@@ -80,8 +86,9 @@ def ask_where_reach_says(attempt: retrywise.Attempt) -> Any:
 
 
 def run(fault: FaultServer, way: str, seed: int, out: dict[tuple[str, int], Any]) -> None:
-    """One user's 20 requests, 4 s apart on a fixed schedule; (seconds since
-    start, the model that answered) per request into ``out[way, seed]``."""
+    """One user's 20 requests, 4 s apart on a fixed schedule, and more until
+    the primary answers one (none later than 30 s after the outage); (seconds
+    since start, the model that answered) per request into ``out[way, seed]``."""
     primary, backup = f"fb-flap:down={down_ms(way, seed)}", f"fb-ok:id={way}{seed}"
     engine = Engine(policy(fault.base + "/v1", primary, backup), seed=seed)
     client = openai.OpenAI(
@@ -93,8 +100,10 @@ def run(fault: FaultServer, way: str, seed: int, out: dict[tuple[str, int], Any]
     served: list[tuple[float, str]] = []
     try:
         t0 = time.monotonic()
-        for i in range(REQUESTS):
+        i = 0
+        while i < REQUESTS or (served[-1][1] != primary and i * EVERY_S * 1000 <= DOWN_MS + BACK_WITHIN_MS):
             time.sleep(max(0.0, t0 + i * EVERY_S - time.monotonic()))
+            i += 1
             if way == "transport":
                 r = client.chat.completions.create(model=primary, messages=MESSAGES)
             else:
@@ -125,7 +134,7 @@ def test_a_60_s_outage_is_served_by_the_fallback_and_the_primary_is_back_within_
         primary = f"fb-flap:down={down_ms(way, seed)}"
         mine = [r for r in rows if r["model"] == primary]
         up_at = mine[0]["at_ms"] + down_ms(way, seed)  # the server's clock: the outage ends here
-        assert len(served) == REQUESTS
+        assert len(served) >= REQUESTS
         answers = [r for r in mine if r["status"] == 200]
         # Nothing the primary answered came from its outage, and the outage was
         # served by the fallback without trying the primary on every request.
@@ -138,7 +147,7 @@ def test_a_60_s_outage_is_served_by_the_fallback_and_the_primary_is_back_within_
         assert len(in_outage) < 2 * requests_in_outage, (way, seed, len(in_outage), requests_in_outage)
         assert answers, f"{way} run {seed}: the primary never served again: {served}"
         back_after_ms = answers[0]["at_ms"] - up_at
-        assert back_after_ms < 30_000, (way, seed, back_after_ms, served)
+        assert back_after_ms < BACK_WITHIN_MS, (way, seed, back_after_ms, served)
         assert served[-1][1] == primary
         summary.append((way, seed, len(in_outage), requests_in_outage, round(back_after_ms)))
     print("way, seed, primary attempts in the outage, requests in the outage, back after ms:", summary)
