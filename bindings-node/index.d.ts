@@ -377,6 +377,26 @@ export interface Stats extends KeyStats {
   breakers: Record<string, string>
   /** Provider rate-limit counters (readings, malformed headers, paced waits, ...). */
   rate_limits: Record<string, number>
+  /**
+   * Each upstream's learned first-token limit (`timeouts.learn`), by upstream
+   * name, for the upstreams whose streamed successes reported their time to
+   * first token (a wrapped fetch reports it; `call.report({ firstTokenMs })`).
+   */
+  first_token: Record<string, FirstTokenStats>
+}
+
+/** What `engine.stats().first_token` shows of one upstream (`timeouts.learn`). */
+export interface FirstTokenStats {
+  /** Streamed successes that reported their time to first token. */
+  samples: number
+  /** The policy's quantile (`learn.quantile`) of the last 128 of them, ms; null while fewer than `learn.min_samples`. */
+  quantile_ms: number | null
+  /**
+   * The first-token limit an attempt there gets (the quantile times
+   * `learn.factor`, at least `learn.floor_ms`; never above the
+   * half-of-the-time-left rule), ms; null while fewer than `learn.min_samples`.
+   */
+  limit_ms: number | null
 }
 
 export interface ReconcileItem {

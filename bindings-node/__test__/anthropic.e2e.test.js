@@ -10,6 +10,7 @@ const assert = require('node:assert/strict')
 const { Anthropic } = require('@anthropic-ai/sdk')
 const { Engine, wrapFetch } = require('..')
 const { useFaultServer, runReadmeExample } = require('./helpers.js')
+const { scoreboard } = require('./scoreboard.js')
 
 const ctx = useFaultServer(test, { RW_TEST_PRIMARY_KEY: 'sk-ant-primary', RW_TEST_BACKUP_KEY: 'sk-ant-backup' })
 
@@ -132,10 +133,13 @@ test('anthropic: a persistent 503, not streamed: the backup answers the JSON mes
 
 // Before any output, the rest of the Python anthropic matrix: a silent primary
 // left for the backup at its first-byte timeout (300 ms), not retried; a
-// malformed event skipped, the primary's whole answer.
+// malformed event skipped, the primary's whole answer; a whole answer (its
+// stop_reason came) whose stream never says message_stop, completed for the
+// SDK, whose MessageStream makes its final message only at that event.
 for (const [primary, models, answeredBy, minMs, maxMs] of [
-  ['fb-silent', ['fb-silent', 'fb-ok'], 'fb-ok', 450, 1500],
+  ['fb-silent', ['fb-silent', 'fb-ok'], 'fb-ok', 300, 1500],
   ['fb-malformed-sse', ['fb-malformed-sse'], 'fb-malformed-sse', 0, 1000],
+  ['fb-no-done', ['fb-no-done'], 'fb-no-done', 0, 1000],
 ]) {
   test(`anthropic: ${primary} is answered by ${answeredBy}, attempts ${JSON.stringify(models)}`, async () => {
     const r = await run(primary)
@@ -219,4 +223,27 @@ test("the README's anthropic example runs as written, pointed at the fault serve
     ['fb-stream-cut:k=3', null],
     ['fb-ok', 'prefill'],
   ])
+})
+
+// The sixteen faults of the failover methodology through the README's
+// multi-provider wiring (scoreboard.js) under the anthropic SDK: each a
+// `messages.stream` read to its final message, silence limits short (1 s).
+test('scoreboard, @anthropic-ai/sdk over wrapFetch (/v1/messages, streamed): all sixteen faults rescued', async (t) => {
+  const { rescued, board } = await scoreboard(ctx, {
+    tag: 'anthropic',
+    api: 'anthropic',
+    requestModel: 'claude-x',
+    deadlineMs: 30000,
+    timeouts: { first_byte_ms: 1000, first_token_ms: 1000, idle_ms: 1000 },
+    withinMs: 3000,
+    asker: (engine) => {
+      const client = new Anthropic({ apiKey: 'sk-ant-client', baseURL: `http://127.0.0.1:${ctx.closed}`, maxRetries: 0, fetch: wrapFetch(engine, fetch) })
+      return async () => {
+        const m = await client.messages.stream({ model: 'claude-x', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] }).finalMessage()
+        return { text: m.content.map((b) => (b.type === 'text' ? b.text : '')).join(''), usage: m.usage.output_tokens }
+      }
+    },
+  })
+  t.diagnostic(board)
+  assert.equal(rescued, 16, board)
 })

@@ -8,8 +8,9 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const { OpenAI } = require('openai')
-const { Engine, wrapFetch, PolicyError, StoppedError } = require('..')
-const { useFaultServer, runReadmeExample } = require('./helpers.js')
+const { Engine, wrapFetch, PolicyError, StoppedError, AttemptTimeoutError } = require('..')
+const { useFaultServer, runReadmeExample, localServer } = require('./helpers.js')
+const { scoreboard } = require('./scoreboard.js')
 
 const ctx = useFaultServer(test, { RW_TEST_PRIMARY_KEY: 'sk-primary', RW_TEST_BACKUP_KEY: 'sk-backup' })
 
@@ -78,8 +79,8 @@ test('a silent primary is left for the backup at its first-byte timeout, not ret
   assert.equal(r.error, null)
   assert.deepEqual(r.counts, { 'fb-silent': 1, 'fb-ok': 1 })
   assert.equal(r.value.choices[0].message.content, ANSWER('fb-ok'))
-  // connect_ms + first_byte_ms = 500 ms on the silent primary, then the backup at once.
-  assert.ok(r.elapsedMs >= 500 && r.elapsedMs < 1500, `${r.elapsedMs} ms`)
+  // first_byte_ms = 300 ms on the silent primary from when its request went out, then the backup at once.
+  assert.ok(r.elapsedMs >= 300 && r.elapsedMs < 1500, `${r.elapsedMs} ms`)
 })
 
 test('a healthy primary answers itself: one attempt, with its own key', async () => {
@@ -263,4 +264,240 @@ test('a flapping primary (fb-flap, down 1.5 s), a request every 250 ms: each ans
   assert.ok(primaryAnswers.length > 0 && primaryAnswers[0].at_ms - upAt < 2000, JSON.stringify(rows.map((x) => [x.model, x.status, Math.round(x.at_ms - upAt)])))
   assert.deepEqual(engine.stats().stops, {})
   assert.equal(engine.stats().successes, served.length)
+})
+
+// ------------------------------------------------------------ scoreboard --
+// The sixteen faults of the failover methodology through the README's
+// multi-provider wiring (scoreboard.js): under the openai SDK over wrapFetch
+// (JSON and streamed), and through engine.run with the SDK pointed where each
+// attempt's reach says and timed as its timeouts say, with the default
+// silence rule (half the time left) and with a caller's per-attempt limit as
+// long as the deadline, which must still leave the fallback its time.
+
+// Short silence limits where a path is not about them.
+const SHORT = { first_byte_ms: 1000, first_token_ms: 1000, idle_ms: 1000 }
+const HI = [{ role: 'user', content: 'hi' }]
+
+/** The README's client: maxRetries 0, one wrapped fetch; its own base URL refuses connections. */
+function readmeClient(engine) {
+  return new OpenAI({ apiKey: 'sk-client', baseURL: `http://127.0.0.1:${ctx.closed}/v1`, maxRetries: 0, fetch: wrapFetch(engine, fetch) })
+}
+
+/**
+ * One engine.run attempt as a caller writes it: the openai SDK (its own
+ * retries off) pointed where `attempt.reach` says, with the attempt's
+ * propagation headers, its signal and its timeouts (first byte from sending,
+ * first token, idle between deltas); the streamed answer is read whole
+ * before fn returns, so nothing was shown when an attempt fails.
+ * @param {import('..').Attempt} attempt
+ */
+async function askWhereReachSays(attempt) {
+  const { baseUrl, model, apiKey } = attempt.reach
+  const t = attempt.timeouts
+  const client = new OpenAI({ apiKey, baseURL: baseUrl, maxRetries: 0, timeout: t.totalMs, logLevel: 'off', defaultHeaders: attempt.headers })
+  const ac = new AbortController()
+  const signal = /** @type {AbortSignal} */ (attempt.signal)
+  const onAbort = () => ac.abort(signal.reason)
+  signal.addEventListener('abort', onAbort, { once: true })
+  let expired = null
+  let timer = null
+  const expire = (kind, ms) => {
+    clearTimeout(timer)
+    timer = setTimeout(
+      () => {
+        expired = new AttemptTimeoutError(kind, ms)
+        ac.abort(expired)
+      },
+      Math.max(0, ms),
+    )
+  }
+  const sentAt = performance.now()
+  expire('first_byte_timeout', t.firstByteMs)
+  try {
+    const s = await client.chat.completions.create({ model, messages: HI, stream: true, stream_options: { include_usage: true } }, { signal: ac.signal })
+    // A stream that opens and shows nothing is as silent as one that never answers.
+    expire('first_byte_timeout', t.firstTokenMs - (performance.now() - sentAt))
+    let text = ''
+    let usage = null
+    for await (const ch of s) {
+      const delta = ch.choices[0]?.delta?.content
+      if (delta) {
+        text += delta
+        expire('stream_idle_timeout', t.idleMs)
+      }
+      if (ch.usage) usage = ch.usage.completion_tokens
+    }
+    // The SDK ends a stream it was told to abort as if it had ended: not an answer.
+    if (ac.signal.aborted) throw ac.signal.reason
+    return { text, usage }
+  } catch (err) {
+    throw expired ?? err
+  } finally {
+    clearTimeout(timer)
+    signal.removeEventListener('abort', onAbort)
+  }
+}
+
+const RUN_DEADLINE_MS = 3000
+
+const PATHS = [
+  {
+    tag: 'json',
+    title: 'openai SDK over wrapFetch, JSON',
+    deadlineMs: 30000,
+    timeouts: SHORT,
+    withinMs: 3000,
+    asker: (engine) => {
+      const client = readmeClient(engine)
+      return async () => {
+        const r = await client.chat.completions.create({ model: 'gpt-4o', messages: HI })
+        return { text: r.choices[0].message.content, usage: r.usage?.completion_tokens ?? null }
+      }
+    },
+  },
+  {
+    tag: 'stream',
+    title: 'openai SDK over wrapFetch, streamed',
+    deadlineMs: 30000,
+    timeouts: SHORT,
+    withinMs: 3000,
+    asker: (engine) => {
+      const client = readmeClient(engine)
+      return async () => {
+        const s = await client.chat.completions.create({ model: 'gpt-4o', messages: HI, stream: true, stream_options: { include_usage: true } })
+        let text = ''
+        let usage = null
+        for await (const ch of s) {
+          text += ch.choices[0]?.delta?.content ?? ''
+          if (ch.usage) usage = ch.usage.completion_tokens
+        }
+        return { text, usage }
+      }
+    },
+  },
+  {
+    tag: 'run',
+    title: 'engine.run, the SDK per attempt, the default silence rule (half the time left)',
+    deadlineMs: RUN_DEADLINE_MS,
+    timeouts: { idle_ms: 1000 },
+    withinMs: RUN_DEADLINE_MS,
+    asker: (engine) => () => engine.run(askWhereReachSays, { route: engine.routeForModel('gpt-4o') }),
+  },
+  {
+    tag: 'run-limit',
+    title: "engine.run, the SDK per attempt, a caller's per-attempt limit as long as the deadline",
+    deadlineMs: RUN_DEADLINE_MS,
+    timeouts: { first_byte_ms: RUN_DEADLINE_MS, first_token_ms: RUN_DEADLINE_MS, idle_ms: 1000 },
+    withinMs: RUN_DEADLINE_MS,
+    asker: (engine) => () => engine.run(askWhereReachSays, { route: engine.routeForModel('gpt-4o') }),
+  },
+]
+
+for (const path of PATHS) {
+  test(`scoreboard, ${path.title}: all sixteen faults rescued`, async (t) => {
+    const { rescued, board } = await scoreboard(ctx, { ...path, api: 'openai', requestModel: 'gpt-4o' })
+    t.diagnostic(board)
+    assert.equal(rescued, 16, board)
+  })
+}
+
+// ------------------------------------------------- learned first-token limit --
+// The README's wiring with no silence timeouts (deadline 30 s: a cold
+// upstream gets half the time left, 15 s, for its first byte and its first
+// token). The primary's first 20 streamed answers come at once and teach the
+// engine (timeouts.learn: quantile 0.99 x 3, floor 1 s, 20 samples); then it
+// goes silent for 20 s, and is left for the backup after about the 1 s floor,
+// not after 15 s; engine.stats().first_token shows what was learned.
+
+const WARM = 20
+
+/** The README's wiring (complete capability lists, context windows, continue) with `primary` reached at `primaryBase`. */
+function learningEngine(primaryModel, primaryBase, backup) {
+  return new Engine(
+    {
+      deadline_ms: 30000,
+      upstreams: {
+        primary: { provider: 'openai', model: primaryModel, api: 'openai', base_url: primaryBase, api_key_env: 'RW_TEST_PRIMARY_KEY', context_tokens: 128000, capabilities: ['streaming', 'tool_calling', 'json_schema', 'json_mode', 'vision', 'file_input'] },
+        backup: { provider: 'deepseek', model: backup, api: 'openai', base_url: `${ctx.fs.base}/v1`, api_key_env: 'RW_TEST_BACKUP_KEY', context_tokens: 64000, capabilities: ['streaming', 'tool_calling', 'json_mode', 'assistant_prefill'] },
+      },
+      models: { 'gpt-4o': 'chat' },
+      routes: { chat: { candidates: ['primary', 'backup'], stream_recovery: 'continue' } },
+    },
+    { seed: 20 },
+  )
+}
+
+/**
+ * Streams WARM answers from the primary through the README's client, checks
+ * what the engine learned, then makes one more request: its text, how long it
+ * took, and how the primary's attempts that failed ended (kind, phase, ms).
+ */
+async function learnThenAsk(engine, primaryModel) {
+  const silences = []
+  engine.onEvent((ev) => {
+    if (ev.kind === 'attempt_end' && ev.error_kind !== undefined) silences.push([ev.upstream, ev.error_kind, ev.phase, ev.delay_ms])
+  })
+  const client = readmeClient(engine)
+  const ask = async () => {
+    const t0 = performance.now()
+    let text = ''
+    for await (const ch of await client.chat.completions.create({ model: 'gpt-4o', messages: HI, stream: true })) text += ch.choices[0]?.delta?.content ?? ''
+    return { text, ms: performance.now() - t0 }
+  }
+  assert.deepEqual(engine.stats().first_token, {}, 'cold: nothing learned yet')
+  for (let i = 0; i < WARM; i++) assert.equal((await ask()).text, ANSWER(primaryModel))
+  const learned = engine.stats().first_token.primary
+  assert.equal(learned.samples, WARM)
+  assert.ok(learned.quantile_ms !== null && learned.quantile_ms * 3 < 1000, JSON.stringify(learned))
+  assert.equal(learned.limit_ms, 1000, JSON.stringify(learned))
+  const last = await ask()
+  const stats = engine.stats()
+  assert.deepEqual(stats.first_token.primary, learned, 'a timeout teaches nothing')
+  assert.equal(stats.successes, WARM + 1)
+  assert.equal(stats.fallbacks, 1)
+  assert.deepEqual(stats.stops, {})
+  return { ...last, silences }
+}
+
+test('learned first-token limit: after 20 fast streamed answers, a primary whose first token comes after 20 s is left for the backup after about the 1 s floor, not half the deadline; engine.stats() shows it', async () => {
+  await ctx.fs.reset()
+  // The fault server's upstream that was fast for a while: its first 20 requests answered at once.
+  const primary = `fb-slow-first-token:after=${WARM}:ms=20000:id=learn`
+  const backup = 'fb-ok:id=learn'
+  const r = await learnThenAsk(learningEngine(primary, `${ctx.fs.base}/v1`, backup), primary)
+  assert.equal(r.text, ANSWER(backup))
+  assert.ok(r.ms >= 950 && r.ms < 3000, `left after ${Math.round(r.ms)} ms`)
+  // The preamble came at once; no token within the learned limit.
+  assert.equal(r.silences.length, 1)
+  const [up, kind, phase, ms] = r.silences[0]
+  assert.deepEqual([up, kind, phase], ['primary', 'first_byte_timeout', 'stream_open'])
+  assert.ok(ms >= 950 && ms < 2000, `${ms} ms`)
+  assert.deepEqual((await ctx.fs.counts()).by_model, { [primary]: WARM + 1, [backup]: 1 })
+})
+
+test("learned first-byte limit: after 20 fast streamed answers, a primary that sends no headers at all is left after about the 1 s floor, not connect_ms (5 s) + it: wrapFetch's first byte counts from the request's going out", async () => {
+  await ctx.fs.reset()
+  // A local upstream fast for its first 20 requests, then silent (requests read, never answered).
+  const primaryModel = 'local-primary'
+  const primary = await localServer((req, res, n) => {
+    if (n > WARM) return
+    const chunk = (delta, finish = null) => `data: ${JSON.stringify({ id: 'chatcmpl-local', object: 'chat.completion.chunk', created: 1700000000, model: primaryModel, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.write(chunk({ role: 'assistant', content: '' }))
+    for (const d of ANSWER(primaryModel).split(/(?= )/)) res.write(chunk({ content: d }))
+    res.end(chunk({}, 'stop') + 'data: [DONE]\n\n')
+  })
+  try {
+    const backup = 'fb-ok:id=learn-silent'
+    const r = await learnThenAsk(learningEngine(primaryModel, `${primary.url}/v1`, backup), primaryModel)
+    assert.equal(r.text, ANSWER(backup))
+    assert.ok(r.ms >= 950 && r.ms < 3000, `left after ${Math.round(r.ms)} ms`)
+    assert.equal(r.silences.length, 1)
+    const [up, kind, phase, ms] = r.silences[0]
+    assert.deepEqual([up, kind, phase], ['primary', 'first_byte_timeout', 'sent'])
+    assert.ok(ms >= 950 && ms < 2000, `${ms} ms`)
+    assert.equal(primary.seen.length, WARM + 1)
+  } finally {
+    await primary.close()
+  }
 })

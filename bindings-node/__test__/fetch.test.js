@@ -311,3 +311,27 @@ test('a retry whose next attempt is refused returns the last response with the s
   assert.equal(d.errorClass, 'transient')
   assert.equal(e.liveCalls, 0)
 })
+
+test("first byte counts from when the request went out (Node's fetch says when), connect + first byte with a fetch that does not say", async () => {
+  const srv = await localServer(() => {}) // reads each request, never answers
+  try {
+    // connect_ms at its default (5 s): the silence is first_byte_ms alone once undici wrote the request.
+    const e = new Engine({ ...fast, max_attempts: 1, timeouts: { first_byte_ms: 300 } })
+    const f = wrapFetch(e, fetch, { route: 'local', deadlineMs: 4000 })
+    let t0 = performance.now()
+    await assert.rejects(f(srv.url + '/silent', { method: 'POST', body: 'x' }), (err) => err instanceof StoppedError && err.cause && err.cause.kind === 'first_byte_timeout')
+    let ms = performance.now() - t0
+    assert.ok(ms >= 290 && ms < 1500, `${ms} ms`)
+    assert.equal(srv.seen.length, 1)
+    // A fetch of its own (no undici underneath): connect_ms + first_byte_ms, as before.
+    const e2 = new Engine({ ...fast, max_attempts: 1, timeouts: { connect_ms: 400, first_byte_ms: 300 } })
+    const never = (_url, init) => new Promise((_resolve, reject) => init.signal.addEventListener('abort', () => reject(init.signal.reason), { once: true }))
+    const f2 = wrapFetch(e2, never, { route: 'local', deadlineMs: 4000 })
+    t0 = performance.now()
+    await assert.rejects(f2(srv.url + '/never', { method: 'POST', body: 'x' }), (err) => err instanceof StoppedError && err.cause && err.cause.kind === 'first_byte_timeout')
+    ms = performance.now() - t0
+    assert.ok(ms >= 690 && ms < 2000, `${ms} ms`)
+  } finally {
+    await srv.close()
+  }
+})

@@ -16,6 +16,7 @@ import {
   RequestFacts,
   type Attempt,
   type FleetStats,
+  type FirstTokenStats,
   type Decision,
   type Outcome,
   type RetrywiseEvent,
@@ -136,6 +137,8 @@ try {
 
 engine.setMode({ retries: false })
 const amplification: number = engine.stats().amplification
+// Each upstream's learned first-token limit (timeouts.learn): null until min_samples streamed successes.
+const learned: Array<[string, number | null]> = Object.entries(engine.stats().first_token).map(([u, ft]: [string, FirstTokenStats]) => [u, ft.limit_ms])
 const text: string = engine.prometheus()
 const state = engine.breakerState('openai/gpt-4o-mini')
 const items = engine.reconcileList().map((i) => i.logical_request_id)
@@ -179,4 +182,4 @@ function shareState(): FleetStats {
   fleet.stop()
   return fleet.fleet.stats()
 }
-void [withRun, explicitLoop, chat, chatWithImages, beginForRequest, amplification, text, state, items, maybe, readStream, relayStream, shareState]
+void [withRun, explicitLoop, chat, chatWithImages, beginForRequest, amplification, learned, text, state, items, maybe, readStream, relayStream, shareState]

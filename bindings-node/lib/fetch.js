@@ -7,6 +7,7 @@
 // core sees vendor codes and malformed successes; other bodies are handed on
 // wrapped (see stream.js).
 
+const dc = require('node:diagnostics_channel')
 const native = require('../native.js')
 const { SLOT } = require('./vocab.js')
 const { describe, AttemptTimeoutError } = require('./errors.js')
@@ -67,6 +68,85 @@ const { STEP_RESULT, RESULT_ATTEMPT, STOPPED_WAIT_MS } = SLOT
  */
 
 const MAX_ERROR_BODY = 1 << 20
+
+/**
+ * Attempts whose request has not gone out yet, by their propagation headers
+ * (`<retrywise-request-id> <retrywise-attempt>`): told when it has. Node's
+ * fetch (undici, bundled or installed) says on the diagnostics channel
+ * `undici:client:sendHeaders` when it wrote a request's headers to its
+ * connection, so an attempt's first-byte timeout counts from there, as the
+ * core defines it (from request sent), instead of from before the connect.
+ * Engines seeded alike number their calls alike: attempts with the same
+ * headers are told in the order they were sent.
+ * @type {Map<string, Array<() => void>>}
+ */
+const sending = new Map()
+let watchingSends = false
+
+/**
+ * A request's headers as undici hands them to the channel (a flat
+ * `[name, value, ...]` array; a `name: value\r\n` string in older versions):
+ * the key of the attempt that sent it, or null.
+ * @param {unknown} h
+ * @returns {string | null}
+ */
+function sentKey(h) {
+  let id = null
+  let n = null
+  if (Array.isArray(h)) {
+    for (let i = 0; i + 1 < h.length; i += 2) {
+      const k = String(h[i]).toLowerCase()
+      if (k === 'retrywise-request-id') id = String(h[i + 1])
+      else if (k === 'retrywise-attempt') n = String(h[i + 1])
+    }
+  } else if (typeof h === 'string') {
+    const i = /^retrywise-request-id:\s*(.*?)\s*$/im.exec(h)
+    const a = /^retrywise-attempt:\s*(.*?)\s*$/im.exec(h)
+    if (i !== null) id = i[1]
+    if (a !== null) n = a[1]
+  }
+  return id === null || n === null ? null : `${id} ${n}`
+}
+
+/** @param {unknown} message */
+function onSendHeaders(message) {
+  if (sending.size === 0) return
+  const req = message && typeof message === 'object' ? /** @type {{ request?: { headers?: unknown } }} */ (message).request : undefined
+  const key = req ? sentKey(req.headers) : null
+  const waiting = key === null ? undefined : sending.get(key)
+  if (waiting === undefined) return
+  const cb = /** @type {() => void} */ (waiting.shift())
+  if (waiting.length === 0) sending.delete(/** @type {string} */ (key))
+  cb()
+}
+
+/**
+ * Calls `onSent` when the request of the attempt with propagation headers
+ * `ph` goes out (if its fetch says so); returns what stops watching.
+ * @param {Record<string, string>} ph
+ * @param {() => void} onSent
+ * @returns {() => void}
+ */
+function watchSend(ph, onSent) {
+  const id = ph['retrywise-request-id']
+  const n = ph['retrywise-attempt']
+  if (id === undefined || n === undefined) return () => {}
+  if (!watchingSends) {
+    watchingSends = true
+    dc.subscribe('undici:client:sendHeaders', onSendHeaders)
+  }
+  const key = `${id} ${n}`
+  const waiting = sending.get(key)
+  if (waiting === undefined) sending.set(key, [onSent])
+  else waiting.push(onSent)
+  return () => {
+    const w = sending.get(key)
+    const i = w === undefined ? -1 : w.indexOf(onSent)
+    if (i < 0) return
+    /** @type {Array<() => void>} */ (w).splice(i, 1)
+    if (/** @type {Array<() => void>} */ (w).length === 0) sending.delete(key)
+  }
+}
 
 /**
  * The body's bytes, at most `limit` of them (the rest is cancelled); `onChunk` runs as each arrives.
@@ -442,11 +522,21 @@ class FetchCall {
       const wire = requestFor(engine, attempt.upstream, this.contBody !== null ? { ...req, body: this.contBody, bytes: this.contBody } : req, headers)
       const ctl = attemptController(attempt, req.signal)
       attempt.signal = ctl.ac.signal
-      // No response headers within connect + first-byte: the request may have been received.
-      const hdrMs = Math.min(attempt.timeouts.connectMs + attempt.timeouts.firstByteMs, attempt.timeouts.totalMs)
-      const hdrTimer = hdrMs < attempt.timeouts.totalMs ? setTimeout(() => ctl.ac.abort(new AttemptTimeoutError(timerKind(attempt, 'first_byte', false), hdrMs)), hdrMs) : null
+      // No response headers within connect + first-byte: the request may have been
+      // received. Once the fetch says the request went out, first-byte from then.
+      const { totalMs, firstByteMs } = attempt.timeouts
+      const hdrMs = Math.min(attempt.timeouts.connectMs + firstByteMs, totalMs)
+      /** @param {number} ms */
+      const firstByteTimer = (ms) => setTimeout(() => ctl.ac.abort(new AttemptTimeoutError(timerKind(attempt, 'first_byte', false), ms)), ms)
+      let hdrTimer = hdrMs < totalMs ? firstByteTimer(hdrMs) : null
       const init = { ...req.rest, method: req.method, headers: wire.headers, body: wire.body, signal: ctl.ac.signal }
       const sentAt = performance.now()
+      const unwatch = watchSend(ph, () => {
+        const at = performance.now() - sentAt + firstByteMs
+        if (at >= Math.min(hdrMs, totalMs)) return
+        if (hdrTimer) clearTimeout(hdrTimer)
+        hdrTimer = firstByteTimer(firstByteMs)
+      })
       let res
       try {
         res = await raceAbort(
@@ -454,6 +544,7 @@ class FetchCall {
           ctl.ac.signal,
         )
       } catch (err) {
+        unwatch()
         if (hdrTimer) clearTimeout(hdrTimer)
         ctl.done()
         this._abortIfUser()
@@ -466,6 +557,7 @@ class FetchCall {
         }
         throw stoppedFromDecision(call, d, err)
       }
+      unwatch()
       if (hdrTimer) clearTimeout(hdrTimer)
       ctl.bodyStarted = true
       const failed = res.status >= 400 || res.status < 200

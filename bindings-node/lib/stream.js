@@ -215,6 +215,20 @@ function outcomeFromJson(json) {
   return out
 }
 
+/** Anthropic's `message_stop` event in the bytes of a stream. */
+const MESSAGE_STOP = /\nevent: ?message_stop\r?\n|"type": ?"message_stop"/
+
+/**
+ * Anthropic's `message_stop` event, after a stream whose last bytes were
+ * `tail`: starting on a fresh line, after a blank one.
+ * @param {string} tail
+ * @returns {Uint8Array}
+ */
+function messageStop(tail) {
+  const sep = tail.endsWith('\n\n') || tail.endsWith('\r\n\r\n') ? '' : tail.endsWith('\n') ? '\n' : '\n\n'
+  return Buffer.from(`${sep}event: message_stop\ndata: {"type":"message_stop"}\n\n`)
+}
+
 /**
  * The success response of `self` with its body wrapped: the idle timer runs
  * between chunks, the end of the body reports success (or a cut, when the
@@ -241,6 +255,11 @@ function wrapBody(self, first) {
   self.api = self.req.family
   const transcript = new native.Transcript(self.api)
   self.transcript = transcript
+  // An Anthropic stream: whether its `message_stop` event reached the caller
+  // (the last bytes delivered are kept to find it across chunk boundaries).
+  const anthropic = self.api === 'anthropic'
+  let stopped = false
+  let tail = ''
   /**
    * @param {ReadableStreamDefaultController<Uint8Array>} controller
    * @param {Uint8Array} v
@@ -254,6 +273,12 @@ function wrapBody(self, first) {
     // The attempt's first visible output: its time to first token, reported with its success.
     if (cur.firstAt === null) cur.firstAt = performance.now()
     transcript.observe(v)
+    if (anthropic && !stopped) {
+      // Its event line, or its data's type (inside a JSON string a newline or a quote is escaped).
+      const seen = tail + Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('latin1')
+      stopped = MESSAGE_STOP.test(seen)
+      tail = seen.slice(-40)
+    }
     controller.enqueue(v)
   }
   let finished = false
@@ -465,6 +490,10 @@ function wrapBody(self, first) {
         }
         // Sending this attempt -> the first bytes the gate released to the caller.
         if (cur.firstAt !== null) outcome.firstTokenMs = cur.firstAt - cur.sentAt
+        // The answer is whole (its stop_reason came) but its stream never said
+        // `message_stop`, after which alone the anthropic SDK completes a
+        // message (`finalMessage()`): the caller gets the event it left out.
+        if (anthropic && !stopped && transcript.finished) deliver(controller, messageStop(tail))
         self._report(outcome)
         finish()
         controller.close()
