@@ -88,7 +88,7 @@ pub use state::fleet::{Fleet, FleetConfig};
 pub use state::ratelimit;
 pub use state::ratelimit::{AdaptiveConcurrency, RateLimits};
 pub use state::shared::ReconcileItem;
-pub use stats::{KeyStats, Stats};
+pub use stats::{FirstTokenStats, KeyStats, Stats};
 pub use stream::StreamGate;
 pub use telemetry::{AttemptId, Event, EventKind};
 pub use types::{

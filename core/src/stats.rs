@@ -9,7 +9,6 @@
 //! owned by one thread each, bumped with a plain load and store: threads on
 //! distinct keys never write the same cache line.
 
-pub use crate::state::first_token::FirstTokenStats;
 use crate::types::Reason;
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -506,6 +505,18 @@ impl Stats {
         }
         out
     }
+}
+
+/// What [`crate::Engine::stats`] shows of one upstream's learned limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FirstTokenStats {
+    /// Streamed successes that reported their time to first token.
+    pub samples: u64,
+    /// The policy's quantile of the last 128 of them, ms; null while fewer than `min_samples`.
+    pub quantile_ms: Option<u64>,
+    /// The first-token limit an attempt there gets, ms (never above the
+    /// half-of-the-time-left rule); null while fewer than `min_samples`.
+    pub limit_ms: Option<u64>,
 }
 
 #[cfg(test)]

@@ -30,6 +30,9 @@
 //! its blank line (an SDK acts on nothing before it anyway). A chunk made of
 //! whole, well-formed events comes back as it is, without a copy.
 //!
+//! A [`Relay`] carries one answer to the caller leg by leg: each leg's gate,
+//! a continuation's splicer and the transcript, in one call per chunk.
+//!
 //! The SSE framing is read by the shared [`EventReader`]: only the bytes
 //! already buffered are looked at, which the SSE crates (built around async
 //! streams) do not offer.
@@ -575,5 +578,8 @@ pub fn error_event(name: &[u8], data: &[u8]) -> Option<StreamError> {
     })
 }
 
+mod relay;
 #[cfg(test)]
 mod tests;
+
+pub use relay::Relay;

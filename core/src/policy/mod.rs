@@ -254,6 +254,11 @@ pub struct LearnFirstToken {
     pub min_samples: u32,
 }
 
+impl LearnFirstToken {
+    /// Samples kept per upstream: the quantile is of the last this many.
+    pub const SAMPLES: usize = 128;
+}
+
 impl Default for LearnFirstToken {
     fn default() -> Self {
         LearnFirstToken {

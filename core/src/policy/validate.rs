@@ -58,7 +58,7 @@ impl Policy {
             "timeouts.learn.min_samples",
             learn.min_samples as u64,
             1,
-            crate::state::first_token::SAMPLES as u64,
+            super::LearnFirstToken::SAMPLES as u64,
         );
         v.range_u64("backoff.base_ms", self.backoff.base_ms, 0, 3_600_000);
         v.range_u64("backoff.cap_ms", self.backoff.cap_ms, 0, 3_600_000);

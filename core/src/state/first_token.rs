@@ -10,12 +10,12 @@
 //! atomic load when an attempt starts.
 
 use crate::policy::LearnFirstToken;
+use crate::stats::FirstTokenStats;
 use parking_lot::Mutex;
-use serde::Serialize;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Samples kept per upstream.
-pub(crate) const SAMPLES: usize = 128;
+pub(crate) const SAMPLES: usize = LearnFirstToken::SAMPLES;
 
 /// The limit is worked out again every this many samples (and at the first
 /// one that reaches `min_samples`), so recording stays cheap.
@@ -45,18 +45,6 @@ impl Default for Ring {
             seen: 0,
         }
     }
-}
-
-/// What [`crate::Engine::stats`] shows of one upstream's learned limit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FirstTokenStats {
-    /// Streamed successes that reported their time to first token.
-    pub samples: u64,
-    /// The policy's quantile of the last 128 of them, ms; null while fewer than `min_samples`.
-    pub quantile_ms: Option<u64>,
-    /// The first-token limit an attempt there gets, ms (never above the
-    /// half-of-the-time-left rule); null while fewer than `min_samples`.
-    pub limit_ms: Option<u64>,
 }
 
 impl FirstTokenCell {

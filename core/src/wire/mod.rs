@@ -47,6 +47,7 @@ use std::fmt;
 mod api;
 mod body;
 mod continuation;
+mod quick;
 mod request;
 mod restate;
 mod rewrite;

@@ -175,11 +175,7 @@ impl EventReader {
             let rest = &self.buf[self.line..];
             // Bytes already searched hold no line end.
             let from = self.searched.saturating_sub(self.line);
-            let Some(end) = rest[from..]
-                .iter()
-                .position(|&b| b == b'\n' || b == b'\r')
-                .map(|i| from + i)
-            else {
+            let Some(end) = memchr::memchr2(b'\n', b'\r', &rest[from..]).map(|i| from + i) else {
                 self.searched = self.buf.len();
                 return None;
             };
@@ -239,7 +235,7 @@ impl EventReader {
     /// Reads one non-empty line at `at`, `len` bytes long.
     fn field(&mut self, at: usize, len: usize) {
         let line = &self.buf[at..at + len];
-        let (field, value) = match line.iter().position(|&b| b == b':') {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(0) => return, // a comment
             Some(i) => {
                 let v = at + i + 1;

@@ -195,6 +195,13 @@ impl Seen {
             self.finished = true;
             return;
         }
+        if !super::quick::text_event(self, data) {
+            self.event_tree(data);
+        }
+    }
+
+    /// An event read as a JSON tree: every shape, every field.
+    pub(crate) fn event_tree(&mut self, data: &[u8]) {
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
             return; // not JSON: the gate's to drop, nothing shown
         };
@@ -219,9 +226,11 @@ impl Seen {
         }
     }
 
-    fn set_model(&mut self, m: Option<&str>) {
+    pub(crate) fn set_model(&mut self, m: Option<&str>) {
         if let Some(m) = m {
-            self.model = Some(m.to_owned());
+            if self.model.as_deref() != Some(m) {
+                self.model = Some(m.to_owned());
+            }
         }
     }
 
