@@ -147,9 +147,14 @@ fn header_text<'a>(v: &'a Bound<'_, PyAny>, arg: &str) -> PyResult<std::borrow::
     if let Ok(s) = v.cast::<PyString>() {
         return Ok(Cow::Borrowed(s.to_str()?));
     }
-    // Raw header bytes are latin-1 by RFC 9110; decode byte for byte.
+    // Raw header bytes are latin-1 by RFC 9110; decode byte for byte
+    // (ASCII, the usual case, is borrowed as it is).
     if let Ok(b) = v.cast::<PyBytes>() {
-        return Ok(Cow::Owned(b.as_bytes().iter().map(|&c| c as char).collect()));
+        let bytes = b.as_bytes();
+        return Ok(match std::str::from_utf8(bytes) {
+            Ok(ascii) if bytes.is_ascii() => Cow::Borrowed(ascii),
+            _ => Cow::Owned(bytes.iter().map(|&c| c as char).collect()),
+        });
     }
     if v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>() {
         return Ok(Cow::Owned(v.str()?.to_str()?.to_owned()));
@@ -171,7 +176,12 @@ pub fn to_headers(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Headers> {
         }
         return Ok(h);
     }
-    let pairs = if obj.hasattr(pyo3::intern!(py, "multi_items"))? {
+    let multi = obj.hasattr(pyo3::intern!(py, "multi_items"))?;
+    // httpx / httpx2 `Headers`: their raw byte pairs, as received (every
+    // value of a repeated header), without decoding each to str first.
+    let pairs = if multi && obj.hasattr(pyo3::intern!(py, "raw"))? {
+        obj.getattr(pyo3::intern!(py, "raw"))?
+    } else if multi {
         obj.call_method0(pyo3::intern!(py, "multi_items"))?
     } else if obj.hasattr(pyo3::intern!(py, "items"))? {
         obj.call_method0(pyo3::intern!(py, "items"))?

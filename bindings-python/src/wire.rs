@@ -620,17 +620,7 @@ impl PyStreamGate {
     /// "status"}` (`code` "malformed_event" when a malformed event ended it), or None.
     #[getter]
     fn stream_error<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        self.gate
-            .stream_error()
-            .map(|e| {
-                let d = PyDict::new(py);
-                d.set_item("code", e.code.as_deref())?;
-                d.set_item("message", e.message.as_deref())?;
-                d.set_item("after_output", e.after_output)?;
-                d.set_item("status", e.status())?;
-                Ok(d)
-            })
-            .transpose()
+        stream_error_dict(py, &self.gate)
     }
     /// `call.report(**gate.outcome(status))` for an attempt whose body ended
     /// (or broke) now: the plain status, or the failure an error event named.
@@ -673,6 +663,128 @@ impl PyStreamGate {
     }
 }
 
+// ----------------------------------------------------------------- relay --
+
+/// A streamed answer on its way to the caller, leg by leg (the core's
+/// `stream::Relay`): each chunk through the leg's gate, a continuation's
+/// splicer and the transcript of what the caller received, in one call.
+#[pyclass(module = "retrywise._retrywise", name = "Relay")]
+pub struct PyRelay {
+    r: retrywise::stream::Relay,
+}
+
+#[pymethods]
+impl PyRelay {
+    /// The first leg: `gate` (its state taken over, as far as it read) over
+    /// the body of the attempt that answered, for a stream of `api`'s family.
+    #[new]
+    fn new(api: &Bound<'_, PyAny>, gate: &Bound<'_, PyStreamGate>) -> PyResult<Self> {
+        let t = wire::Transcript::new(api_arg("api", api)?);
+        Ok(PyRelay {
+            r: retrywise::stream::Relay::new(t, gate.borrow().gate.clone()),
+        })
+    }
+    /// The next leg, a continuation: its gate, spliced into what the caller has.
+    fn continue_with(&mut self, gate: &Bound<'_, PyStreamGate>) {
+        self.r.continue_with(gate.borrow().gate.clone());
+    }
+    /// Bytes of the leg's body in; the bytes for the caller now out (`chunk`
+    /// itself when it goes on as it came).
+    fn feed<'py>(&mut self, py: Python<'py>, chunk: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+        let r = &mut self.r;
+        if let Ok(b) = chunk.cast::<PyBytes>() {
+            let input = b.as_bytes();
+            let out = held(py, || match r.feed(input) {
+                std::borrow::Cow::Borrowed(o) if o.len() == input.len() => None,
+                other => Some(other.into_owned()),
+            })?;
+            return Ok(out.map_or_else(|| b.clone(), |v| PyBytes::new(py, &v)));
+        }
+        let data = body_bytes(chunk)
+            .map_err(|_| PyTypeError::new_err(format!("argument 'chunk': expected bytes, got {}", type_name(chunk))))?;
+        let out = held(py, || r.feed(&data).into_owned())?;
+        Ok(PyBytes::new(py, &out))
+    }
+    /// The leg's body ended: what is still held, for the caller before the end.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let r = &mut self.r;
+        let out = held(py, || r.finish())?;
+        Ok(PyBytes::new(py, &out))
+    }
+    /// The gate ended the leg (a malformed event under `error`, an error
+    /// event after output): nothing after it goes to the caller.
+    #[getter]
+    fn cut_short(&self) -> bool {
+        self.r.cut_short()
+    }
+    /// The phase a failure of the leg would have now.
+    #[getter]
+    fn phase(&self) -> &'static str {
+        self.r.gate().phase().as_str()
+    }
+    /// `call.report(**relay.end_outcome(status))` for a leg whose body ended
+    /// cleanly now: output shown without its finish was cut.
+    fn end_outcome<'py>(&self, py: Python<'py>, status: u16) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.r.end_outcome(status);
+        let resumable = o.resumable;
+        let d = report_kwargs(py, o)?;
+        d.set_item("resumable", resumable)?;
+        Ok(d)
+    }
+    /// `call.report(**relay.outcome(status))`: the plain status, or the failure an error event named.
+    fn outcome<'py>(&self, py: Python<'py>, status: u16) -> PyResult<Bound<'py, PyDict>> {
+        report_kwargs(py, self.r.outcome(status))
+    }
+    /// The error event the leg carried (as `StreamGate.stream_error`), or None.
+    #[getter]
+    fn stream_error<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        stream_error_dict(py, self.r.gate())
+    }
+    /// What the caller received so far (a copy).
+    #[getter]
+    fn transcript(&self) -> PyTranscript {
+        PyTranscript {
+            t: self.r.transcript().clone(),
+        }
+    }
+    /// The visible text so far.
+    #[getter]
+    fn text(&self) -> &str {
+        self.r.transcript().text()
+    }
+    /// Another upstream can continue it: text only, not finished.
+    #[getter]
+    fn resumable(&self) -> bool {
+        self.r.transcript().resumable()
+    }
+    #[getter]
+    fn api(&self) -> &'static str {
+        self.r.transcript().api().as_str()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "<retrywise.Relay phase={} continuing={} text={}B>",
+            self.r.gate().phase().as_str(),
+            self.r.continuing(),
+            self.r.transcript().text().len()
+        )
+    }
+}
+
+/// A gate's error event as a dict: `code`, `message`, `after_output`, `status`.
+fn stream_error_dict<'py>(py: Python<'py>, gate: &retrywise::StreamGate) -> PyResult<Option<Bound<'py, PyDict>>> {
+    gate.stream_error()
+        .map(|e| {
+            let d = PyDict::new(py);
+            d.set_item("code", e.code.as_deref())?;
+            d.set_item("message", e.message.as_deref())?;
+            d.set_item("after_output", e.after_output)?;
+            d.set_item("status", e.status())?;
+            Ok(d)
+        })
+        .transpose()
+}
+
 /// A gate's outcome as `call.report` keyword arguments: status, error, phase, vendor code.
 fn report_kwargs(py: Python<'_>, o: retrywise::Outcome) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
@@ -690,6 +802,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTranscript>()?;
     m.add_class::<PySplicer>()?;
     m.add_class::<PyStreamGate>()?;
+    m.add_class::<PyRelay>()?;
     m.add_class::<PyRequestFacts>()?;
     m.add_function(wrap_pyfunction!(rewrite, m)?)?;
     m.add_function(wrap_pyfunction!(api_family, m)?)?;

@@ -1,15 +1,16 @@
 """A streamed answer handed to the caller, relayed to its end across attempts.
 
 The caller reads one stream. Its bytes come from the attempt that answered
-first, through the core's ``StreamGate`` (malformed events, error events) and
-into a ``Transcript`` (what the caller has seen). When that stream breaks,
+first, through the core's ``Relay``: one call per chunk runs it through the
+leg's gate (malformed events, error events), a continuation's splicer, and
+the transcript of what the caller has seen. When that stream breaks,
 stalls, ends without its finish, or carries an error event after output, the
 relay reports it (with ``resumable`` from the transcript) and does what the
 core decides: on a ``retry``/``fallback`` with a ``continuation`` it sends the
 core's continuation request to the next attempt's upstream and splices its
-stream (the core's ``Splicer``: no second opening, no restated text) into the
-same stream the caller is reading; on a stop it ends the caller's stream with
-an error, never a truncated success.
+stream (no second opening, no restated text) into the same stream the caller
+is reading; on a stop it ends the caller's stream with an error, never a
+truncated success.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._errors import Stopped, StreamInterrupted, WireError
 from ._outcomes import error_kind, is_cancellation, note_stop
-from ._retrywise import Splicer, continuation_body
+from ._retrywise import continuation_body
 
 if TYPE_CHECKING:
-    from ._retrywise import Attempt, Call, Decision, StreamGate, Transcript
+    from ._retrywise import Attempt, Call, Decision
+    from ._retrywise import Relay as StreamRelay
     from ._transport import _Driver
-    from .types import ContinuationName, Phase
+    from .types import ContinuationName
 
 _RETRY = ("retry", "fallback")
 
@@ -33,55 +35,31 @@ _RETRY = ("retry", "fallback")
 class Leg:
     """One attempt's streamed body as the caller receives it. ``sent``: when its
     request went (monotonic); ``first_token_s``: how long after that the caller
-    was given its first bytes (reported with the attempt's end)."""
+    was given its first bytes (reported with the attempt's end); ``first``: the
+    bytes already released before the relay took the body over."""
 
     def __init__(
         self,
         response: Any,
         rest: Any,
-        gate: StreamGate,
         sent: float,
         *,
         first: bytes | None = None,
-        splicer: Splicer | None = None,
         how: ContinuationName | None = None,
     ) -> None:
         self.body = response.stream
         self.rest = rest
         self.status: int = response.status_code
         self.headers = response.headers
-        self.gate = gate
         self.sent = sent
         self.first_token_s: float | None = None
         self.first = first
-        self.splicer = splicer
         self.how = how
 
-    @property
-    def cut_short(self) -> bool:
-        """The gate ended the stream (a malformed event under ``error``, an
-        error event after output): nothing after it is delivered."""
-        return self.gate.stream_error is not None and not self.gate.watching
-
-    def pass_on(self, chunk: bytes) -> bytes:
-        out = self.gate.feed(chunk) if self.gate.watching else chunk
-        if self.splicer is not None and out:
-            out = self.splicer.feed(out)
-        if out and self.first_token_s is None:
+    def shown(self) -> None:
+        """Bytes of this leg reached the caller now."""
+        if self.first_token_s is None:
             self.first_token_s = time.monotonic() - self.sent
-        return out
-
-    def tail(self) -> bytes:
-        out = self.gate.finish()
-        if self.splicer is not None:
-            out = (self.splicer.feed(out) if out else b"") + self.splicer.finish()
-        if out and self.first_token_s is None:
-            self.first_token_s = time.monotonic() - self.sent
-        return out
-
-    @property
-    def phase(self) -> Phase:
-        return "stream_visible" if self.gate.visible else "stream_open"
 
 
 #: What ``resume`` ends with: the next leg (None: stop), the last decision and failure.
@@ -92,22 +70,16 @@ class _RelayBase:
     """What the sync and async relays share: what to report, what to raise."""
 
     def __init__(
-        self, d: _Driver, inner: Any, call: Call, request: Any, base: dict[str, Any], transcript: Transcript, leg: Leg
+        self, d: _Driver, inner: Any, call: Call, request: Any, base: dict[str, Any], core: StreamRelay, leg: Leg
     ) -> None:
         self.d = d
         self.inner = inner
         self.call = call
         self.request = request
         self.base = base
-        self.transcript = transcript
+        self.core = core
         self.leg = leg
         self.done = False
-
-    def deliver(self, out: bytes) -> bytes:
-        """``out`` goes to the caller: the transcript reads it."""
-        if out:
-            self.transcript.observe(out)
-        return out
 
     def report_end(self) -> Decision:
         """The leg's body ended: a success, the error event it carried, or a
@@ -115,7 +87,7 @@ class _RelayBase:
         leg's time to first token, which a success teaches the core."""
         leg = self.leg
         return self.call.report(
-            **leg.gate.end_outcome(leg.status, self.transcript),
+            **self.core.end_outcome(leg.status),
             headers=leg.headers,
             continuation=leg.how,
             first_token_s=leg.first_token_s,
@@ -127,9 +99,9 @@ class _RelayBase:
         return self.call.report(
             status=leg.status,
             error=kind,
-            phase=leg.phase,
+            phase=self.core.phase,
             headers=leg.headers,
-            resumable=self.transcript.resumable,
+            resumable=self.core.resumable,
             continuation=leg.how,
         )
 
@@ -139,7 +111,7 @@ class _RelayBase:
         if not self.done:
             self.done = True
             leg = self.leg
-            self.call.report(**leg.gate.outcome(leg.status), headers=leg.headers, first_token_s=leg.first_token_s)
+            self.call.report(**self.core.outcome(leg.status), headers=leg.headers, first_token_s=leg.first_token_s)
 
     def caught(self, exc: BaseException) -> BaseException:
         """A failure reading the leg; a cancellation is reported and raised."""
@@ -174,7 +146,7 @@ class _RelayBase:
             note_stop(exc, decision.reason)
             return exc
         return StreamInterrupted.from_decision(
-            decision, delivered=self.transcript.text, provider_error=self.leg.gate.stream_error
+            decision, delivered=self.core.text, provider_error=self.core.stream_error
         )
 
     def raise_refused(self, stopped: Stopped, exc: BaseException | None) -> NoReturn:
@@ -186,14 +158,14 @@ class _RelayBase:
             error_class=stopped.error_class,
             detail=stopped.detail,
             on_failure=stopped.on_failure,
-            delivered=self.transcript.text,
-            provider_error=self.leg.gate.stream_error,
+            delivered=self.core.text,
+            provider_error=self.core.stream_error,
         )
         raise err from exc
 
     def continuation_request(self, attempt: Attempt, how: ContinuationName) -> Any:
         try:
-            body = continuation_body(self.transcript.api, self.request.content, self.transcript, how)
+            body = continuation_body(self.core.api, self.request.content, self.core.transcript, how)
         except WireError:
             self.done = True
             self.call.cancel()
@@ -201,8 +173,9 @@ class _RelayBase:
         return self.d.build(self.call, self.request, attempt, self.base, body=body)
 
     def new_leg(self, response: Any, rest: Any, how: ContinuationName, sent: float) -> Leg:
-        gate = self.d.engine.stream_gate(response.headers.get("content-type"), end_at_error=True)
-        return Leg(response, rest, gate, sent, splicer=Splicer(self.transcript.api, self.transcript), how=how)
+        """A continuation's stream: its own gate, spliced into the caller's."""
+        self.core.continue_with(self.d.engine.stream_gate(response.headers.get("content-type"), end_at_error=True))
+        return Leg(response, rest, sent, how=how)
 
     def report_answer(self, response: Any, raw: bytes, how: ContinuationName) -> Decision:
         """A continuation attempt answered without a stream (an error status, a JSON body)."""
@@ -214,33 +187,39 @@ class _RelayBase:
             status=response.status_code,
             headers=response.headers,
             body=self.d.body_of(response, raw),
-            resumable=self.transcript.resumable,
+            resumable=self.core.resumable,
             continuation=how,
         )
 
     def report_send_error(self, exc: BaseException, how: ContinuationName) -> Decision:
         kind, phase = error_kind(exc)
-        return self.call.report(error=kind, phase=phase, resumable=self.transcript.resumable, continuation=how)
+        return self.call.report(error=kind, phase=phase, resumable=self.core.resumable, continuation=how)
 
 
 class Relay(_RelayBase):
     """The sync relay (the body of the response the transport returns)."""
 
     def chunks(self) -> Iterator[bytes]:
+        core = self.core
+        feed = core.feed
         while True:
             leg = self.leg
             exc: BaseException | None = None
             try:
                 if leg.first:
-                    yield self.deliver(leg.first)
+                    yield leg.first
                 for chunk in leg.rest:
-                    out = self.deliver(leg.pass_on(chunk))
+                    out = feed(chunk)
                     if out:
+                        if leg.first_token_s is None:
+                            leg.shown()
                         yield out
-                    if leg.cut_short:
+                    # Only a chunk not passed on as it came can have ended the leg.
+                    if out is not chunk and core.cut_short:
                         break
-                out = self.deliver(leg.tail())
+                out = core.finish()
                 if out:
+                    leg.shown()
                     yield out
             except GeneratorExit:
                 self.closed()
@@ -293,20 +272,25 @@ class AsyncRelay(_RelayBase):
     """The async relay."""
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        core = self.core
+        feed = core.feed
         while True:
             leg = self.leg
             exc: BaseException | None = None
             try:
                 if leg.first:
-                    yield self.deliver(leg.first)
+                    yield leg.first
                 async for chunk in leg.rest:
-                    out = self.deliver(leg.pass_on(chunk))
+                    out = feed(chunk)
                     if out:
+                        if leg.first_token_s is None:
+                            leg.shown()
                         yield out
-                    if leg.cut_short:
+                    if out is not chunk and core.cut_short:
                         break
-                out = self.deliver(leg.tail())
+                out = core.finish()
                 if out:
+                    leg.shown()
                     yield out
             except GeneratorExit:
                 self.closed()

@@ -42,6 +42,7 @@ __all__ = [
     "HedgePlan",
     "Reach",
     "RequestFacts",
+    "Relay",
     "Splicer",
     "StreamGate",
     "Timeouts",
@@ -227,6 +228,40 @@ class StreamGate:
     def phase(self) -> Literal["stream_open", "stream_visible"]: ...
     @property
     def held(self) -> int: ...
+
+@final
+class Relay:
+    """A streamed answer on its way to the caller, leg by leg: each chunk
+    through the leg's gate, a continuation's splicer and the transcript of
+    what the caller received, in one call."""
+
+    def __new__(cls, api: ApiName, gate: StreamGate) -> Self: ...
+    def continue_with(self, gate: StreamGate) -> None:
+        """The next leg, a continuation: spliced into what the caller has."""
+    def feed(self, chunk: bytes | bytearray) -> bytes:
+        """Bytes of the leg's body in; the bytes for the caller now out (``chunk`` itself when unchanged)."""
+    def finish(self) -> bytes:
+        """The leg's body ended: what is still held."""
+    @property
+    def cut_short(self) -> bool:
+        """The gate ended the leg: nothing after it goes to the caller."""
+    @property
+    def phase(self) -> Literal["stream_open", "stream_visible"]: ...
+    def end_outcome(self, status: int) -> dict[str, Any]:
+        """``call.report(**relay.end_outcome(status))`` for a leg whose body ended cleanly."""
+    def outcome(self, status: int) -> dict[str, Any]:
+        """``call.report(**relay.outcome(status))``: the status, or the failure an error event named."""
+    @property
+    def stream_error(self) -> dict[str, Any] | None: ...
+    @property
+    def transcript(self) -> Transcript:
+        """What the caller received so far (a copy)."""
+    @property
+    def text(self) -> str: ...
+    @property
+    def resumable(self) -> bool: ...
+    @property
+    def api(self) -> ApiName: ...
 
 @final
 class Reach:

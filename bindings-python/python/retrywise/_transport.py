@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from ._errors import NotYet, Stopped, WireError
 from ._outcomes import error_kind, is_cancellation, note_stop
 from ._relay import AsyncRelay, Leg, Relay
-from ._retrywise import Attempt, Call, Decision, RequestFacts, Transcript, json_media_type, read_request, rewrite
+from ._retrywise import Attempt, Call, Decision, RequestFacts, json_media_type, read_request, rewrite
+from ._retrywise import Relay as StreamRelay
 
 if TYPE_CHECKING:
     from ._engine import Engine
-    from ._retrywise import StreamGate
     from .types import ErrorKind, Needs
 
 #: A transport's ``needs=``: a Needs dict for every request, or a function of
@@ -169,21 +169,21 @@ class _Driver:
         return response.status_code < 400 and bool(ctype) and "json" not in ctype
 
     def rebuild(self, response: Any, raw: bytes, request: Any) -> Any:
-        """A response over the bytes already read (the original stream is consumed)."""
-        return self.hx.Response(
-            status_code=response.status_code,
-            headers=response.headers,
-            stream=self.hx.ByteStream(raw),
-            extensions=response.extensions,
-            request=request,
-        )
+        """The response over the bytes already read (its stream is consumed):
+        the same object, its stream replaced (the client binds it to the
+        caller's request when the transport returns it)."""
+        response.stream = self.hx.ByteStream(raw)
+        return response
 
     def body_of(self, response: Any, raw: bytes) -> bytes | None:
         """The decoded body the core reads: an error's (for its vendor code) or a
         JSON success's (a body that does not parse is ``malformed_response``).
         Bytes that do not decode are passed as they came."""
-        if response.status_code < 400 and not json_media_type(response.headers.get("content-type", "")):
+        headers = response.headers
+        if response.status_code < 400 and not json_media_type(headers.get("content-type", "")):
             return None
+        if "content-encoding" not in headers:
+            return raw  # as sent: nothing to decode
         try:
             body: bytes = self.hx.Response(
                 response.status_code, headers=response.headers, stream=self.hx.ByteStream(raw)
@@ -252,35 +252,35 @@ class _Driver:
         raise exc
 
 
-def _first_release(it: Iterator[bytes], gate: StreamGate, raw: list[bytes], first_token_at: float) -> bytes | None:
-    """The first bytes the caller may see: the gate holds a stream's preamble (a
-    role-only delta, ``message_start``, pings) and an error event before output
-    until its first meaningful event, so a cut before it is ``stream_open``.
-    None when the body ended with nothing to show (``raw``: what came). Pings
-    past ``first_token_at`` (monotonic) raise ``_NoFirstToken``."""
+def _first_release(it: Iterator[bytes], core: StreamRelay, raw: list[bytes], first_token_at: float) -> bytes | None:
+    """The first bytes the caller may see: the relay's gate holds a stream's
+    preamble (a role-only delta, ``message_start``, pings) and an error event
+    before output until its first meaningful event, so a cut before it is
+    ``stream_open``. None when the body ended with nothing to show (``raw``:
+    what came). Pings past ``first_token_at`` (monotonic) raise ``_NoFirstToken``."""
     for chunk in it:
         if chunk:
             raw.append(chunk)
-            out = gate.feed(chunk)
+            out = core.feed(chunk)
             if out:
                 return out
             if time.monotonic() >= first_token_at:
                 raise _NoFirstToken
-    return gate.finish() or None
+    return core.finish() or None
 
 
 async def _afirst_release(
-    it: AsyncIterator[bytes], gate: StreamGate, raw: list[bytes], first_token_at: float
+    it: AsyncIterator[bytes], core: StreamRelay, raw: list[bytes], first_token_at: float
 ) -> bytes | None:
     async for chunk in it:
         if chunk:
             raw.append(chunk)
-            out = gate.feed(chunk)
+            out = core.feed(chunk)
             if out:
                 return out
             if time.monotonic() >= first_token_at:
                 raise _NoFirstToken
-    return gate.finish() or None
+    return core.finish() or None
 
 
 def _silent_kind(exc: BaseException, attempt: Attempt, first_token_at: float) -> ErrorKind:
@@ -297,16 +297,19 @@ def _first_token_at(attempt: Attempt, sent: float) -> float:
     return sent + attempt.timeouts.first_token
 
 
-def _leg(
-    facts: RequestFacts, response: Any, rest: Any, gate: StreamGate, first: bytes | None, sent: float, released: float
-) -> tuple[Transcript, Leg]:
-    """The first leg of a relayed stream, and the transcript of what the caller
-    receives. ``sent``: when its request went; ``released`` when the gate
-    released its first bytes (the attempt's time to first token)."""
-    leg = Leg(response, rest, gate, sent, first=first)
+def _leg(response: Any, rest: Any, first: bytes | None, sent: float, released: float) -> Leg:
+    """The first leg of a relayed stream. ``sent``: when its request went;
+    ``released`` when the gate released its first bytes (the attempt's time to
+    first token)."""
+    leg = Leg(response, rest, sent, first=first)
     if first:
         leg.first_token_s = released - sent
-    return Transcript(facts.family), leg
+    return leg
+
+
+def _relay_of(d: _Driver, facts: RequestFacts, response: Any) -> StreamRelay:
+    """The core's relay for a streamed body: the policy's gate, a transcript of the request's family."""
+    return StreamRelay(facts.family, d.engine.stream_gate(response.headers.get("content-type"), end_at_error=True))
 
 
 def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
@@ -341,10 +344,10 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                     d.idle_timeout(req, attempt, base, first_token_at - time.monotonic())
                     body = response.stream
                     rest = iter(body)
-                    gate = d.engine.stream_gate(response.headers.get("content-type"), end_at_error=True)
+                    core = _relay_of(d, facts, response)
                     held: list[bytes] = []
                     try:
-                        first = _first_release(rest, gate, held, first_token_at)
+                        first = _first_release(rest, core, held, first_token_at)
                         released = time.monotonic()
                     except BaseException as exc:
                         # Broken or silent before anything meaningful reached the caller: stream_open.
@@ -358,14 +361,14 @@ def handle_sync(d: _Driver, inner: Any, request: Any) -> Any:
                         )
                         last, last_exc = None, exc
                     else:
-                        if first is None and gate.stream_error is not None:
+                        if first is None and core.stream_error is not None:
                             # An error event before any output: the attempt failed as the event says.
                             body.close()
-                            decision = call.report(**gate.outcome(response.status_code), headers=response.headers)
+                            decision = call.report(**core.outcome(response.status_code), headers=response.headers)
                             last, last_exc = d.rebuild(response, b"".join(held), req), None
                         else:
-                            transcript, leg = _leg(facts, response, rest, gate, first, sent, released)
-                            relay = Relay(d, inner, call, request, base, transcript, leg)
+                            leg = _leg(response, rest, first, sent, released)
+                            relay = Relay(d, inner, call, request, base, core, leg)
                             response.stream = _stream_types(d.hx)[0](relay)
                             return response
                 else:
@@ -425,10 +428,10 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                     d.idle_timeout(req, attempt, base, first_token_at - time.monotonic())
                     abody = response.stream
                     arest = abody.__aiter__()
-                    agate = d.engine.stream_gate(response.headers.get("content-type"), end_at_error=True)
+                    acore = _relay_of(d, facts, response)
                     aheld: list[bytes] = []
                     try:
-                        afirst = await _afirst_release(arest, agate, aheld, first_token_at)
+                        afirst = await _afirst_release(arest, acore, aheld, first_token_at)
                         areleased = time.monotonic()
                     except BaseException as exc:
                         await abody.aclose()
@@ -441,13 +444,13 @@ async def handle_async(d: _Driver, inner: Any, request: Any) -> Any:
                         )
                         last, last_exc = None, exc
                     else:
-                        if afirst is None and agate.stream_error is not None:
+                        if afirst is None and acore.stream_error is not None:
                             await abody.aclose()
-                            decision = call.report(**agate.outcome(response.status_code), headers=response.headers)
+                            decision = call.report(**acore.outcome(response.status_code), headers=response.headers)
                             last, last_exc = d.rebuild(response, b"".join(aheld), req), None
                         else:
-                            atranscript, aleg = _leg(facts, response, arest, agate, afirst, sent, areleased)
-                            arelay = AsyncRelay(d, inner, call, request, base, atranscript, aleg)
+                            aleg = _leg(response, arest, afirst, sent, areleased)
+                            arelay = AsyncRelay(d, inner, call, request, base, acore, aleg)
                             response.stream = _stream_types(d.hx)[1](arelay)
                             return response
                 else:
