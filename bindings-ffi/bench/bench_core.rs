@@ -14,6 +14,7 @@
 use retrywise::*;
 use retrywise_core::{Action, CallSpec, Engine, Outcome, Policy};
 use std::hint::black_box;
+use std::mem::MaybeUninit;
 use std::time::Instant;
 
 const POLICY: &str = r#"{"budget": {"enabled": false}, "breaker": {"enabled": false}}"#;
@@ -50,18 +51,23 @@ fn abi_cycle(e: *const rw_engine, spec: &rw_call_spec, fail_first: bool) -> bool
     if unsafe { rw_call_begin(e, spec, &mut call) } != rw_result::RwOk {
         return false;
     }
-    let mut a = rw_attempt::default();
-    let mut d = rw_decision::default();
+    // Left uninitialised, as bench.c leaves them: the ABI writes every field.
+    let mut a = MaybeUninit::<rw_attempt>::uninit();
+    let mut d = MaybeUninit::<rw_decision>::uninit();
     let mut ok = false;
     let mut o = rw_outcome::default();
     // SAFETY: `call` is live and used by this thread only; out-pointers are writable.
-    while unsafe { rw_call_next_attempt(call, &mut a) } == rw_result::RwOk {
+    while unsafe { rw_call_next_attempt(call, a.as_mut_ptr()) } == rw_result::RwOk {
+        // SAFETY: written by rw_call_next_attempt.
+        let a = unsafe { a.assume_init_ref() };
         black_box(a.headers_len + a.total_timeout_ms as usize);
         o.status = if fail_first && a.number == 1 { 503 } else { 200 };
         // SAFETY: as above; `o` has no pointers.
-        if unsafe { rw_call_report(call, &o, &mut d) } != rw_result::RwOk {
+        if unsafe { rw_call_report(call, &o, d.as_mut_ptr()) } != rw_result::RwOk {
             break;
         }
+        // SAFETY: written by rw_call_report.
+        let d = unsafe { d.assume_init_ref() };
         match d.action {
             rw_action::Succeeded => {
                 ok = true;

@@ -1106,6 +1106,14 @@ extern "C" {
  * Thread safety: may be called on a shared engine from any thread; the new
  * call belongs to the calling thread until handed over.
  *
+ * Memory: a spec that sets nothing but `route`, `deadline_ms`,
+ * `idempotency` and `tenant` (the usual one) allocates nothing once the
+ * thread has freed a call (a name longer than 23 bytes is copied to the heap
+ * when it changes). The calling thread keeps one core spec for it (about 350
+ * bytes, with the last route named, so a route named again is compared, not
+ * copied) and reuses the memory of a call it freed (see `rw_call_free`);
+ * both are given back when the thread exits.
+ *
  * # Safety
  * `engine` is NULL or live; `spec` is NULL or a readable `rw_call_spec`
  * whose pointers are valid as documented there; `out` is NULL or writable.

@@ -16,6 +16,7 @@ use retrywise_core::{
     Stopped,
 };
 use smol_str::SmolStr;
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::ptr::addr_of_mut;
 use std::time::Duration;
@@ -28,7 +29,7 @@ use std::time::Duration;
 /// and arrays in an `rw_attempt` / `rw_decision` are owned by the call (see
 /// those types for how long they stay valid).
 pub struct rw_call {
-    call: Call,
+    call: Begun,
     /// Set when a panic was caught inside this call: its state is unknown.
     poisoned: bool,
     /// Strings of the attempt from `rw_call_next_attempt`.
@@ -58,9 +59,53 @@ struct Excluded {
 // arrays of the boxed call or heap strings, which move with it.
 unsafe impl Send for rw_call {}
 
-thread_local! {
+/// The core's call, kept as the `Result` its begin returned: moved into the
+/// call's box as that `Result`, it is moved once (a `memcpy` of ~400 bytes),
+/// where unwrapping it first moved it twice. Always `Ok`: [`rw_call::boxed`]
+/// gives out no box that holds an error.
+struct Begun(Result<Call, PolicyError>);
+
+impl std::ops::Deref for Begun {
+    type Target = Call;
+    #[inline(always)]
+    fn deref(&self) -> &Call {
+        match &self.0 {
+            Ok(c) => c,
+            // SAFETY: a `Begun` is always `Ok` (see the type).
+            Err(_) => unsafe { std::hint::unreachable_unchecked() },
+        }
+    }
+}
+
+impl std::ops::DerefMut for Begun {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Call {
+        match &mut self.0 {
+            Ok(c) => c,
+            // SAFETY: a `Begun` is always `Ok` (see the type).
+            Err(_) => unsafe { std::hint::unreachable_unchecked() },
+        }
+    }
+}
+
+/// What a thread keeps between calls so that the usual begin allocates and
+/// builds nothing it can reuse.
+struct Local {
     /// Freed calls' memory, reused by the next `rw_call_begin` on this thread.
-    static SPARES: Spares<rw_call> = const { Spares::new() };
+    spares: Spares<rw_call>,
+    /// The core spec the usual begin lends to the engine (see [`lend`]):
+    /// built once per thread, and its route kept while the next call names
+    /// the same one.
+    spec: RefCell<Option<CallSpec>>,
+}
+
+thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            spares: Spares::new(),
+            spec: RefCell::new(None),
+        }
+    };
 }
 
 const DETAIL_NULL: &str = "a required argument is NULL";
@@ -68,11 +113,12 @@ const DETAIL_INVALID: &str = "invalid argument: enum value out of range or strin
 const DETAIL_PANIC: &str = "a panic was caught inside this call; it is unusable: free it and begin a new one";
 
 /// Why no call was begun: a bad argument, a malformed propagation header
-/// (with the core's reason) or a route the policy does not know.
+/// (with the core's reason) or a route the policy does not know. The core's
+/// errors are boxed: the usual begin's result then fits in two registers.
 enum BeginError {
     Arg(rw_result),
-    Inbound(InboundError),
-    Policy(PolicyError),
+    Inbound(Box<InboundError>),
+    Policy(Box<PolicyError>),
 }
 
 impl From<rw_result> for BeginError {
@@ -81,8 +127,8 @@ impl From<rw_result> for BeginError {
     }
 }
 
-impl From<PolicyError> for BeginError {
-    fn from(e: PolicyError) -> Self {
+impl From<Box<PolicyError>> for BeginError {
+    fn from(e: Box<PolicyError>) -> Self {
         BeginError::Policy(e)
     }
 }
@@ -144,7 +190,7 @@ unsafe fn fill_spec(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), BeginEr
         // SAFETY: as above.
         let inbound = unsafe { args::headers(s.inbound_headers, s.inbound_headers_len) }?;
         let h: Headers = inbound.into_iter().collect();
-        if let Some(i) = Inbound::from_headers(&h).map_err(BeginError::Inbound)? {
+        if let Some(i) = Inbound::from_headers(&h).map_err(|e| BeginError::Inbound(Box::new(e)))? {
             spec.inbound = Some(i);
         }
     }
@@ -172,48 +218,151 @@ unsafe fn fill_spec(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), BeginEr
 }
 
 /// True when `s` sets nothing but the route, deadline, idempotency and
-/// tenant: the usual spec, which [`simple_parts`] reads.
+/// tenant: the usual spec, which [`lend`] reads.
 fn is_simple(s: &rw_call_spec) -> bool {
-    let unset = |x: rw_str| x.ptr.is_null() && x.len == 0;
-    unset(s.task)
-        && unset(s.priority)
-        && unset(s.idempotency_key)
-        && unset(s.params_digest)
-        && unset(s.data_boundary)
-        && s.inbound_headers_len == 0
-        && s.capabilities_len == 0
-        && s.input_tokens == 0
-        && s.max_output_tokens == 0
-        && (s.max_cost <= 0.0 || s.max_cost.is_nan())
-        && s.request.is_null()
+    // Every other string is NULL with length 0, every other length and count
+    // 0 and `request` NULL: their bits OR to 0.
+    let bits = |x: rw_str| x.ptr as u64 | x.len as u64;
+    let set = bits(s.task)
+        | bits(s.priority)
+        | bits(s.idempotency_key)
+        | bits(s.params_digest)
+        | bits(s.data_boundary)
+        | s.inbound_headers_len as u64
+        | s.capabilities_len as u64
+        | s.input_tokens
+        | s.max_output_tokens
+        | s.request as u64;
+    // `max_cost` <= 0 or NaN is "none".
+    set == 0 && (s.max_cost <= 0.0 || s.max_cost.is_nan())
 }
 
-/// The route and tenant of a spec for which [`is_simple`] holds.
+/// `a == b`, for short byte strings (route names) without a call: two
+/// overlapping fixed-size loads from each end of each.
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    // SAFETY: every read lies inside `a` or `b` (both `n` bytes long): each
+    // pair of loads covers `0..n` from both ends.
+    unsafe {
+        if n >= 16 {
+            if n > 32 {
+                return a == b;
+            }
+            let x = |p: *const u8| {
+                (
+                    p.cast::<u128>().read_unaligned(),
+                    p.add(n - 16).cast::<u128>().read_unaligned(),
+                )
+            };
+            x(pa) == x(pb)
+        } else if n >= 8 {
+            let x = |p: *const u8| {
+                (
+                    p.cast::<u64>().read_unaligned(),
+                    p.add(n - 8).cast::<u64>().read_unaligned(),
+                )
+            };
+            x(pa) == x(pb)
+        } else if n >= 4 {
+            let x = |p: *const u8| {
+                (
+                    p.cast::<u32>().read_unaligned(),
+                    p.add(n - 4).cast::<u32>().read_unaligned(),
+                )
+            };
+            x(pa) == x(pb)
+        } else {
+            a == b
+        }
+    }
+}
+
+/// Sets the core spec `spec` from a C spec for which [`is_simple`] holds,
+/// in place: `spec` is the thread's, lent to every usual begin, so only what
+/// a simple spec sets is written (the engine takes the tenant out of it and
+/// leaves every field a simple spec never sets at its default). The route is
+/// kept while the C spec names the same one, so its bytes are compared, not
+/// checked and copied again.
 ///
 /// # Safety
 /// As for [`fill_spec`].
 #[inline(always)]
-unsafe fn simple_parts(s: &rw_call_spec) -> Result<(SmolStr, Option<SmolStr>), rw_result> {
-    // SAFETY: the spec's pointers are valid per the caller's contract.
-    unsafe {
-        Ok((
-            args::req_str(s.route)?.into_name(),
-            args::opt_str(s.tenant)?.map(IntoName::into_name),
-        ))
+unsafe fn lend(spec: &mut CallSpec, s: &rw_call_spec) -> Result<(), rw_result> {
+    // SAFETY: the spec's pointers are valid per the caller's contract (so for every read below).
+    let route = unsafe { args::bytes(s.route) }?.unwrap_or_default();
+    if !same_bytes(spec.route.as_bytes(), route) {
+        // SAFETY: as above.
+        spec.route = unsafe { args::req_str(s.route) }?.into_name();
     }
+    spec.deadline = (s.deadline_ms > 0).then(|| Duration::from_millis(s.deadline_ms));
+    spec.idempotency = rw_idempotency::core_from_code(s.idempotency).ok_or(rw_result::RwErrInvalidArg)?;
+    // SAFETY: as above.
+    let tenant = unsafe { args::opt_str(s.tenant) }?;
+    // The engine takes the tenant out of the spec: usually nothing to write.
+    if tenant.is_some() || spec.tenant.is_some() {
+        spec.tenant = tenant.map(IntoName::into_name);
+    }
+    Ok(())
+}
+
+/// The part of a C outcome that holds no pointer and needs no check, as the
+/// core's outcome: all of a plain outcome ([`is_plain`]).
+#[inline(always)]
+fn outcome_plain(o: &rw_outcome) -> Outcome {
+    Outcome {
+        status: (o.status != 0).then_some(o.status),
+        ok: o.ok,
+        input_tokens: (o.input_tokens > 0).then_some(o.input_tokens),
+        resumable: o.resumable,
+        first_token: (o.first_token_ms > 0).then(|| Duration::from_millis(o.first_token_ms)),
+        ..Outcome::default()
+    }
+}
+
+/// True when `o` sets no error kind, phase, effect or continuation, and no
+/// headers, vendor code or body: the usual report, all of which
+/// [`outcome_plain`] reads.
+#[inline(always)]
+fn is_plain(o: &rw_outcome) -> bool {
+    // Each "none" is -1 (all bits set): their AND is -1 only when all are.
+    let unset = o.error_kind & o.phase & o.effect & o.continuation == -1;
+    let no_pointers =
+        o.headers_len | o.vendor_code.ptr as usize | o.vendor_code.len | o.body.ptr as usize | o.body.len == 0;
+    debug_assert_eq!(
+        unset,
+        o.error_kind == rw_error_kind::None as i32
+            && o.phase == rw_phase::None as i32
+            && o.effect == rw_effect::Unset as i32
+            && o.continuation == rw_continuation::None as i32
+    );
+    unset && no_pointers
 }
 
 /// Converts a C outcome into the core's.
 ///
 /// # Safety
 /// Every pointer in `o` is NULL or valid as documented on `rw_outcome`.
+#[inline(always)]
 unsafe fn outcome_from(o: &rw_outcome) -> Result<Outcome, rw_result> {
-    let mut out = Outcome {
-        status: (o.status != 0).then_some(o.status),
-        ok: o.ok,
-        input_tokens: (o.input_tokens > 0).then_some(o.input_tokens),
-        ..Outcome::default()
-    };
+    let mut out = outcome_plain(o);
+    if !is_plain(o) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { outcome_rest(&mut out, o) }?;
+    }
+    Ok(out)
+}
+
+/// Sets what [`outcome_plain`] leaves out of `out` from `o`.
+///
+/// # Safety
+/// As for [`outcome_from`].
+#[inline(never)]
+unsafe fn outcome_rest(out: &mut Outcome, o: &rw_outcome) -> Result<(), rw_result> {
     if o.error_kind != rw_error_kind::None as i32 {
         out.error = Some(rw_error_kind::core_from_code(o.error_kind).ok_or(rw_result::RwErrInvalidArg)?);
     }
@@ -223,8 +372,6 @@ unsafe fn outcome_from(o: &rw_outcome) -> Result<Outcome, rw_result> {
     if o.effect != rw_effect::Unset as i32 {
         out.effect = Some(rw_effect::core_from_code(o.effect).ok_or(rw_result::RwErrInvalidArg)?);
     }
-    out.resumable = o.resumable;
-    out.first_token = (o.first_token_ms > 0).then(|| Duration::from_millis(o.first_token_ms));
     if o.continuation != rw_continuation::None as i32 {
         out.continuation = Some(rw_continuation::core_from_code(o.continuation).ok_or(rw_result::RwErrInvalidArg)?);
     }
@@ -239,7 +386,7 @@ unsafe fn outcome_from(o: &rw_outcome) -> Result<Outcome, rw_result> {
     if let Some(body) = unsafe { args::bytes(o.body) }? {
         out.read_body(body);
     }
-    Ok(out)
+    Ok(())
 }
 
 fn views(pairs: &[(impl AsRef<str>, impl AsRef<str>)], into: &mut Vec<rw_header>) {
@@ -266,44 +413,154 @@ const INLINE: usize = 4;
 /// boxed call (which never moves) and a `spill` string's heap bytes do not
 /// move when the vector grows.
 struct AttemptStrings {
-    upstream: Option<SmolStr>,
+    upstream: SmolStr,
     /// Written before it is viewed; never read otherwise, so never zeroed.
     text: [MaybeUninit<u8>; TEXT],
     spill: Vec<String>,
-    inline: [rw_header; INLINE],
+    /// The first `INLINE` header views (the first `n` written by `view`;
+    /// only those are read).
+    inline: [MaybeUninit<rw_header>; INLINE],
     /// All views when there are more than `INLINE` headers.
     more: Vec<rw_header>,
 }
 
-const NO_HEADER: rw_header = rw_header {
-    name: rw_str::NONE,
-    value: rw_str::NONE,
-};
-
 impl Default for AttemptStrings {
     fn default() -> Self {
         AttemptStrings {
-            upstream: None,
+            upstream: SmolStr::default(),
             text: [MaybeUninit::uninit(); TEXT],
             spill: Vec::new(),
-            inline: [NO_HEADER; INLINE],
+            inline: [MaybeUninit::uninit(); INLINE],
             more: Vec::new(),
         }
     }
 }
 
+/// Copies `src` to `dst` (at most 32 bytes by two overlapping unaligned
+/// copies of a fixed size, no call; longer with `memcpy`): header values
+/// are 1 to ~30 bytes.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` bytes of writes and does not overlap `src`.
+#[inline(always)]
+unsafe fn copy_short(src: &[u8], dst: *mut u8) {
+    let (s, n) = (src.as_ptr(), src.len());
+    // SAFETY: every read is inside `src` and every write inside `dst..dst + n`
+    // (the caller's contract): each pair of copies covers `0..n` from both ends.
+    unsafe {
+        if n >= 16 {
+            if n > 32 {
+                std::ptr::copy_nonoverlapping(s, dst, n);
+                return;
+            }
+            let (x, y) = (
+                s.cast::<[u8; 16]>().read_unaligned(),
+                s.add(n - 16).cast::<[u8; 16]>().read_unaligned(),
+            );
+            dst.cast::<[u8; 16]>().write_unaligned(x);
+            dst.add(n - 16).cast::<[u8; 16]>().write_unaligned(y);
+        } else if n >= 8 {
+            let (x, y) = (
+                s.cast::<u64>().read_unaligned(),
+                s.add(n - 8).cast::<u64>().read_unaligned(),
+            );
+            dst.cast::<u64>().write_unaligned(x);
+            dst.add(n - 8).cast::<u64>().write_unaligned(y);
+        } else if n >= 4 {
+            let (x, y) = (
+                s.cast::<u32>().read_unaligned(),
+                s.add(n - 4).cast::<u32>().read_unaligned(),
+            );
+            dst.cast::<u32>().write_unaligned(x);
+            dst.add(n - 4).cast::<u32>().write_unaligned(y);
+        } else if n > 0 {
+            *dst = *s;
+            *dst.add(n / 2) = *s.add(n / 2);
+            *dst.add(n - 1) = *s.add(n - 1);
+        }
+    }
+}
+
+/// `name` (a view of a header name from the core) is `retrywise-request-id`.
+#[inline(always)]
+fn is_request_id(name: rw_str) -> bool {
+    name.len == H_REQUEST_ID.len()
+        // SAFETY: a header view's name is a `&'static str` of the core, `len` bytes long.
+        && unsafe { std::slice::from_raw_parts(name.ptr.cast::<u8>(), name.len) } == H_REQUEST_ID.as_bytes()
+}
+
+/// Where [`AttemptStrings::view`] is in `text` and in the headers.
+struct Written {
+    /// `text`'s first byte: every view into `text` derives from this one
+    /// pointer, so a later copy (through it) leaves the earlier views valid.
+    base: *mut u8,
+    /// Bytes of `text` used.
+    used: usize,
+    /// Headers written.
+    n: usize,
+}
+
+impl Written {
+    /// Keeps `value` in `text` when it fits, else in `spill`, and returns its view.
+    fn keep(&mut self, spill: &mut Vec<String>, value: &str) -> rw_str {
+        let len = value.len();
+        if len <= TEXT - self.used {
+            // SAFETY: `used + len <= TEXT`, so `dst..dst + len` lies inside
+            // `text`, and `value` cannot overlap the call's own bytes.
+            let dst = unsafe { self.base.add(self.used) };
+            // SAFETY: as above.
+            unsafe { copy_short(value.as_bytes(), dst) };
+            self.used += len;
+            rw_str {
+                ptr: dst.cast_const().cast(),
+                len,
+            }
+        } else {
+            spill.push(value.to_string());
+            rw_str::of(&spill[spill.len() - 1])
+        }
+    }
+
+    /// A header past the first four or whose value does not fit in `text`.
+    #[cold]
+    #[inline(never)]
+    fn push_slow(
+        &mut self,
+        spill: &mut Vec<String>,
+        inline: &mut [MaybeUninit<rw_header>; INLINE],
+        more: &mut Vec<rw_header>,
+        name: &'static str,
+        value: &str,
+    ) {
+        let h = rw_header {
+            name: rw_str::of(name),
+            value: self.keep(spill, value),
+        };
+        if self.n < INLINE {
+            inline[self.n].write(h);
+        } else {
+            if self.n == INLINE {
+                // SAFETY: the first `INLINE` views are written (`n` counts them).
+                more.extend(inline.iter().map(|h| unsafe { h.assume_init() }));
+            }
+            more.push(h);
+        }
+        self.n += 1;
+    }
+}
+
 impl AttemptStrings {
-    /// Writes empty strings at `p` in place (`text` left as it is).
+    /// Writes empty strings at `p` in place (`text` and `inline` left as they are).
     ///
     /// # Safety
     /// `p` is valid for writes and holds no value that needs dropping.
     #[inline(always)]
     unsafe fn init(p: *mut AttemptStrings) {
-        // SAFETY: valid for writes (the caller's contract); `text` needs no initialisation.
+        // SAFETY: valid for writes (the caller's contract); `text` and
+        // `inline` need no initialisation.
         unsafe {
-            addr_of_mut!((*p).upstream).write(None);
+            addr_of_mut!((*p).upstream).write(SmolStr::default());
             addr_of_mut!((*p).spill).write(Vec::new());
-            addr_of_mut!((*p).inline).write([NO_HEADER; INLINE]);
             addr_of_mut!((*p).more).write(Vec::new());
         }
     }
@@ -311,68 +568,73 @@ impl AttemptStrings {
     /// Keeps the attempt's strings and returns the C view of them. The
     /// request id is printed once: the `retrywise-request-id` header and
     /// `request_id` point at the same bytes.
-    fn view(&mut self, a: &Attempt) -> rw_attempt {
-        self.spill.clear();
+    #[inline(always)]
+    fn view(&mut self, a: Attempt) -> rw_attempt {
+        if !self.spill.is_empty() {
+            self.spill.clear();
+        }
         self.more.clear();
-        // Every view into `text` derives from this one pointer, so a later
-        // copy (through the same pointer) leaves the earlier views valid.
-        let base = self.text.as_mut_ptr().cast::<u8>();
+        let mut w = Written {
+            base: self.text.as_mut_ptr().cast::<u8>(),
+            used: 0,
+            n: 0,
+        };
         let (spill, inline, more) = (&mut self.spill, &mut self.inline, &mut self.more);
-        let mut used = 0;
-        let mut keep = |value: &str| {
-            let len = value.len();
-            if len <= TEXT - used {
+        // The usual header (one of the first four, its value fits) is copied
+        // here; the rest out of line, which keeps this closure small enough
+        // to be inlined into the core's loop over the headers.
+        a.for_each_header(|name, value| {
+            let (n, len) = (w.n, value.len());
+            if n < INLINE && len <= TEXT - w.used {
                 // SAFETY: `used + len <= TEXT`, so `dst..dst + len` lies inside
                 // `text`, and `value` cannot overlap the call's own bytes.
-                let dst = unsafe { base.add(used) };
+                let dst = unsafe { w.base.add(w.used) };
                 // SAFETY: as above.
-                unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), dst, len) };
-                used += len;
-                rw_str {
-                    ptr: dst.cast_const().cast(),
-                    len,
-                }
+                unsafe { copy_short(value.as_bytes(), dst) };
+                w.used += len;
+                inline[n].write(rw_header {
+                    name: rw_str::of(name),
+                    value: rw_str {
+                        ptr: dst.cast_const().cast(),
+                        len,
+                    },
+                });
+                w.n = n + 1;
             } else {
-                spill.push(value.to_string());
-                rw_str::of(&spill[spill.len() - 1])
+                w.push_slow(spill, inline, more, name, value);
             }
-        };
-        let (mut n, mut request_id) = (0, None);
-        a.for_each_header(|name, value| {
-            let h = rw_header {
-                name: rw_str::of(name),
-                value: keep(value),
-            };
-            if name == H_REQUEST_ID {
-                request_id = Some(h.value);
-            }
-            if n < INLINE {
-                inline[n] = h;
-            } else {
-                if n == INLINE {
-                    more.extend_from_slice(inline);
-                }
-                more.push(h);
-            }
-            n += 1;
         });
-        let request_id = request_id.unwrap_or_else(|| a.request_id.with_str(&mut keep));
+        let n = w.n;
+        let shown = if n <= INLINE {
+            // SAFETY: the first `n` views are written.
+            unsafe { std::slice::from_raw_parts(self.inline.as_ptr().cast::<rw_header>(), n) }
+        } else {
+            &self.more[..]
+        };
+        // The core sends it second (after `retrywise-deadline-ms`): look there first.
+        let request_id = match shown.get(1).filter(|h| is_request_id(h.name)) {
+            Some(h) => h.value,
+            None => match shown.iter().find(|h| is_request_id(h.name)) {
+                Some(h) => h.value,
+                None => a.request_id.with_str(|id| w.keep(&mut self.spill, id)),
+            },
+        };
         let headers = match n {
             0 => std::ptr::null(),
-            n if n <= INLINE => self.inline.as_ptr(),
+            n if n <= INLINE => self.inline.as_ptr().cast(),
             _ => self.more.as_ptr(),
         };
-        self.upstream = Some(a.upstream.clone());
-        let t = a.timeouts();
+        let (t, remaining) = (a.timeouts(), a.remaining());
+        self.upstream = a.upstream;
         rw_attempt {
             number: a.number,
-            upstream: rw_str::of(self.upstream.as_deref().unwrap_or("")),
+            upstream: rw_str::of(&self.upstream),
             request_id,
             connect_timeout_ms: ms(t.connect),
             first_byte_timeout_ms: ms(t.first_byte),
             idle_timeout_ms: ms(t.idle),
             total_timeout_ms: ms(t.total),
-            remaining_ms: ms(a.remaining()),
+            remaining_ms: ms(remaining),
             headers,
             headers_len: n,
             hedge: a.hedge,
@@ -390,23 +652,41 @@ fn ms(d: Duration) -> u64 {
         .saturating_add(u64::from(d.subsec_millis()))
 }
 
+/// The core's begin, out of line: inlined into [`rw_call::boxed`], its
+/// call was built aside and moved twice more before reaching the box.
+#[inline(never)]
+fn begin_into(engine: &Engine, spec: &mut CallSpec) -> Result<Call, PolicyError> {
+    engine.try_begin_from(spec)
+}
+
 impl rw_call {
     /// Begins the core's call (`try_begin`: a route the policy does not
-    /// know is an error) and moves it into a box (a spare one when this
-    /// thread has one).
+    /// know is an error) in `spare` (this thread's spare box, when it has
+    /// one) or a new box. The box is at hand before the core builds the
+    /// call, which is then moved once, into it.
     #[inline(always)]
-    fn boxed(engine: &Engine, spec: &mut CallSpec) -> Result<Box<rw_call>, PolicyError> {
-        let call = engine.try_begin_from(spec)?;
-        let mut b = SPARES
-            .try_with(Spares::take)
-            .ok()
-            .flatten()
-            .unwrap_or_else(Box::new_uninit);
+    fn boxed(
+        engine: &Engine,
+        spec: &mut CallSpec,
+        spare: Option<Box<MaybeUninit<rw_call>>>,
+    ) -> Result<Box<rw_call>, Box<PolicyError>> {
+        let mut b = spare.unwrap_or_else(Box::new_uninit);
         let p = b.as_mut_ptr();
-        // SAFETY: `p` is the box's memory, valid for writes; every field is
-        // written exactly once before `assume_init`.
+        // SAFETY: `p` is the box's memory, valid for writes.
+        let begun = unsafe { addr_of_mut!((*p).call.0) };
+        // SAFETY: as above.
+        unsafe { begun.write(begin_into(engine, spec)) };
+        // SAFETY: just written.
+        if let Err(e) = unsafe { &*begun } {
+            // SAFETY: the error is moved out once; the box, whose other
+            // fields were never written, goes back to the spares undropped.
+            let e = Box::new(unsafe { std::ptr::read(e) });
+            let _ = LOCAL.try_with(|l| l.spares.give(b));
+            return Err(e);
+        }
+        // SAFETY: `p` is valid for writes; every other field is written
+        // exactly once before `assume_init`, and `call` is `Ok`.
         unsafe {
-            addr_of_mut!((*p).call).write(call);
             addr_of_mut!((*p).poisoned).write(false);
             AttemptStrings::init(addr_of_mut!((*p).att));
             addr_of_mut!((*p).att_detail).write(None);
@@ -432,11 +712,12 @@ impl rw_call {
         };
         // During thread teardown the spares are gone: the closure, and the
         // box with it, is dropped uncalled, which deallocates it.
-        let _ = SPARES.try_with(|s| s.give(spare));
+        let _ = LOCAL.try_with(|l| l.spares.give(spare));
     }
 
     /// Keeps the attempt's strings in the call and returns the C view of them.
-    fn attempt(&mut self, a: &Attempt) -> rw_attempt {
+    #[inline(always)]
+    fn attempt(&mut self, a: Attempt) -> rw_attempt {
         self.att_detail = None;
         self.att.view(a)
     }
@@ -448,7 +729,7 @@ impl rw_call {
                 action: rw_hedge_action::Start,
                 after_ms: 0,
                 reason: rw_reason::Success,
-                attempt: self.hed.get_or_insert_with(Box::default).view(&a),
+                attempt: self.hed.get_or_insert_with(Box::default).view(a),
             },
             HedgePlan::After(d) => rw_hedge_plan {
                 action: rw_hedge_action::After,
@@ -471,6 +752,7 @@ impl rw_call {
     }
 
     /// Keeps the decision's strings in the call and returns the C view of them.
+    #[inline(always)]
     fn decision(&mut self, d: Decision) -> rw_decision {
         self.dec_upstream = d.upstream;
         self.dec_detail = d.detail;
@@ -504,6 +786,28 @@ impl rw_call {
     }
 }
 
+/// Begins a call with a core spec of its own: a spec that sets more than the
+/// usual fields (`simple` false), or the usual one during thread teardown
+/// (the thread's spec is gone). Out of line: it keeps a whole core spec on
+/// its stack, which the usual begin does without.
+///
+/// # Safety
+/// As for [`fill_spec`].
+#[cold]
+#[inline(never)]
+unsafe fn begin_own(engine: &Engine, spec: &rw_call_spec, simple: bool) -> Result<Box<rw_call>, BeginError> {
+    let mut core_spec = CallSpec::default();
+    if simple {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { lend(&mut core_spec, spec) }?;
+    } else {
+        // SAFETY: as above.
+        unsafe { fill_spec(&mut core_spec, spec) }?;
+    }
+    let spare = LOCAL.try_with(|l| l.spares.take()).ok().flatten();
+    Ok(rw_call::boxed(engine, &mut core_spec, spare)?)
+}
+
 /// Begins a call on `engine` from `spec` into `*out` (NULL first, the call
 /// on success).
 ///
@@ -521,21 +825,23 @@ unsafe fn begin(engine: *const rw_engine, spec: *const rw_call_spec, out: *mut *
         return Err(rw_result::RwErrNull.into());
     };
     let call = if is_simple(spec) {
-        // SAFETY: the spec's pointers are valid per the contract.
-        let (route, tenant) = unsafe { simple_parts(spec) }?;
-        let mut core_spec = CallSpec {
-            route,
-            deadline: (spec.deadline_ms > 0).then(|| Duration::from_millis(spec.deadline_ms)),
-            idempotency: rw_idempotency::core_from_code(spec.idempotency).ok_or(rw_result::RwErrInvalidArg)?,
-            tenant,
-            ..CallSpec::default()
-        };
-        rw_call::boxed(&h.engine, &mut core_spec)?
+        // The thread's spec, lent (see `lend`), and a spare box: one visit
+        // to the thread's state.
+        let usual = LOCAL.try_with(|l| {
+            let mut lent = l.spec.borrow_mut();
+            let core_spec = lent.get_or_insert_with(CallSpec::default);
+            // SAFETY: the spec's pointers are valid per the contract.
+            unsafe { lend(core_spec, spec) }?;
+            Ok::<_, BeginError>(rw_call::boxed(&h.engine, core_spec, l.spares.take())?)
+        });
+        match usual {
+            Ok(call) => call?,
+            // SAFETY: as above.
+            Err(_) => unsafe { begin_own(&h.engine, spec, true) }?,
+        }
     } else {
-        let mut core_spec = CallSpec::default();
-        // SAFETY: the spec's pointers are valid per the contract.
-        unsafe { fill_spec(&mut core_spec, spec) }?;
-        rw_call::boxed(&h.engine, &mut core_spec)?
+        // SAFETY: as above.
+        unsafe { begin_own(&h.engine, spec, false) }?
     };
     // SAFETY: as above.
     unsafe { out.write(Box::into_raw(call)) };
@@ -557,6 +863,14 @@ unsafe fn begin(engine: *const rw_engine, spec: *const rw_call_spec, out: *mut *
 ///
 /// Thread safety: may be called on a shared engine from any thread; the new
 /// call belongs to the calling thread until handed over.
+///
+/// Memory: a spec that sets nothing but `route`, `deadline_ms`,
+/// `idempotency` and `tenant` (the usual one) allocates nothing once the
+/// thread has freed a call (a name longer than 23 bytes is copied to the heap
+/// when it changes). The calling thread keeps one core spec for it (about 350
+/// bytes, with the last route named, so a route named again is compared, not
+/// copied) and reuses the memory of a call it freed (see `rw_call_free`);
+/// both are given back when the thread exits.
 ///
 /// # Safety
 /// `engine` is NULL or live; `spec` is NULL or a readable `rw_call_spec`
@@ -676,13 +990,21 @@ pub unsafe extern "C" fn rw_call_next_attempt(call: *mut rw_call, out: *mut rw_a
         }
         // Stays set if the core panics: the call's state is then unknown.
         h.poisoned = true;
-        let (a, r) = match h.call.next_attempt() {
-            Ok(a) => (h.attempt(&a), rw_result::RwOk),
-            Err(s) => (h.stopped(s), rw_result::RwStopped),
+        // Each view is written straight into `*out` (non-NULL, checked, and
+        // writable per the contract).
+        let r = match h.call.next_attempt() {
+            Ok(a) => {
+                // SAFETY: as above.
+                unsafe { out.write(h.attempt(a)) };
+                rw_result::RwOk
+            }
+            Err(s) => {
+                // SAFETY: as above.
+                unsafe { out.write(h.stopped(s)) };
+                rw_result::RwStopped
+            }
         };
         h.poisoned = false;
-        // SAFETY: non-NULL (checked) and writable per the contract.
-        unsafe { out.write(a) };
         r
     };
     // SAFETY: `out` is NULL or writable, per the contract.
@@ -728,15 +1050,17 @@ pub unsafe extern "C" fn rw_call_report(
         if h.poisoned {
             return rw_result::RwErrPanic;
         }
-        // SAFETY: the outcome's pointers are valid per the contract.
-        let outcome = try_arg!(unsafe { outcome_from(outcome) });
+        let mut core_outcome = outcome_plain(outcome);
+        if !is_plain(outcome) {
+            // SAFETY: the outcome's pointers are valid per the contract.
+            try_arg!(unsafe { outcome_rest(&mut core_outcome, outcome) });
+        }
         // Stays set if the core panics: the call's state is then unknown.
         h.poisoned = true;
-        let d = h.call.report(&outcome);
-        let d = h.decision(d);
-        h.poisoned = false;
+        let d = h.call.report(&core_outcome);
         // SAFETY: non-NULL (checked) and writable per the contract.
-        unsafe { out.write(d) };
+        unsafe { out.write(h.decision(d)) };
+        h.poisoned = false;
         rw_result::RwOk
     };
     // SAFETY: `out` is NULL or writable, per the contract.
@@ -776,10 +1100,9 @@ pub unsafe extern "C" fn rw_call_report_attempt(
         // Stays set if the core panics: the call's state is then unknown.
         h.poisoned = true;
         let d = h.call.report_attempt(number, &outcome);
-        let d = h.decision(d);
-        h.poisoned = false;
         // SAFETY: non-NULL (checked) and writable per the contract.
-        unsafe { out.write(d) };
+        unsafe { out.write(h.decision(d)) };
+        h.poisoned = false;
         rw_result::RwOk
     };
     // SAFETY: `out` is NULL or writable, per the contract.

@@ -294,3 +294,258 @@ fn a_spec_with_a_request_goes_the_full_way() {
     // SAFETY: from rw_request_read, freed once.
     unsafe { rw_request_free(req) };
 }
+
+#[test]
+fn the_thread_spec_is_lent_anew_to_every_begin() {
+    let mut spec = CallSpec::default();
+    let usual = rw_call_spec {
+        route: rw_str::of("openai/gpt-4o"),
+        tenant: rw_str::of("acme"),
+        deadline_ms: 2_000,
+        ..Default::default()
+    };
+    // SAFETY: every spec below points to live bytes (or NULL with length 0).
+    unsafe {
+        lend(&mut spec, &usual).unwrap();
+        assert_eq!(spec.route, "openai/gpt-4o");
+        assert_eq!(spec.tenant.as_deref(), Some("acme"));
+        assert_eq!(spec.deadline, Some(Duration::from_millis(2_000)));
+        // A tenant a refused begin left in the spec is not carried over.
+        lend(
+            &mut spec,
+            &rw_call_spec {
+                tenant: rw_str::NONE,
+                deadline_ms: 0,
+                idempotency: rw_idempotency::Unsafe as i32,
+                ..usual
+            },
+        )
+        .unwrap();
+        assert_eq!(spec.tenant, None);
+        assert_eq!(spec.deadline, None);
+        assert_eq!(spec.idempotency, retrywise_core::Idempotency::Unsafe);
+        // Another route of the same length, then bytes that are not UTF-8:
+        // compared, not trusted.
+        lend(
+            &mut spec,
+            &rw_call_spec {
+                route: rw_str::of("openai/gpt-4x"),
+                ..usual
+            },
+        )
+        .unwrap();
+        assert_eq!(spec.route, "openai/gpt-4x");
+        let bad = rw_call_spec {
+            route: rw_str {
+                ptr: c"openai/gpt-4\xff".as_ptr(),
+                len: 13,
+            },
+            ..usual
+        };
+        assert_eq!(lend(&mut spec, &bad).unwrap_err(), rw_result::RwErrInvalidArg);
+        let null = rw_call_spec {
+            route: rw_str {
+                ptr: std::ptr::null(),
+                len: 13,
+            },
+            ..usual
+        };
+        assert_eq!(lend(&mut spec, &null).unwrap_err(), rw_result::RwErrNull);
+        lend(
+            &mut spec,
+            &rw_call_spec {
+                route: rw_str::NONE,
+                ..usual
+            },
+        )
+        .unwrap();
+        assert_eq!(spec.route, "");
+        let long = "a-route-name-longer-than-thirty-two-bytes";
+        lend(
+            &mut spec,
+            &rw_call_spec {
+                route: rw_str::of(long),
+                ..usual
+            },
+        )
+        .unwrap();
+        assert_eq!(spec.route, long);
+    }
+    // Through the ABI: each begin on this thread gets its own route.
+    let e = engine("{}");
+    for route in [
+        "openai/gpt-4o",
+        "openai/gpt-4o",
+        "openai/gpt-4x",
+        "anthropic/claude",
+        "openai/gpt-4o",
+    ] {
+        let spec = rw_call_spec {
+            route: rw_str::of(route),
+            ..Default::default()
+        };
+        let (mut c, mut a) = (std::ptr::null_mut(), rw_attempt::default());
+        // SAFETY: live engine, readable spec, writable outs; the call is freed once.
+        unsafe {
+            assert_eq!(rw_call_begin(e, &spec, &mut c), rw_result::RwOk);
+            assert_eq!(rw_call_next_attempt(c, &mut a), rw_result::RwOk);
+            assert_eq!(text(a.upstream), route);
+            rw_call_free(c);
+        }
+    }
+    // SAFETY: created above, freed once.
+    unsafe { rw_engine_free(e) };
+}
+
+#[test]
+fn short_copies_and_compares_match_the_slice_ones() {
+    let src: Vec<u8> = (0..48u8).map(|i| b'a' + i % 26).collect();
+    for n in 0..=src.len() {
+        let mut dst = [0u8; 64];
+        // SAFETY: `dst` has room for `n` bytes and does not overlap `src`.
+        unsafe { copy_short(&src[..n], dst.as_mut_ptr()) };
+        assert_eq!(&dst[..n], &src[..n]);
+        assert!(dst[n..].iter().all(|&b| b == 0), "wrote past {n}");
+        let mut other = src[..n].to_vec();
+        assert!(same_bytes(&src[..n], &other));
+        for i in 0..n {
+            other[i] ^= 1;
+            assert!(!same_bytes(&src[..n], &other), "missed byte {i} of {n}");
+            other[i] ^= 1;
+        }
+        assert!(!same_bytes(&src[..n], &src[..n.saturating_sub(1)]) || n == 0);
+    }
+}
+
+#[test]
+fn plain_outcomes_read_as_the_full_conversion_does() {
+    let plain = rw_outcome {
+        status: 200,
+        ok: true,
+        input_tokens: 12,
+        resumable: true,
+        first_token_ms: 340,
+        // Ignored without a length, as before.
+        headers: [rw_header {
+            name: rw_str::of("x"),
+            value: rw_str::of("y"),
+        }]
+        .as_ptr(),
+        ..Default::default()
+    };
+    assert!(is_plain(&plain));
+    // SAFETY: no pointer is read (plain), and the others point to live bytes.
+    unsafe {
+        assert_eq!(outcome_from(&plain).unwrap(), outcome_plain(&plain));
+        for not_plain in [
+            rw_outcome {
+                error_kind: rw_error_kind::Connect as i32,
+                ..plain
+            },
+            rw_outcome {
+                phase: rw_phase::Sent as i32,
+                ..plain
+            },
+            rw_outcome { effect: 0, ..plain },
+            rw_outcome {
+                continuation: 0,
+                ..plain
+            },
+            rw_outcome {
+                vendor_code: rw_str::of("overloaded_error"),
+                ..plain
+            },
+        ] {
+            assert!(!is_plain(&not_plain));
+            assert_ne!(outcome_from(&not_plain).unwrap(), outcome_plain(&plain));
+        }
+        // A body is read (here it changes nothing: a 200 without a JSON content type).
+        assert!(!is_plain(&rw_outcome {
+            body: rw_str::of("{}"),
+            ..plain
+        }));
+        // A NULL string with a length is still refused, and a bad enum value.
+        let null_code = rw_outcome {
+            vendor_code: rw_str {
+                ptr: std::ptr::null(),
+                len: 4,
+            },
+            ..plain
+        };
+        assert_eq!(outcome_from(&null_code).unwrap_err(), rw_result::RwErrNull);
+        let bad_kind = rw_outcome {
+            error_kind: 99,
+            ..plain
+        };
+        assert_eq!(outcome_from(&bad_kind).unwrap_err(), rw_result::RwErrInvalidArg);
+    }
+}
+
+#[test]
+fn simple_specs_are_told_apart_by_every_field() {
+    let usual = rw_call_spec {
+        route: rw_str::of("chat"),
+        tenant: rw_str::of("acme"),
+        deadline_ms: 9,
+        idempotency: rw_idempotency::Keyed as i32,
+        max_cost: -1.0,
+        ..Default::default()
+    };
+    assert!(is_simple(&usual));
+    assert!(is_simple(&rw_call_spec {
+        max_cost: f64::NAN,
+        ..usual
+    }));
+    let s = rw_str::of("x");
+    let caps = [s];
+    for other in [
+        rw_call_spec { task: s, ..usual },
+        rw_call_spec { priority: s, ..usual },
+        rw_call_spec {
+            idempotency_key: s,
+            ..usual
+        },
+        rw_call_spec {
+            params_digest: s,
+            ..usual
+        },
+        rw_call_spec {
+            data_boundary: s,
+            ..usual
+        },
+        rw_call_spec {
+            data_boundary: rw_str {
+                ptr: std::ptr::null(),
+                len: 1,
+            },
+            ..usual
+        },
+        rw_call_spec {
+            inbound_headers_len: 1,
+            ..usual
+        },
+        rw_call_spec {
+            capabilities: caps.as_ptr(),
+            capabilities_len: 1,
+            ..usual
+        },
+        rw_call_spec {
+            input_tokens: 1,
+            ..usual
+        },
+        rw_call_spec {
+            max_output_tokens: 1,
+            ..usual
+        },
+        rw_call_spec { max_cost: 0.5, ..usual },
+    ] {
+        assert!(!is_simple(&other), "{other:?}");
+    }
+}
+
+#[test]
+fn a_call_is_about_a_kibibyte() {
+    // `rw_call_free` documents the memory a thread keeps per spare call.
+    let size = std::mem::size_of::<rw_call>();
+    assert!((768..=1280).contains(&size), "rw_call is {size} bytes");
+}
