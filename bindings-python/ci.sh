@@ -55,7 +55,10 @@ echo
 step "build and install the extension (pip install ./bindings-python, test hooks on for the panic tests)"
 # maturin's build backend passes MATURIN_PEP517_ARGS to cargo: the core's
 # test-only policy hooks, which tests/test_errors.py uses.
-MATURIN_PEP517_ARGS="--features test-hooks" \
+# The tests need the same code, not the shipped wheel's fat LTO: the plain
+# release profile builds without whole-program LTO (scripts/package builds the
+# shipped wheel with release-python, as `pip install ./bindings-python` does).
+MATURIN_PEP517_ARGS="--profile release --features test-hooks" \
     "$PY" -m pip install --quiet --no-build-isolation --force-reinstall --no-deps "$HERE"
 "$PY" -c 'import retrywise; print("retrywise", retrywise.__version__, "from", retrywise.__file__)'
 
