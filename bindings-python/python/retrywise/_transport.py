@@ -81,6 +81,8 @@ class _Driver:
         self.needs_of: Callable[[Any], Needs | None] | None = needs if callable(needs) else None
         self.needs: Needs | None = None if callable(needs) else needs
         self.call_kwargs = call_kwargs
+        #: Rewritten URLs, parsed once: a request goes to one of a few upstream URLs.
+        self.urls: dict[str, Any] = {}
 
     def route_for(self, request: Any, facts: RequestFacts) -> str:
         """The route serving ``request``: the transport's own, the ``routes`` map's
@@ -132,9 +134,20 @@ class _Driver:
         if reach is not None and reach.rewrites:
             w = rewrite(reach, method, url, headers, content)
             method, url, headers, content = w.method, w.url, w.headers, w.body
-        out = self.hx.Request(method, url, headers=headers, content=content, extensions=dict(request.extensions))
+        out = self.hx.Request(
+            method, self.url_of(url), headers=headers, content=content, extensions=dict(request.extensions)
+        )
         self.prepare(out, attempt, base)
         return out
+
+    def url_of(self, url: str) -> Any:
+        """``url`` parsed (httpx's parse is most of a request's cost), kept for the next request."""
+        parsed = self.urls.get(url)
+        if parsed is None:
+            if len(self.urls) >= 256:
+                self.urls.clear()
+            parsed = self.urls[url] = self.hx.URL(url)
+        return parsed
 
     @staticmethod
     def prepare(request: Any, attempt: Attempt, base: dict[str, Any]) -> None:
