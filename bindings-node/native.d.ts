@@ -91,6 +91,18 @@ export declare class NativeEngine {
    */
   rewrite(upstream: string, req: WireRequest): WireRequest | null
   /**
+   * Whether a request for `upstream` is rewritten (`Reach::rewrites`: the
+   * catalog names its base URL, model, key or family); the JS layer asks
+   * once per upstream and policy, and makes no rewrite crossing otherwise.
+   */
+  rewrites(upstream: string): boolean
+  /**
+   * `rewrite` for a wrapped fetch: the headers as one string
+   * (names and values in turn, each followed by a line feed), the result as the edits to make (`WireEdit`),
+   * or `null` when the catalog changes nothing.
+   */
+  rewriteEdits(upstream: string, method: string, url: string, headers: string, body?: Uint8Array | undefined | null): WireEdit | null
+  /**
    * A stream gate for one attempt's body, reading malformed events as the
    * policy says (`streams.malformed_event`). `endAtError`: an error event
    * after output ends the stream before it (`StreamGate::end_at_error`),
@@ -167,6 +179,15 @@ export declare class NativeEngine {
    * its first visible output (`Outcome::first_token`).
    */
   report(h: number, status: number, error: number, phase: number, effect: number, vendorCode: string | undefined | null, headers: Array<string> | undefined | null, inputTokens: number, body: Uint8Array | undefined | null, attempt: number, ok: boolean, resumable?: boolean | undefined | null, continuation?: number | undefined | null, firstTokenMs?: number | undefined | null): number
+  /**
+   * Reports the latest attempt's response as a wrapped fetch read it:
+   * HTTP `status`, its headers as one string (names and values in turn, each
+   * followed by a line feed, as a `Headers` gives them; null: none) and the body read inside the loop
+   * (`Outcome::read_body`: an error's vendor code, a JSON success that does
+   * not parse). One string crosses instead of a list of 2 × n. Returns the
+   * action code (decision in scratch).
+   */
+  reportResponse(h: number, status: number, headers?: string | undefined | null, body?: Uint8Array | undefined | null): number
   /** Cancels call `h`; the decision goes to scratch; returns the action code. */
   cancel(h: number): number
   /**
@@ -177,6 +198,12 @@ export declare class NativeEngine {
   nextHedge(h: number): number
   /** Propagation headers of attempt `n` (0 = latest) of call `h` as a flat `[name, value, ...]` list. */
   attemptHeaders(h: number, n: number): Array<string>
+  /**
+   * Propagation headers of attempt `n` (0 = latest) of call `h` as one
+   * string, names and values in turn joined by line feeds (neither holds
+   * one): one value crosses.
+   */
+  attemptHeadersText(h: number, n: number): string
   /** Upstream of attempt `n` (0 = latest); for names that were not interned. */
   upstreamOfAttempt(h: number, n: number): string | null
   /** Upstream of the last decision (for names that were not interned). */
@@ -288,6 +315,16 @@ export declare class StreamGate {
    * (empty while only preamble arrived; `chunk` itself once visible).
    */
   feed(chunk: Uint8Array): Uint8Array
+  /**
+   * `feed`, and what it releases observed by `transcript` (what the caller
+   * receives now), in one crossing: the per-chunk step of a wrapped body
+   * that no splice rewrites. Returns `chunk` itself (the same JS object)
+   * when it passes unchanged, which says that nothing was held or withheld:
+   * an error event (or a malformed one the policy ends on) is never passed
+   * on by a gate that ends at errors, so a chunk returned as it came
+   * carried none, and `watching` need not be asked.
+   */
+  relay(chunk: Uint8Array, transcript: Transcript): Uint8Array
   /** The body ended: everything still held, to deliver before the end. */
   finish(): Uint8Array
   /** Whether bytes were released: a failure from now on is `stream_visible`. */
@@ -504,6 +541,19 @@ export declare function vendorCodeFromBody(body: Uint8Array): string | null
  * bits; see the `scratch` module), as JSON (read once when the module loads).
  */
 export declare function vocab(): string
+
+/**
+ * What a rewrite changes in a request the JS side already holds
+ * (`rewriteEdits`): the new URL, the new body (null: unchanged), the header
+ * names to delete and the headers to set (flat `[name, value, ...]`), so
+ * the headers cross once as one string and come back as their difference.
+ */
+export interface WireEdit {
+  url: string
+  body?: Uint8Array
+  drop: Array<string>
+  set: Array<string>
+}
 
 /** A request as `fetch` would send it: headers as a flat `[name, value, ...]` list. */
 export interface WireRequest {

@@ -335,3 +335,50 @@ test("first byte counts from when the request went out (Node's fetch says when),
     await srv.close()
   }
 })
+
+test('a body read inside the loop is handed on as a Response: read once, any reader, cloned, streamed on demand', async () => {
+  const json = JSON.stringify({ ok: true, text: 'héllo' })
+  const srv = await localServer((req, res) => {
+    if (req.url === '/err') {
+      res.writeHead(400, { 'content-type': 'application/json', 'x-request-id': 'e1' })
+      return res.end('{"error":{"type":"invalid_request_error","code":"bad"}}')
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'x-request-id': 'r1' })
+    res.end(json)
+  })
+  try {
+    const f = wrapFetch(new Engine(fast), fetch, { route: 'local', deadlineMs: 5000 })
+    const r = await f(srv.url + '/ok')
+    assert.ok(r instanceof Response)
+    assert.equal(r.status, 200)
+    assert.equal(r.ok, true)
+    assert.equal(r.url, srv.url + '/ok')
+    assert.equal(r.headers.get('x-request-id'), 'r1')
+    assert.equal(decisionOf(r).action, 'succeeded')
+    assert.equal(r.bodyUsed, false)
+    const c = r.clone()
+    assert.equal(decisionOf(c).action, 'succeeded')
+    assert.deepEqual(await r.json(), JSON.parse(json))
+    assert.equal(r.bodyUsed, true)
+    await assert.rejects(r.text(), TypeError)
+    assert.throws(() => r.clone(), TypeError)
+    assert.equal(await c.text(), json)
+    // Each reader, and the body as a stream, as the platform's Response gives them.
+    for (const read of [(x) => x.arrayBuffer(), (x) => x.blob(), (x) => new Response(x.body).arrayBuffer()]) {
+      const x = await f(srv.url + '/ok')
+      const got = await read(x)
+      const bytes = new Uint8Array(got instanceof Blob ? await got.arrayBuffer() : got)
+      assert.equal(Buffer.from(bytes).toString('utf8'), json)
+      assert.equal(x.bodyUsed, true)
+    }
+    const b = await f(srv.url + '/ok')
+    assert.equal((await b.blob()).type, 'application/json')
+    // The final error response, its body read for the vendor code, reads as it came.
+    const e = await f(srv.url + '/err')
+    assert.equal(e.status, 400)
+    assert.equal(decisionOf(e).reason, 'invalid_request')
+    assert.deepEqual(await e.json(), { error: { type: 'invalid_request_error', code: 'bad' } })
+  } finally {
+    await srv.close()
+  }
+})

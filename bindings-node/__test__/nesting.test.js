@@ -408,8 +408,45 @@ test('nesting carrier: V8 continuation data enables no async_hooks, the storage 
     assert.equal(r.status, 0, r.stderr)
     return JSON.parse(r.stdout)
   }
-  assert.equal(ids('async-local-storage').filter((id) => id > 0).length, 2)
+  // An AsyncLocalStorage on async_hooks (Node 20 and 22) turns promise hooks on
+  // while it is enabled; one on AsyncContextFrame (Node 24) needs none.
+  const { AsyncLocalStorage } = require('node:async_hooks')
+  const hooksBased = typeof (/** @type {any} */ (AsyncLocalStorage.prototype)._propagate) === 'function'
+  assert.equal(ids('async-local-storage').filter((id) => id > 0).length, hooksBased ? 2 : 0)
   if (Number(process.versions.node.split('.')[0]) === 20) assert.deepEqual(ids('continuation'), [0, 0])
+})
+
+test('nesting carrier: without V8\'s symbols the storage carries the attempt (the fallback, on any Node)', () => {
+  const { spawnSync } = require('node:child_process')
+  // RETRYWISE_TEST_HIDE_V8 (honoured by the test build only) makes the addon
+  // find none of V8's continuation-data functions, as a Node that does not
+  // export them would: the carrier falls back to AsyncLocalStorage, asked for or not.
+  const script = `
+    const { carrierName } = require('./lib/context.js')
+    const { Engine, currentAttempt } = require('./index.js')
+    const e = new Engine({ backoff: { base_ms: 1, cap_ms: 5 } })
+    ;(async () => {
+      const seen = []
+      await e.run(async (outer) => {
+        await null
+        const c = e.begin({ route: 'inner' })
+        seen.push(currentAttempt() === outer, c.info().owner, c.nextAttempt().requestId === outer.requestId)
+        c.release()
+        await new Promise((r) => setTimeout(r, 1))
+        seen.push(currentAttempt() === outer)
+      }, { route: 'outer' })
+      seen.push(currentAttempt() === undefined)
+      console.log(JSON.stringify({ carrierName, seen }))
+    })()`
+  for (const nesting of ['', 'continuation']) {
+    const r = spawnSync(process.execPath, ['-e', script], {
+      cwd: require('node:path').join(__dirname, '..'),
+      env: { ...process.env, RETRYWISE_TEST_HIDE_V8: '1', RETRYWISE_NESTING: nesting },
+      encoding: 'utf8',
+    })
+    assert.equal(r.status, 0, r.stderr)
+    assert.deepEqual(JSON.parse(r.stdout), { carrierName: 'async-local-storage', seen: [true, false, true, true, true] }, `RETRYWISE_NESTING=${JSON.stringify(nesting)}`)
+  }
 })
 
 test('nesting carrier: an unknown RETRYWISE_NESTING is refused at load, naming the variable', () => {

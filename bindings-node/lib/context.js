@@ -6,7 +6,9 @@
 // Two carriers, chosen once when the module loads:
 //
 // - `continuation` (Node 20): V8's continuation-preserved embedder data
-//   (native `continuationCarrier()`), which V8 captures when a reaction is
+//   (native `continuationCarrier()`, found in the process by V8's C++ symbol
+//   names: used only when all of them are there and a swap/get round trip
+//   gives back what it set; the storage otherwise), which V8 captures when a reaction is
 //   registered (`await`, `then`) and restores while it runs, at no cost to
 //   promises. It follows every promise continuation (await chains,
 //   then/catch/finally, Promise combinators, async generators, Promise
@@ -63,7 +65,16 @@ function chooseCarrier() {
   // async_hooks even once leaves V8's promise fast paths off for the rest of
   // the process.
   const hooksBased = typeof (/** @type {any} */ (AsyncLocalStorage.prototype)._propagate) === 'function'
-  return hooksBased ? continuationCarrier() : null
+  if (!hooksBased) return null
+  // Null when the process does not export V8's functions (src/continuation.rs).
+  const c = continuationCarrier()
+  if (c === null) return null
+  // What is set is what is read, and the slot is given back as it was.
+  const probe = {}
+  const prev = c.swap(probe)
+  const same = c.get() === probe
+  c.swap(prev)
+  return same && c.get() === prev ? c : null
 }
 
 const carrier = chooseCarrier()

@@ -162,6 +162,12 @@ class Engine {
     // (one more place for the one in the `step.PENDING_RELEASE` slot).
     this._rel = new Float64Array(RELEASE_BATCH + 1)
     this._relN = 0
+    // What the policy in force says, asked once (cleared by `reload`): the
+    // route of a request model, and whether an upstream's requests are rewritten.
+    /** @type {Map<string, string>} */
+    this._modelRoutes = new Map()
+    /** @type {Map<string, boolean>} */
+    this._rewriting = new Map()
   }
 
   /**
@@ -364,6 +370,104 @@ class Engine {
       if (e && /** @type {{ code?: unknown }} */ (e).code === 'ERR_RETRYWISE_RELEASED') return this._n.beginEx(route, dl, idem, text, -1, 0, first === true, facts, readNext)
       throw e
     }
+  }
+
+  /**
+   * The fields of a base spec a wrapped fetch begins every request with,
+   * checked once, when the engine's fast begin takes them all (a route, and
+   * at most a deadline, an idempotency, a tenant and `inherit`); null
+   * otherwise (each request then goes through `_open`, which checks it).
+   * @param {Record<string, any>} spec
+   * @returns {{ dl: number, idem: number, tid: number, inherit: boolean } | null}
+   */
+  _simpleSpec(spec) {
+    for (const k in spec) {
+      if (spec[k] === undefined) continue
+      if (k !== 'route' && k !== 'deadlineMs' && k !== 'idempotency' && k !== 'tenant' && k !== 'inherit') return null
+    }
+    let dl = -1
+    if (spec.deadlineMs !== undefined && spec.deadlineMs !== null) {
+      dl = spec.deadlineMs
+      if (typeof dl !== 'number' || !(dl >= 0) || !Number.isFinite(dl)) return null
+    }
+    let idem = 0
+    try {
+      idem = spec.idempotency === undefined ? 0 : toCode('idempotency', spec.idempotency, 'opts.idempotency')
+    } catch {
+      return null
+    }
+    let tid = -1
+    const tenant = spec.tenant
+    if (tenant !== undefined && tenant !== null) {
+      if (typeof tenant !== 'string') return null
+      tid = this._sid(tenant)
+      if (tid < 0) return null
+    }
+    if (spec.inherit !== undefined && typeof spec.inherit !== 'boolean') return null
+    return { dl, idem, tid, inherit: spec.inherit !== false }
+  }
+
+  /**
+   * Opens a wrapped fetch's call on `route` with a base spec `_simpleSpec`
+   * checked (`simple`), beginning with what the request the engine read last
+   * needs (`readNextRequest`) and asking for its first attempt in the same
+   * step. Inside another retrywise call (nesting), or for a route not
+   * interned, it goes through `_open` with `spec`.
+   * @param {string} route
+   * @param {{ dl: number, idem: number, tid: number, inherit: boolean }} simple
+   * @param {Record<string, any>} spec
+   * @returns {number}
+   */
+  _openReadNext(route, simple, spec) {
+    if (!simple.inherit || currentAttempt() === undefined) {
+      const rid = this._routeId(route)
+      if (rid >= 0) {
+        const s = this._s
+        s[BEGIN_ROUTE] = rid
+        s[BEGIN_DEADLINE_MS] = simple.dl
+        s[BEGIN_IDEMPOTENCY] = simple.idem
+        s[BEGIN_TENANT] = simple.tid
+        s[BEGIN_REQUEST] = 1
+        try {
+          this._f.beginAttempt()
+        } catch (e) {
+          throw translateNativeError(e)
+        }
+        return s[STEP_HANDLE]
+      }
+    }
+    return this._open(/** @type {SpecInput} */ ({ ...spec, route, request: /** @type {any} */ (READ_NEXT) }), 'opts', true)
+  }
+
+  /**
+   * `routeForModel`, asked once per model and policy.
+   * @param {string} model
+   * @returns {string}
+   */
+  _routeForModel(model) {
+    let r = this._modelRoutes.get(model)
+    if (r === undefined) {
+      r = this.routeForModel(model)
+      if (this._modelRoutes.size >= 1024) this._modelRoutes.clear()
+      this._modelRoutes.set(model, r)
+    }
+    return r
+  }
+
+  /**
+   * Whether requests for `upstream` are rewritten (its catalog entry names
+   * a base URL, model, key or family), asked once per upstream and policy.
+   * @param {string} upstream
+   * @returns {boolean}
+   */
+  _rewrites(upstream) {
+    let r = this._rewriting.get(upstream)
+    if (r === undefined) {
+      r = this._n.rewrites(upstream)
+      if (this._rewriting.size >= 1024) this._rewriting.clear()
+      this._rewriting.set(upstream, r)
+    }
+    return r
   }
 
   /**
@@ -602,6 +706,8 @@ class Engine {
     } catch (e) {
       throw translateNativeError(e)
     }
+    this._modelRoutes.clear()
+    this._rewriting.clear()
     this._flush()
   }
 

@@ -8,7 +8,7 @@ const native = require('../native.js')
 const { describe, AttemptTimeoutError } = require('./errors.js')
 const { decisionOf, stoppedFromDecision } = require('./call.js')
 const { errorOutcome, timerKind, httpStatus } = require('./outcomes.js')
-const { abortReason, raceAbort, restartIdle } = require('./timers.js')
+const { abortReason } = require('./timers.js')
 
 /**
  * @typedef {import('./fetch.js').FetchCall} FetchCall
@@ -263,8 +263,9 @@ function wrapBody(self, first) {
   /**
    * @param {ReadableStreamDefaultController<Uint8Array>} controller
    * @param {Uint8Array} v
+   * @param {boolean} [observed]
    */
-  const deliver = (controller, v) => {
+  const deliver = (controller, v, observed = false) => {
     if (firstToken !== null) {
       clearTimeout(firstToken)
       firstToken = null
@@ -272,7 +273,8 @@ function wrapBody(self, first) {
     delivered += v.byteLength
     // The attempt's first visible output: its time to first token, reported with its success.
     if (cur.firstAt === null) cur.firstAt = performance.now()
-    transcript.observe(v)
+    // `relay` observed it already (the gate's step, one crossing).
+    if (!observed) transcript.observe(v)
     if (anthropic && !stopped) {
       // Its event line, or its data's type (inside a JSON string a newline or a quote is escaped).
       const seen = tail + Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('latin1')
@@ -282,18 +284,11 @@ function wrapBody(self, first) {
     controller.enqueue(v)
   }
   let finished = false
-  /** @type {NodeJS.Timeout | null} */
-  let idle = null
   // Request sent -> first visible output (pings and the preamble do not count): a
   // stream that opens and then says nothing is left like a silent upstream.
   /** @type {NodeJS.Timeout | null} */
   let firstToken = null
-  const armIdle = () => {
-    idle = restartIdle(idle, cur.attempt, cur.ctl)
-  }
   const stopTimers = () => {
-    if (idle) clearTimeout(idle)
-    idle = null
     if (firstToken) clearTimeout(firstToken)
     firstToken = null
     cur.ctl.done()
@@ -306,9 +301,10 @@ function wrapBody(self, first) {
   let pulling = false
   /** @type {ReadableStreamDefaultController<Uint8Array> | null} */
   let ctrl = null
-  const readOnce = () => raceAbort(cur.reader.read(), cur.ctl.ac.signal)
   // The attempt's timer (or the caller's signal) may fire while nobody reads the
-  // body: report it then, so an unread body cannot keep the call open.
+  // body: report it then, so an unread body cannot keep the call open. While a
+  // read is in progress, it is cancelled (its reader's pending read ends at once)
+  // and the read reports the abort.
   /** @param {BodyParts} parts */
   const watch = (parts) => {
     parts.ctl.unref()
@@ -319,17 +315,19 @@ function wrapBody(self, first) {
       firstToken = setTimeout(
         () => {
           firstToken = null
-          if (pulling && cur === parts) parts.ctl.ac.abort(new AttemptTimeoutError(timerKind(parts.attempt, 'first_token', true), ms))
+          if (pulling && cur === parts) parts.ctl.abort(new AttemptTimeoutError(timerKind(parts.attempt, 'first_token', true), ms))
         },
         Math.max(0, ms - (performance.now() - parts.sentAt)),
       )
       firstToken.unref()
     }
-    parts.ctl.ac.signal.addEventListener(
-      'abort',
-      () => {
-        if (pulling || finished || cur !== parts) return
-        const reason = parts.ctl.ac.signal.reason
+    parts.ctl.onAbort = (reason) => {
+      if (finished || cur !== parts) return
+      if (pulling) {
+        parts.reader.cancel(reason).catch(() => {})
+        return
+      }
+      {
         stopTimers()
         parts.reader.cancel(reason).catch(() => {})
         const sig = self.req.signal
@@ -345,9 +343,8 @@ function wrapBody(self, first) {
         }
         finish()
         if (ctrl) ctrl.error(e)
-      },
-      { once: true },
-    )
+      }
+    }
   }
   watch(first)
   const stream = new ReadableStream(
@@ -355,13 +352,8 @@ function wrapBody(self, first) {
       start(controller) {
         ctrl = controller
       },
-      async pull(controller) {
-        pulling = true
-        try {
-          await pullOnce(controller)
-        } finally {
-          pulling = false
-        }
+      pull(controller) {
+        return pullOnce(controller)
       },
       cancel(reason) {
         if (finished) return
@@ -450,84 +442,100 @@ function wrapBody(self, first) {
 
   /** @param {ReadableStreamDefaultController<Uint8Array>} controller */
   async function pullOnce(controller) {
-    if (finished) return
-    if (pendingFail !== null) {
-      const p = pendingFail
-      pendingFail = null
-      // A fallback that continues the answer takes over: read on from it.
-      if (!(await failed(controller, p.err, resumable(p.outcome)))) return
-    }
-    for (;;) {
-      armIdle()
-      let chunk
-      try {
-        chunk = await readOnce()
-      } catch (err) {
-        if (await failed(controller, err, null)) continue
-        return
+    // One async step per chunk: a pull in progress (an abort cancels its read).
+    pulling = true
+    try {
+      if (finished) return
+      if (pendingFail !== null) {
+        const p = pendingFail
+        pendingFail = null
+        // A fallback that continues the answer takes over: read on from it.
+        if (!(await failed(controller, p.err, resumable(p.outcome)))) return
       }
-      if (chunk.done) {
-        stopTimers()
-        const g = cur.gate
-        cur.gate = null
-        if (g !== null) {
-          // A stream of preamble only, or a last event without its blank line.
-          let rest = g.finish()
-          if (cur.splicer !== null && rest.byteLength > 0) rest = cur.splicer.feed(rest)
-          if (rest.byteLength > 0) deliver(controller, rest)
-        }
-        if (cur.splicer !== null) {
-          const tail = cur.splicer.finish()
-          if (tail.byteLength > 0) deliver(controller, tail)
-        }
-        // Whether the answer the caller received was whole is the core's call
-        // (output shown without its finish was cut, however the body ended).
-        /** @type {import('../index').Outcome} */
-        const outcome = g !== null ? outcomeFromJson(g.endOutcome(cur.res.status, transcript)) : { status: cur.res.status }
-        if (outcome.error !== undefined) {
-          if (await failed(controller, new Error(`stream ended without its finish (${outcome.error})`), outcome)) continue
+      for (;;) {
+        const ctl = cur.ctl
+        ctl.touch()
+        let chunk
+        try {
+          chunk = await cur.reader.read()
+          if (ctl.aborted) throw ctl.reason
+        } catch (err) {
+          if (await failed(controller, ctl.aborted ? ctl.reason : err, null)) continue
           return
         }
-        // Sending this attempt -> the first bytes the gate released to the caller.
-        if (cur.firstAt !== null) outcome.firstTokenMs = cur.firstAt - cur.sentAt
-        // The answer is whole (its stop_reason came) but its stream never said
-        // `message_stop`, after which alone the anthropic SDK completes a
-        // message (`finalMessage()`): the caller gets the event it left out.
-        if (anthropic && !stopped && transcript.finished) deliver(controller, messageStop(tail))
-        self._report(outcome)
-        finish()
-        controller.close()
-        return
-      }
-      let v = chunk.value
-      const g = cur.gate
-      if (v && v.byteLength > 0 && g !== null) {
-        v = g.feed(v)
-        if (!g.watching) {
+        if (chunk.done) {
+          stopTimers()
+          const g = cur.gate
           cur.gate = null
-          // An error event (the provider's, or a malformed event the policy ends the stream on).
-          if (g.streamError !== null) {
-            // The gate ends at the event (`endAtError`): `v` is what came before it,
-            // which the caller gets first; the event itself never reaches the SDK.
-            const outcome = outcomeFromJson(g.outcome(cur.res.status))
-            const err = new Error(`stream error event: ${outcome.vendorCode ?? 'error'}`)
-            if (v.byteLength > 0 && cur.splicer !== null) v = cur.splicer.feed(v)
-            // Enqueue only with bytes to deliver: a pull that enqueues nothing is not called again.
-            if (v.byteLength > 0) {
-              deliver(controller, v)
-              pendingFail = { err, outcome }
-              return
-            }
-            if (await failed(controller, err, resumable(outcome))) continue
+          if (g !== null) {
+            // A stream of preamble only, or a last event without its blank line.
+            let rest = g.finish()
+            if (cur.splicer !== null && rest.byteLength > 0) rest = cur.splicer.feed(rest)
+            if (rest.byteLength > 0) deliver(controller, rest)
+          }
+          if (cur.splicer !== null) {
+            const tail = cur.splicer.finish()
+            if (tail.byteLength > 0) deliver(controller, tail)
+          }
+          // Whether the answer the caller received was whole is the core's call
+          // (output shown without its finish was cut, however the body ended).
+          /** @type {import('../index').Outcome} */
+          const outcome = g !== null ? outcomeFromJson(g.endOutcome(cur.res.status, transcript)) : { status: cur.res.status }
+          if (outcome.error !== undefined) {
+            if (await failed(controller, new Error(`stream ended without its finish (${outcome.error})`), outcome)) continue
             return
           }
+          // Sending this attempt -> the first bytes the gate released to the caller.
+          if (cur.firstAt !== null) outcome.firstTokenMs = cur.firstAt - cur.sentAt
+          // The answer is whole (its stop_reason came) but its stream never said
+          // `message_stop`, after which alone the anthropic SDK completes a
+          // message (`finalMessage()`): the caller gets the event it left out.
+          if (anthropic && !stopped && transcript.finished) deliver(controller, messageStop(tail))
+          self._report(outcome)
+          finish()
+          controller.close()
+          return
+        }
+        let v = chunk.value
+        const g = cur.gate
+        // Observed by the transcript with the gate's step (no splice rewrites it).
+        let observed = false
+        if (v && v.byteLength > 0 && g !== null) {
+          const fed = v
+          if (cur.splicer === null) {
+            v = g.relay(fed, transcript)
+            observed = true
+          } else v = g.feed(fed)
+          // A chunk the gate passed on as it came held no error event: an event
+          // stream's gate then still watches.
+          if ((v !== fed || !cur.events) && !g.watching) {
+            cur.gate = null
+            // An error event (the provider's, or a malformed event the policy ends the stream on).
+            if (g.streamError !== null) {
+              // The gate ends at the event (`endAtError`): `v` is what came before it,
+              // which the caller gets first; the event itself never reaches the SDK.
+              const outcome = outcomeFromJson(g.outcome(cur.res.status))
+              const err = new Error(`stream error event: ${outcome.vendorCode ?? 'error'}`)
+              if (v.byteLength > 0 && cur.splicer !== null) v = cur.splicer.feed(v)
+              // Enqueue only with bytes to deliver: a pull that enqueues nothing is not called again.
+              if (v.byteLength > 0) {
+                deliver(controller, v, observed)
+                pendingFail = { err, outcome }
+                return
+              }
+              if (await failed(controller, err, resumable(outcome))) continue
+              return
+            }
+          }
+        }
+        if (v && v.byteLength > 0 && cur.splicer !== null) v = cur.splicer.feed(v)
+        if (v && v.byteLength > 0) {
+          deliver(controller, v, observed)
+          return
         }
       }
-      if (v && v.byteLength > 0 && cur.splicer !== null) v = cur.splicer.feed(v)
-      if (v && v.byteLength > 0) {
-        deliver(controller, v)
-        return
-      }
+    } finally {
+      pulling = false
     }
   }
   const out = new Response(stream, { status: res.status, statusText: res.statusText, headers: res.headers })

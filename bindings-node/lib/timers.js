@@ -40,79 +40,144 @@ function sleep(ms, signal) {
 }
 
 /**
- * Per-attempt AbortController whose timer aborts with an AttemptTimeoutError
- * (its kind as the core maps the attempt's total timer, once `bodyStarted`
- * says whether the response's headers had come); linked to the caller's signal.
- * @param {Attempt} attempt
- * @param {AbortSignal | null | undefined} userSignal
+ * One attempt of a wrapped fetch: its AbortController (the fetch's signal)
+ * and the timers the core handed out. Every abort goes through `abort()`:
+ * the total timer (its kind as the core maps it, once `bodyStarted` says
+ * whether the response's headers had come), the idle timer, the first-byte
+ * and first-token timers, and the caller's signal (linked). Whoever waits on
+ * the attempt is told through `onAbort`, one slot, held by one wait at a time
+ * (the request, a body being read): no listener is added to or removed from
+ * an AbortSignal per wait, which costs more than the wait's own bookkeeping.
  */
-function attemptController(attempt, userSignal) {
-  const ac = new AbortController()
-  const total = attempt.timeouts.totalMs
-  const ctl = {
-    ac,
-    bodyStarted: false,
-    done() {
-      clearTimeout(timer)
-      if (unlink) unlink()
-    },
-    /** Keeps the timer without holding the process open (a body nobody reads). */
-    unref() {
-      timer.unref()
-    },
-  }
-  const timer = setTimeout(() => ac.abort(new AttemptTimeoutError(timerKind(attempt, 'total', ctl.bodyStarted), total)), Math.max(0, total))
-  /** @type {(() => void) | null} */
-  let unlink = null
-  if (userSignal) {
-    const onAbort = () => ac.abort(abortReason(userSignal))
-    if (userSignal.aborted) onAbort()
-    else {
-      userSignal.addEventListener('abort', onAbort, { once: true })
-      unlink = () => userSignal.removeEventListener('abort', onAbort)
+class AttemptController {
+  /**
+   * @param {Attempt} attempt
+   * @param {AbortSignal | null | undefined} userSignal
+   */
+  constructor(attempt, userSignal) {
+    this.ac = new AbortController()
+    this.attempt = attempt
+    this.bodyStarted = false
+    this.aborted = false
+    /** @type {unknown} */
+    this.reason = undefined
+    /**
+     * Told once, when the attempt is aborted (the current wait's), then cleared.
+     * @type {((reason: unknown) => void) | null}
+     */
+    this.onAbort = null
+    const total = attempt.timeouts.totalMs
+    /** @type {NodeJS.Timeout} */
+    this.timer = setTimeout(() => this.abort(new AttemptTimeoutError(timerKind(attempt, 'total', this.bodyStarted), total)), Math.max(0, total))
+    // The idle timer: armed once, moved lazily (see `touch`).
+    /** @type {NodeJS.Timeout | null} */
+    this.idleTimer = null
+    this.lastAt = 0
+    this.idleMs = attempt.timeouts.idleMs
+    this.idleCheck = () => {
+      this.idleTimer = null
+      const quiet = performance.now() - this.lastAt
+      // A timer may fire up to a millisecond early on the clock it is read against.
+      if (quiet + 1 >= this.idleMs) this.abort(new AttemptTimeoutError(timerKind(this.attempt, 'idle', true), this.idleMs))
+      else this.idleTimer = setTimeout(this.idleCheck, this.idleMs - quiet)
+    }
+    /** @type {AbortSignal | null} */
+    this.user = null
+    /** @type {(() => void) | null} */
+    this.onUser = null
+    if (userSignal) {
+      if (userSignal.aborted) this.abort(abortReason(userSignal))
+      else {
+        this.user = userSignal
+        this.onUser = () => this.abort(abortReason(userSignal))
+        userSignal.addEventListener('abort', this.onUser, { once: true })
+      }
     }
   }
-  return ctl
+
+  /**
+   * Aborts the attempt (once): its signal, then whoever waits on it.
+   * @param {unknown} reason
+   */
+  abort(reason) {
+    if (this.aborted) return
+    this.aborted = true
+    this.reason = reason
+    this.ac.abort(reason)
+    const f = this.onAbort
+    if (f !== null) {
+      this.onAbort = null
+      f(reason)
+    }
+  }
+
+  /** The attempt ended: its timers stop, the caller's signal is let go. */
+  done() {
+    clearTimeout(this.timer)
+    this.untouch()
+    if (this.user !== null) {
+      this.user.removeEventListener('abort', /** @type {() => void} */ (this.onUser))
+      this.user = null
+    }
+  }
+
+  /** Keeps the timers without holding the process open (a body nobody reads). */
+  unref() {
+    this.timer.unref()
+    if (this.idleTimer !== null) this.idleTimer.unref()
+  }
+
+  /**
+   * (Re)starts the idle timer: the attempt aborts with stream_idle_timeout
+   * unless `touch` is called again within idle_ms. One Node timer per
+   * attempt, moved only when it fires before the attempt was quiet that
+   * long: a touch per chunk reads the clock instead of clearing and arming a timer.
+   */
+  touch() {
+    this.lastAt = performance.now()
+    if (this.idleTimer === null && !this.aborted) this.idleTimer = setTimeout(this.idleCheck, this.idleMs)
+  }
+
+  /** Stops the idle timer (the body ended, or the attempt did). */
+  untouch() {
+    if (this.idleTimer !== null) {
+      clearTimeout(this.idleTimer)
+      this.idleTimer = null
+    }
+  }
+
+  /**
+   * Resolves/rejects with `p`, or rejects with the reason as soon as the attempt is aborted.
+   * @template T
+   * @param {Promise<T>} p
+   * @returns {Promise<T>}
+   */
+  race(p) {
+    if (this.aborted) return Promise.reject(this.reason)
+    return new Promise((resolve, reject) => {
+      this.onAbort = reject
+      p.then(
+        (v) => {
+          if (this.onAbort === reject) this.onAbort = null
+          resolve(v)
+        },
+        (e) => {
+          if (this.onAbort === reject) this.onAbort = null
+          reject(e)
+        },
+      )
+    })
+  }
 }
 
-/** @typedef {ReturnType<typeof attemptController>} AttemptController */
-
 /**
- * Resolves/rejects with `p`, or rejects as soon as `signal` aborts (the attempt is abandoned).
- * @template T
- * @param {Promise<T>} p
- * @param {AbortSignal} signal
- * @returns {Promise<T>}
- */
-function raceAbort(p, signal) {
-  if (signal.aborted) return Promise.reject(signal.reason)
-  return new Promise((resolve, reject) => {
-    const onAbort = () => reject(signal.reason)
-    signal.addEventListener('abort', onAbort, { once: true })
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort)
-        resolve(v)
-      },
-      (e) => {
-        signal.removeEventListener('abort', onAbort)
-        reject(e)
-      },
-    )
-  })
-}
-
-/**
- * (Re)starts an attempt's idle timer: `ctl` aborts with stream_idle_timeout unless the next chunk comes within idle_ms.
- * @param {NodeJS.Timeout | null | undefined} prev
+ * An attempt's controller (see `AttemptController`), linked to the caller's signal.
  * @param {Attempt} attempt
- * @param {AttemptController} ctl
- * @returns {NodeJS.Timeout}
+ * @param {AbortSignal | null | undefined} userSignal
+ * @returns {AttemptController}
  */
-function restartIdle(prev, attempt, ctl) {
-  if (prev) clearTimeout(prev)
-  const ms = attempt.timeouts.idleMs
-  return setTimeout(() => ctl.ac.abort(new AttemptTimeoutError(timerKind(attempt, 'idle', true), ms)), ms)
+function attemptController(attempt, userSignal) {
+  return new AttemptController(attempt, userSignal)
 }
 
 /**
@@ -228,4 +293,4 @@ function letTimerGo() {
   timers.letGo()
 }
 
-module.exports = { abortReason, sleep, attemptController, raceAbort, restartIdle, timers }
+module.exports = { abortReason, sleep, attemptController, AttemptController, timers }

@@ -273,6 +273,38 @@ impl NativeEngine {
         })
     }
 
+    /// Reports the latest attempt's response as a wrapped fetch read it:
+    /// HTTP `status`, its headers as one string (names and values in turn, each
+    /// followed by a line feed, as a `Headers` gives them; null: none) and the body read inside the loop
+    /// (`Outcome::read_body`: an error's vendor code, a JSON success that does
+    /// not parse). One string crosses instead of a list of 2 × n. Returns the
+    /// action code (decision in scratch).
+    #[napi]
+    pub fn report_response(
+        &mut self,
+        env: Env,
+        h: f64,
+        status: u32,
+        headers: Option<String>,
+        body: Option<Uint8ArraySlice>,
+    ) -> Result<i32> {
+        guard(&env, || {
+            let st16 = http_status(status as f64).map_err(|f| f.into_error(&env))?;
+            let mut o = Outcome::status(st16);
+            if let Some(text) = headers.as_deref() {
+                let mut it = text.split('\n');
+                while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                    o.headers.insert(k, v);
+                }
+            }
+            if let Some(b) = body.as_deref() {
+                o.read_body(b);
+            }
+            let (mut st, s) = self.st_slots(&env)?;
+            st.report(&s, h, &o, 0, 0).map(|r| r.0).map_err(|f| f.into_error(&env))
+        })
+    }
+
     /// Cancels call `h`; the decision goes to scratch; returns the action code.
     #[napi]
     pub fn cancel(&mut self, env: Env, h: f64) -> Result<i32> {
@@ -326,6 +358,28 @@ impl NativeEngine {
                     out.push(v.to_string());
                 });
             }
+            Ok(out)
+        })
+    }
+
+    /// Propagation headers of attempt `n` (0 = latest) of call `h` as one
+    /// string, names and values in turn joined by line feeds (neither holds
+    /// one): one value crosses.
+    #[napi]
+    pub fn attempt_headers_text(&mut self, env: Env, h: f64, n: u32) -> Result<String> {
+        guard(&env, || {
+            let mut st = self.st(&env)?;
+            let e = st.entry(h).map_err(|f| f.into_error(&env))?;
+            let mut out = String::with_capacity(128);
+            if let Some(a) = e.find_attempt(n) {
+                a.for_each_header(|k, v| {
+                    out.push_str(k);
+                    out.push('\n');
+                    out.push_str(v);
+                    out.push('\n');
+                });
+            }
+            out.pop();
             Ok(out)
         })
     }

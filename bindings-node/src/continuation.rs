@@ -20,6 +20,24 @@
 //! first, and a `v8::Local<T>` (one pointer, trivially copyable) passed and
 //! returned as that pointer. A `napi_value` is, in Node, the same pointer as
 //! the `Local<Value>` it stands for.
+//!
+//! This is the only place the binding reaches past N-API, so it is confined:
+//!
+//! - `carrier()` is asked for by `lib/context.js` only on Node 20 (V8 11.3,
+//!   whose ABI and promise jobs the test suite checks), with Node's
+//!   `AsyncLocalStorage` on async_hooks (so nothing else writes the slot), and
+//!   unless `RETRYWISE_NESTING=async-local-storage`. Node 22 and 24 never ask.
+//! - All four symbols must resolve; when any is absent (a Node built without
+//!   exporting V8's C++ API, a libnode whose symbols are hidden, a V8 that
+//!   renamed them) `carrier()` is `null` and nesting falls back to the
+//!   `AsyncLocalStorage` carrier: slower for promises while a call is in
+//!   flight, never wrong.
+//! - `lib/context.js` then checks that a `swap`/`get` round trip gives back
+//!   what was set before it uses the carrier, and falls back the same way if not.
+//!
+//! A build with the `test-hooks` feature (the test build) also reports the
+//! symbols absent when `RETRYWISE_TEST_HIDE_V8` is set, so the tests exercise
+//! the fallback on Node 20 as well.
 
 use napi::bindgen_prelude::*;
 use napi::sys;
@@ -53,6 +71,10 @@ fn lookup(name: &CStr) -> Option<*mut c_void> {
 fn v8() -> Option<&'static V8> {
     static V8: OnceLock<Option<V8>> = OnceLock::new();
     V8.get_or_init(|| {
+        #[cfg(feature = "test-hooks")]
+        if std::env::var_os("RETRYWISE_TEST_HIDE_V8").is_some() {
+            return None;
+        }
         let isolate = lookup(c"_ZN2v87Isolate10GetCurrentEv")?;
         let context = lookup(c"_ZN2v87Isolate17GetCurrentContextEv")?;
         let get = lookup(c"_ZNK2v87Context36GetContinuationPreservedEmbedderDataEv")?;

@@ -331,6 +331,33 @@ impl NativeEngine {
         })
     }
 
+    /// Whether a request for `upstream` is rewritten (`Reach::rewrites`: the
+    /// catalog names its base URL, model, key or family); the JS layer asks
+    /// once per upstream and policy, and makes no rewrite crossing otherwise.
+    #[napi]
+    pub fn rewrites(&self, env: Env, upstream: String) -> Result<bool> {
+        Ok(self.st(&env)?.engine.reach(&upstream).rewrites())
+    }
+
+    /// `rewrite` for a wrapped fetch: the headers as one string
+    /// (names and values in turn, each followed by a line feed), the result as the edits to make (`WireEdit`),
+    /// or `null` when the catalog changes nothing.
+    #[napi]
+    pub fn rewrite_edits(
+        &self,
+        env: Env,
+        upstream: String,
+        method: String,
+        url: String,
+        headers: String,
+        body: Option<Uint8ArraySlice>,
+    ) -> Result<Option<wire::WireEdit>> {
+        guard(&env, || {
+            let reach = self.st(&env)?.engine.reach(&upstream);
+            wire::rewrite_edits(&env, &reach, method, url, &headers, body.as_deref().unwrap_or(&[]))
+        })
+    }
+
     /// A stream gate for one attempt's body, reading malformed events as the
     /// policy says (`streams.malformed_event`). `endAtError`: an error event
     /// after output ends the stream before it (`StreamGate::end_at_error`),

@@ -81,6 +81,36 @@ impl StreamGate {
         Ok(out.map_or(chunk, Uint8Array::new))
     }
 
+    /// `feed`, and what it releases observed by `transcript` (what the caller
+    /// receives now), in one crossing: the per-chunk step of a wrapped body
+    /// that no splice rewrites. Returns `chunk` itself (the same JS object)
+    /// when it passes unchanged, which says that nothing was held or withheld:
+    /// an error event (or a malformed one the policy ends on) is never passed
+    /// on by a gate that ends at errors, so a chunk returned as it came
+    /// carried none, and `watching` need not be asked.
+    #[napi(ts_return_type = "Uint8Array")]
+    pub fn relay<'e>(
+        &mut self,
+        env: &'e Env,
+        chunk: Uint8ArraySlice<'e>,
+        transcript: &mut crate::wire::Transcript,
+    ) -> Result<Unknown<'e>> {
+        let out = guard(env, || {
+            let out = self.gate.feed_pass(&chunk);
+            transcript.observe_bytes(out.as_deref().unwrap_or(&chunk));
+            Ok(out)
+        })?;
+        match out {
+            // SAFETY: `chunk`'s value belongs to this call's scope.
+            None => Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), chunk.raw()) }),
+            Some(v) => {
+                // SAFETY: a fresh value in this call's scope.
+                let raw = unsafe { Uint8Array::to_napi_value(env.raw(), Uint8Array::new(v))? };
+                Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), raw) })
+            }
+        }
+    }
+
     /// The body ended: everything still held, to deliver before the end.
     #[napi]
     pub fn finish(&mut self) -> Uint8Array {

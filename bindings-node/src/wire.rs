@@ -58,6 +58,67 @@ pub(crate) fn rewrite(env: &Env, reach: &Reach, req: Request) -> Result<Option<R
     }
 }
 
+/// What a rewrite changes in a request the JS side already holds
+/// (`rewriteEdits`): the new URL, the new body (null: unchanged), the header
+/// names to delete and the headers to set (flat `[name, value, ...]`), so
+/// the headers cross once as one string and come back as their difference.
+#[napi(object)]
+pub struct WireEdit {
+    pub url: String,
+    pub body: Option<Uint8Array>,
+    pub drop: Vec<String>,
+    pub set: Vec<String>,
+}
+
+/// `headers` (names and values in turn, each followed by a line feed, as a
+/// `Headers` gives them: a header value holds no line break) rewritten for `reach` (`wire::rewrite`), as the edits
+/// that turn the request into the rewritten one; `None` when the reach
+/// changes nothing. Failures throw as `rewrite`'s.
+pub(crate) fn rewrite_edits(
+    env: &Env,
+    reach: &Reach,
+    method: String,
+    url: String,
+    headers: &str,
+    body: &[u8],
+) -> Result<Option<WireEdit>> {
+    if !reach.rewrites() {
+        return Ok(None);
+    }
+    let mut pairs = Vec::new();
+    let mut it = headers.split('\n');
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        pairs.push((k.to_string(), v.to_string()));
+    }
+    let wr = WireRequest {
+        method,
+        url,
+        headers: pairs,
+        body: body.to_vec(),
+    };
+    let env_var = |name: &str| std::env::var(name).ok();
+    let out = retrywise::wire::rewrite(&wr, reach, &env_var)
+        .map_err(|e| throw(env, "ERR_RETRYWISE_WIRE", &format!("{}: {e}", e.code())))?;
+    let drop = wr
+        .headers
+        .iter()
+        .filter(|(k, _)| !out.headers.iter().any(|(o, _)| o.eq_ignore_ascii_case(k)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let set = out
+        .headers
+        .iter()
+        .filter(|(k, v)| !wr.headers.iter().any(|(i, w)| i.eq_ignore_ascii_case(k) && w == v))
+        .flat_map(|(k, v)| [k.clone(), v.clone()])
+        .collect();
+    Ok(Some(WireEdit {
+        url: out.url,
+        body: (out.body != wr.body).then(|| Uint8Array::new(out.body)),
+        drop,
+        set,
+    }))
+}
+
 fn family(env: &Env, api: &str) -> Result<ApiFamily> {
     api.parse::<ApiFamily>().map_err(|e| throw_type(env, &e.to_string()))
 }
@@ -173,6 +234,11 @@ impl Transcript {
     pub(crate) fn core(&self) -> &retrywise::wire::Transcript {
         &self.inner
     }
+
+    /// Reads bytes the caller received (the stream gate's `relay`).
+    pub(crate) fn observe_bytes(&mut self, delivered: &[u8]) {
+        self.inner.observe(delivered);
+    }
 }
 
 #[napi]
@@ -187,7 +253,7 @@ impl Transcript {
 
     /// Bytes the caller received.
     #[napi]
-    pub fn observe(&mut self, delivered: Uint8Array) {
+    pub fn observe(&mut self, delivered: Uint8ArraySlice) {
         self.inner.observe(&delivered);
     }
 
