@@ -298,8 +298,8 @@ fn a_hold_that_does_not_fit_the_time_left_stops() {
 
 #[test]
 fn off_the_gate_never_holds() {
-    // rate_limits off (the default): no gate, whatever its knobs say.
-    let (e, _) = engine("rate_limits: {concurrency: {enabled: true, initial: 1, max: 1}}");
+    // rate_limits off: no gate, whatever its knobs say.
+    let (e, _) = engine("rate_limits: {enabled: false, concurrency: {enabled: true, initial: 1, max: 1}}");
     let calls: Vec<Call> = (0..10).map(|_| sent(&e, "gpt4o")).collect();
     assert!(e.rate_limits().scopes.is_empty());
     assert_eq!(e.stats().rate_limits["concurrency_holds"], 0);

@@ -337,7 +337,8 @@ fn retry_after_beyond_deadline_falls_back_now_to_an_idle_candidate() {
     assert_eq!((&*a.upstream, a.fallback), ("b", true));
     assert_eq!(c.report(&Outcome::status(200)).action, Action::Succeeded);
 
-    // A single-upstream call still stops: there is nowhere else to go.
+    // A single-upstream call still stops: there is nowhere else to go (a
+    // bare 429 holds no other call: this one is sent, and its own 429 stops it).
     let mut c = e.begin(CallSpec::new("a").deadline_ms(10_000));
     c.next_attempt().unwrap();
     let d = c.report(&Outcome::status(429).header("retry-after", "20"));
@@ -431,7 +432,9 @@ fn a_refused_retry_on_the_failing_upstream_moves_to_the_backup() {
 /// every 429 once the exemption is off.
 #[test]
 fn a_rate_limit_retry_that_waits_out_retry_after_draws_no_budget() {
-    const NO_BUDGET: &str = "budget: {ratio: 0, min_per_sec: 0}\nbreaker: {enabled: false}\n";
+    // Pacing off: every call's own retry is judged, not the hold a 429 puts on the next call.
+    const NO_BUDGET: &str =
+        "budget: {ratio: 0, min_per_sec: 0}\nbreaker: {enabled: false}\nrate_limits: {enabled: false}\n";
     let ra = |status: u16, secs: &str| Outcome::status(status).header("retry-after", secs);
     let (e, _) = engine(NO_BUDGET);
     for i in 0..100 {
@@ -469,8 +472,8 @@ fn a_rate_limit_retry_that_waits_out_retry_after_draws_no_budget() {
 
 #[test]
 fn zero_and_past_hints_are_jittered_by_default() {
-    // Many calls on one upstream: the budget is off so only the wait is judged.
-    let (e, _) = engine("budget: {enabled: false}\nbreaker: {enabled: false}");
+    // Many calls on one upstream: the budget and pacing are off so only the wait is judged.
+    let (e, _) = engine("budget: {enabled: false}\nbreaker: {enabled: false}\nrate_limits: {enabled: false}");
     for (name, value) in [
         ("retry-after", "0"),
         ("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"),
@@ -731,7 +734,8 @@ fn count_window_smaller_than_min_calls_is_a_field_error() {
 
 #[test]
 fn absurd_hints_stop_like_too_large_ones() {
-    let (e, _) = engine("");
+    // Pacing off: each call's own decision on its hint is judged.
+    let (e, _) = engine("rate_limits: {enabled: false}");
     let hour = one_attempt(
         &e,
         CallSpec::new("up"),
@@ -772,7 +776,8 @@ const GEMINI_MINUTE: &str = r#"{"error":{"code":429,"message":"You exceeded your
 
 #[test]
 fn gemini_retry_info_is_a_wait_hint() {
-    let (e, _) = engine("retry_after: {jitter_ms: 0}");
+    // Pacing off: each call's own decision on its hint is judged.
+    let (e, _) = engine("retry_after: {jitter_ms: 0}\nrate_limits: {enabled: false}");
     let d = one_attempt(
         &e,
         CallSpec::new("gemini").deadline_ms(60_000),

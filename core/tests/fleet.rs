@@ -342,7 +342,7 @@ proptest! {
 #[test]
 fn an_engines_own_rate_limits_are_shared_by_its_fleet() {
     let mut store = MemoryStore::new();
-    let policy = format!("{POLICY}rate_limits: {{enabled: true}}\n");
+    let policy = format!("{POLICY}rate_limits: {{enabled: true, hold_on_bare_429: true}}\n");
     let clock_at = || Arc::new(ManualClock::at_wall(UNIX_EPOCH + Duration::from_millis(WALL0)));
     let engines: Vec<_> = ["a", "b"]
         .into_iter()

@@ -182,7 +182,14 @@ fn a_per_day_quota_stops_the_next_call_at_once_and_only_its_model() {
 /// per-minute limit never becomes a day-long cooldown for the calls after it.
 #[test]
 fn a_429_holds_its_scope_a_minute_at_most() {
-    let (e, clock) = engine(CATALOG);
+    // A bare 429 (Retry-After alone) holds the scope only when the policy asks.
+    let (e, _) = engine(CATALOG);
+    one(&e, "gpt4o", Outcome::status(429).header("retry-after", "86400"));
+    assert!(e
+        .begin(CallSpec::new("gpt4o").deadline_ms(120_000))
+        .next_attempt()
+        .is_ok());
+    let (e, clock) = engine(&CATALOG.replace("{enabled: true}", "{enabled: true, hold_on_bare_429: true}"));
     let d = one(&e, "gpt4o", Outcome::status(429).header("retry-after", "86400"));
     assert_eq!(d.reason, Reason::RetryAfterExceedsDeadline);
     let mut c = e.begin(CallSpec::new("gpt4o").deadline_ms(120_000));
@@ -248,10 +255,29 @@ fn declared_tokens_are_reserved_and_settled_against_usage() {
     );
 }
 
-/// Off (the default), responses teach nothing and every call goes.
+/// On by default: the minute's last request paces the next call, and a
+/// scope no response spoke of holds nothing. Off (`enabled: false`),
+/// responses teach nothing and every call goes.
 #[test]
-fn off_by_default() {
+fn on_by_default_and_off_on_request() {
     let (e, _) = engine("");
+    let mut c = e.begin(CallSpec::new("quiet").deadline_ms(60_000));
+    c.next_attempt().expect("nothing said of quiet's limits: it goes");
+    c.report(&Outcome::status(200).header("x-request-id", "r1"));
+    assert!(
+        e.rate_limits().scopes.is_empty(),
+        "a response without rate-limit headers teaches nothing"
+    );
+    one(&e, "gpt4o", last_of_minute());
+    let s = e
+        .begin(CallSpec::new("gpt4o").deadline_ms(60_000))
+        .next_attempt()
+        .unwrap_err();
+    assert_eq!(s.reason, Reason::RateLimited);
+    assert!(s.detail.as_deref().unwrap().starts_with("paced: "), "{s}");
+    assert_eq!(e.stats().rate_limits["observed"], 1);
+
+    let (e, _) = engine("rate_limits: {enabled: false}");
     one(&e, "gpt4o", last_of_minute());
     assert_eq!(one(&e, "gpt4o", Outcome::status(200)).action, Action::Succeeded);
     assert_eq!(e.stats().rate_limits["observed"], 0);

@@ -235,6 +235,7 @@ impl Scenario {
         jitter.telemetry.ring_size = 0;
         jitter.budget.enabled = false;
         jitter.breaker.enabled = false;
+        jitter.rate_limits.enabled = false;
         let mut rw = Policy {
             version: "sim-retrywise".into(),
             deadline_ms,
@@ -244,10 +245,9 @@ impl Scenario {
         rw.telemetry.ring_size = 0;
         rw.budget.window_ms = 1_000;
         rw.budget.ratio = 0.09;
-        rw.rate_limits.enabled = name == "rate-limited";
         let notes = vec![
             format!(
-                "(b) and (c) share: max_attempts {}, deadline {} ms, timeouts.attempt_ms {} (the same per-attempt timeout as the naive gateway), full jitter {}-{} ms; (b) sets budget.enabled and breaker.enabled to false",
+                "(b) and (c) share: max_attempts {}, deadline {} ms, timeouts.attempt_ms {} (the same per-attempt timeout as the naive gateway), full jitter {}-{} ms; (b) sets budget.enabled, breaker.enabled and rate_limits.enabled to false",
                 rw.max_attempts, deadline_ms, ATTEMPT_TIMEOUT_MS, rw.backoff.base_ms, rw.backoff.cap_ms
             ),
             format!(
@@ -282,7 +282,7 @@ impl Scenario {
         match name {
             "hard-outage" => policy_notes.push(format!("(c) with one upstream and no fallback: the breaker opens for {} ms, growing x{} up to {} s, so it probes again within seconds of the recovery; a call it refuses waits for its probe window when that is at most {} ms away (breaker.hold_max_ms) instead of failing, so the calls arriving in the outage's last second are answered after it, without the whole outage's calls arriving at once; the budget ({} % of requests) refuses most retries during the outage", br.open_ms, br.open_factor, br.open_max_ms / 1000, br.hold_max_ms, rw.budget.ratio * 100.0)),
             "429-storm" => policy_notes.push("(c) a 429 retried on the same upstream after its retry-after draws no budget (budget.exempt_rate_limited, default true): the provider said when to come back, so (c) retries these 429s as jitter-only does, and the requests rejected late in the storm are answered after it; the budget still guards 503s, 529s and timeouts (with exempt_rate_limited false, the budget refuses most of these retries and (c) answers 87.35 %)".into()),
-            "rate-limited" => policy_notes.push("(c) rate_limits.enabled (default false): every answer's x-ratelimit-* and RateLimit-Policy fields update the provider's limit as (c) knows it, and an attempt the window has no room for waits for its slot after the reset (or stops when that is after the deadline) instead of being sent for a 429".into()),
+            "rate-limited" => policy_notes.push("(c) rate_limits at its default (enabled): every answer's x-ratelimit-* and RateLimit-Policy fields update the provider's limit as (c) knows it, and an attempt the window has no room for waits for its slot after the reset (or stops when that is after the deadline) instead of being sent for a 429".into()),
             "steady-5pct" => policy_notes.push("(c) 5 % errors need 5 % retries, under the budget's 9 %: every strategy retries every failure".into()),
             _ => {}
         }

@@ -28,8 +28,9 @@ use crate::clock::Nanos;
 use crate::outcome::Outcome;
 use crate::rules::classify::{Classification, Disposition};
 use crate::rules::deadline::TokenEstimate;
+use crate::state::ratelimit::headers::may_limit;
 use crate::state::ratelimit::{
-    Admission, AimdConfig, Asker, Cell, Feedback, GatePermit, Reading, Reservation, StopWhy, Usage,
+    Admission, AimdConfig, Asker, Cell, Feedback, GatePermit, Kind, Reading, Reservation, StopWhy, Usage,
 };
 use crate::telemetry::EventKind;
 use crate::types::{ErrorClass, Phase, Reason};
@@ -225,9 +226,9 @@ impl Call {
         }
         if rate.is_some()
             || (self.pol().policy.rate_limits.enabled
-                && (!outcome.headers.is_empty()
-                    || outcome.retry_delay.is_some()
-                    || cls.class == Some(ErrorClass::RateLimit)))
+                && (outcome.retry_delay.is_some()
+                    || cls.class == Some(ErrorClass::RateLimit)
+                    || outcome.headers.iter().any(|(k, _)| may_limit(k))))
         {
             self.settle_rate_slow(f, rate, outcome, cls, now);
         }
@@ -262,6 +263,19 @@ impl Call {
         }
         // A policy that ignores the server's wait hint ignores it here too.
         if !pol.policy.retry_after.enabled {
+            r.retry_after = None;
+        }
+        // A bare 429 (no rate-limit header, no body hint) says when this
+        // request may come back, not that the scope's allowance is gone: it
+        // holds no other call unless the policy asks (its own retry still
+        // waits its Retry-After). A provider refusing a share of the traffic
+        // is then not starved by one hold after another.
+        if r.rate_limited
+            && !pol.policy.rate_limits.hold_on_bare_429
+            && outcome.retry_delay.is_none()
+            && Kind::ALL.iter().all(|&k| r.window(k).is_empty())
+        {
+            r.rate_limited = false;
             r.retry_after = None;
         }
         let limits = &pol.shared.ratelimits;

@@ -222,14 +222,34 @@ impl Default for Throttle {
 /// and an attempt is admitted against them before it is sent: paced when
 /// the window has no room, stopped when the room comes after the deadline or
 /// a per-day quota is out.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimitsPolicy {
-    /// Opt-in. Default false: with it on, calls on one engine share what each
-    /// learns of its upstream's limits (a 429 paces the calls after it).
+    /// Default true: calls on one engine share what each learns of its
+    /// upstream's limits (a 429 paces the calls after it). Nothing is held
+    /// before a response says something of a limit: a scope no response has
+    /// spoken of costs one branch per attempt. `false` turns pacing off.
     pub enabled: bool,
+    /// A bare 429 — no rate-limit header, no body hint such as Gemini's
+    /// `RetryInfo` — holds the scope's later calls until its Retry-After (at
+    /// least a second). Default false: such a 429 says when its own request
+    /// may come back, not that the scope's allowance is gone (a provider
+    /// shedding a share of the traffic sends them by the thousand), and a
+    /// hold after each would starve the scope; the call's own retry still
+    /// waits the hint.
+    pub hold_on_bare_429: bool,
     /// Adaptive concurrency per rate-limit scope (in force with `enabled`).
     pub concurrency: AdaptiveConcurrencyPolicy,
+}
+
+impl Default for RateLimitsPolicy {
+    fn default() -> Self {
+        RateLimitsPolicy {
+            enabled: true,
+            hold_on_bare_429: false,
+            concurrency: AdaptiveConcurrencyPolicy::default(),
+        }
+    }
 }
 
 /// Adaptive concurrency (AIMD) per rate-limit scope (account × provider ×

@@ -12,6 +12,7 @@
 
 use std::fmt;
 
+pub use crate::ratelimit::Mode;
 use crate::spec::{SpecError, MAX_WAIT_MS};
 
 /// Every fault model name starts with this; other model names answer as before.
@@ -76,6 +77,10 @@ pub enum Family {
     Anthropic,
     /// IETF `RateLimit-Policy` and `RateLimit` (draft 08+), seconds.
     Ietf,
+    /// Azure OpenAI: `x-ratelimit-remaining-requests` only; a 429 adds `retry-after-ms`.
+    Azure,
+    /// Gemini: no rate-limit headers; a 429's body carries `RetryInfo.retryDelay`.
+    Gemini,
 }
 
 /// Parameters a kind accepts besides the common `id=` and `words=`.
@@ -184,8 +189,8 @@ pub struct ModelFault {
     pub window_ms: u64,
     /// `family=`: whose rate-limit headers (default `openai`).
     pub family: Family,
-    /// `mode=sliding`: the limit counts the last `window` ms instead of fixed windows.
-    pub sliding: bool,
+    /// `mode=`: fixed windows (default), a sliding window or a token bucket.
+    pub mode: Mode,
 }
 
 impl fmt::Display for Kind {
@@ -245,7 +250,7 @@ impl ModelFault {
             limit: 60,
             window_ms: 60_000,
             family: Family::OpenAi,
-            sliding: false,
+            mode: Mode::Fixed,
         };
         let mut seen: Vec<&str> = Vec::new();
         for param in parts {
@@ -315,14 +320,22 @@ impl ModelFault {
                     "openai" => Family::OpenAi,
                     "anthropic" => Family::Anthropic,
                     "ietf" => Family::Ietf,
-                    v => return err(model, format!("`family` is `openai`, `anthropic` or `ietf`, got {v:?}")),
+                    "azure" => Family::Azure,
+                    "gemini" => Family::Gemini,
+                    v => {
+                        return err(
+                            model,
+                            format!("`family` is `openai`, `anthropic`, `ietf`, `azure` or `gemini`, got {v:?}"),
+                        )
+                    }
                 }
             }
             "mode" => {
-                self.sliding = match value {
-                    "fixed" => false,
-                    "sliding" => true,
-                    v => return err(model, format!("`mode` is `fixed` or `sliding`, got {v:?}")),
+                self.mode = match value {
+                    "fixed" => Mode::Fixed,
+                    "sliding" => Mode::Sliding,
+                    "bucket" => Mode::Bucket,
+                    v => return err(model, format!("`mode` is `fixed`, `sliding` or `bucket`, got {v:?}")),
                 }
             }
             "after" => self.after = num(model, key, value)?,
@@ -436,13 +449,13 @@ mod tests {
         assert!(ModelFault::parse("fb-ok:resend=1").unwrap().resend);
         let m = ModelFault::parse("fb-ratelimit").unwrap();
         assert_eq!(
-            (m.limit, m.window_ms, m.family, m.sliding),
-            (60, 60_000, Family::OpenAi, false)
+            (m.limit, m.window_ms, m.family, m.mode),
+            (60, 60_000, Family::OpenAi, Mode::Fixed)
         );
         let m = ModelFault::parse("fb-ratelimit:rpm=5:window=2000:family=anthropic:mode=sliding").unwrap();
         assert_eq!(
-            (m.limit, m.window_ms, m.family, m.sliding),
-            (5, 2000, Family::Anthropic, true)
+            (m.limit, m.window_ms, m.family, m.mode),
+            (5, 2000, Family::Anthropic, Mode::Sliding)
         );
         assert_eq!(
             ModelFault::parse("fb-ratelimit:family=ietf").unwrap().family,
@@ -470,8 +483,9 @@ mod tests {
             "fb-ok id=1",
             "fb-ratelimit:rpm=0",
             "fb-ratelimit:window=0",
-            "fb-ratelimit:family=google",
             "fb-ratelimit:mode=token",
+            "fb-ratelimit:family=google",
+            "fb-ratelimit:family=bedrock",
             "gpt-4o",
         ] {
             assert!(ModelFault::parse(bad).is_err(), "{bad:?} should be rejected");

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::model::{CutEnd, FilterCode, Kind, ModelFault};
+use crate::model::{CutEnd, Family, FilterCode, Kind, ModelFault};
 use crate::ratelimit::Slot;
 use crate::spec::{Fault, RetryAfterHint};
 
@@ -25,6 +25,8 @@ pub enum ApiError {
     RateLimited {
         limit: u32,
         retry_after_s: u64,
+        /// Whose body: Gemini's carries `RetryInfo` (and no header says when).
+        family: Family,
     },
     /// A trailing assistant message that continues no fault model's answer exactly.
     ContinuationMismatch(String),
@@ -233,17 +235,24 @@ impl Plan {
         }
     }
 
-    /// `fb-ratelimit`: the answer, or a 429 with `retry-after` when over the limit.
-    pub fn for_rate_limit(slot: &Slot) -> Option<Plan> {
+    /// `fb-ratelimit`: the answer, or a 429 when over the limit, with
+    /// `retry-after` (Azure: `retry-after-ms`; Gemini: none, the body's `RetryInfo`).
+    pub fn for_rate_limit(slot: &Slot, family: Family) -> Option<Plan> {
         (!slot.admitted).then(|| {
             let retry_after_s = slot.retry_after_secs();
+            let header = match family {
+                Family::Gemini => None,
+                Family::Azure => Some(("retry-after-ms", slot.retry_after_ms().to_string())),
+                _ => Some(("retry-after", retry_after_s.to_string())),
+            };
             Plan::Error {
                 status: 429,
                 error: ApiError::RateLimited {
                     limit: slot.limit,
                     retry_after_s,
+                    family,
                 },
-                header: Some(("retry-after", retry_after_s.to_string())),
+                header,
             }
         })
     }

@@ -3,7 +3,9 @@
 //!
 //! Fixed windows start at the model's first request (since start or the last
 //! reset) and follow each other back to back; a sliding window counts the
-//! admitted requests of the last `window` ms. Refused requests (429) do not count
+//! admitted requests of the last `window` ms; a token bucket holds up to
+//! `limit` requests and refills continuously at `limit` per `window` (as
+//! Anthropic and OpenAI describe theirs). Refused requests (429) do not count
 //! against the limit, as with the real providers.
 
 use std::collections::VecDeque;
@@ -11,15 +13,28 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::model::Family;
 
+/// How `fb-ratelimit` counts its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Back-to-back windows of `window` ms, each admitting `limit`.
+    Fixed,
+    /// At most `limit` admitted in any `window` ms.
+    Sliding,
+    /// A bucket of `limit` requests refilled continuously at `limit` per `window`.
+    Bucket,
+}
+
 /// The limit of one model name.
 #[derive(Debug)]
 pub struct Limiter {
-    /// Fixed: when the current window started. Unused when sliding.
+    /// Fixed: when the current window started. Bucket: when `tokens` was counted.
     start: Instant,
     /// Fixed: requests admitted in the current window.
     used: u32,
     /// Sliding: when each admitted request of the last window arrived, oldest first.
     admitted: VecDeque<Instant>,
+    /// Bucket: requests in the bucket at `start` (`None`: full, never used).
+    tokens: Option<f64>,
 }
 
 /// What one request got from its model's limit.
@@ -31,9 +46,12 @@ pub struct Slot {
     pub remaining: u32,
     /// Fixed: until the window resets. Sliding: until the next admitted request
     /// leaves the window (room for one more; the whole window when none is in it).
-    /// For a refused request, the time until the window has room.
+    /// Bucket: until the bucket is full again. For a refused fixed or sliding
+    /// request, the time until the window has room.
     pub reset: Duration,
     pub window: Duration,
+    /// Until there is room for one request (`retry-after` of a refusal).
+    pub room: Duration,
 }
 
 impl Limiter {
@@ -42,12 +60,16 @@ impl Limiter {
             start: now,
             used: 0,
             admitted: VecDeque::new(),
+            tokens: None,
         }
     }
 
     /// Counts a request at `now` against `limit` per `window` if there is room.
-    pub fn take(&mut self, now: Instant, limit: u32, window: Duration, sliding: bool) -> Slot {
-        let (admitted, used, reset) = if sliding {
+    pub fn take(&mut self, now: Instant, limit: u32, window: Duration, mode: Mode) -> Slot {
+        if mode == Mode::Bucket {
+            return self.take_bucket(now, limit, window);
+        }
+        let (admitted, used, reset) = if mode == Mode::Sliding {
             while self.admitted.front().is_some_and(|t| now.duration_since(*t) >= window) {
                 self.admitted.pop_front();
             }
@@ -79,6 +101,31 @@ impl Limiter {
             remaining: limit.saturating_sub(used),
             reset,
             window,
+            room: reset,
+        }
+    }
+
+    /// The token bucket: refilled since `start`, then one request taken when
+    /// there is one.
+    fn take_bucket(&mut self, now: Instant, limit: u32, window: Duration) -> Slot {
+        let cap = f64::from(limit);
+        let per_s = cap / window.as_secs_f64().max(1e-9);
+        let tokens = match self.tokens {
+            None => cap,
+            Some(t) => (t + now.duration_since(self.start).as_secs_f64() * per_s).min(cap),
+        };
+        let admitted = tokens >= 1.0;
+        let tokens = if admitted { tokens - 1.0 } else { tokens };
+        self.tokens = Some(tokens);
+        self.start = now;
+        let secs = |units: f64| Duration::from_secs_f64((units.max(0.0) / per_s).min(window.as_secs_f64()));
+        Slot {
+            admitted,
+            limit,
+            remaining: tokens.floor() as u32,
+            reset: secs(cap - tokens),
+            window,
+            room: secs(1.0 - tokens),
         }
     }
 }
@@ -86,7 +133,14 @@ impl Limiter {
 impl Slot {
     /// `retry-after` of a refused request: whole seconds, rounded up, at least 1.
     pub fn retry_after_secs(&self) -> u64 {
-        ceil_secs(self.reset).max(1)
+        ceil_secs(self.room).max(1)
+    }
+
+    /// `retry-after-ms` of a refused request (Azure): milliseconds, rounded up, at least 1.
+    pub fn retry_after_ms(&self) -> u64 {
+        u64::try_from(self.room.as_nanos().div_ceil(1_000_000))
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 
     /// The family's rate-limit headers stating limit, remaining and reset.
@@ -103,6 +157,10 @@ impl Slot {
                 ("anthropic-ratelimit-requests-remaining", remaining),
                 ("anthropic-ratelimit-requests-reset", rfc3339(wall + self.reset)),
             ],
+            // Azure OpenAI: the remaining count alone (no limit, no reset).
+            Family::Azure => vec![("x-ratelimit-remaining-requests", remaining)],
+            // Gemini: no rate-limit headers at all; a refusal says when in its body.
+            Family::Gemini => vec![],
             Family::Ietf => vec![
                 (
                     "ratelimit-policy",
@@ -177,13 +235,13 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Limiter::new(t0);
         let w = 1000 * MS;
-        let got: Vec<_> = (0..3).map(|i| l.take(t0 + i * 100 * MS, 2, w, false)).collect();
+        let got: Vec<_> = (0..3).map(|i| l.take(t0 + i * 100 * MS, 2, w, Mode::Fixed)).collect();
         assert_eq!(got.iter().map(|s| s.admitted).collect::<Vec<_>>(), [true, true, false]);
         assert_eq!(got.iter().map(|s| s.remaining).collect::<Vec<_>>(), [1, 0, 0]);
         assert_eq!(got[2].reset, 800 * MS);
         assert_eq!(got[2].retry_after_secs(), 1);
         // 2.5 windows later: the third window, which started at 2000 ms.
-        let s = l.take(t0 + 2500 * MS, 2, w, false);
+        let s = l.take(t0 + 2500 * MS, 2, w, Mode::Fixed);
         assert_eq!((s.admitted, s.remaining, s.reset), (true, 1, 500 * MS));
     }
 
@@ -192,13 +250,58 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Limiter::new(t0);
         let w = 1000 * MS;
-        assert!(l.take(t0, 2, w, true).admitted);
-        assert!(l.take(t0 + 600 * MS, 2, w, true).admitted);
-        let s = l.take(t0 + 900 * MS, 2, w, true);
+        assert!(l.take(t0, 2, w, Mode::Sliding).admitted);
+        assert!(l.take(t0 + 600 * MS, 2, w, Mode::Sliding).admitted);
+        let s = l.take(t0 + 900 * MS, 2, w, Mode::Sliding);
         assert_eq!((s.admitted, s.remaining, s.reset), (false, 0, 100 * MS));
         // The first left the window at 1000 ms; the second is still in it.
-        let s = l.take(t0 + 1000 * MS, 2, w, true);
+        let s = l.take(t0 + 1000 * MS, 2, w, Mode::Sliding);
         assert_eq!((s.admitted, s.remaining, s.reset), (true, 0, 600 * MS));
+    }
+
+    #[test]
+    fn a_bucket_refills_continuously_and_states_the_time_until_full() {
+        let t0 = Instant::now();
+        let mut l = Limiter::new(t0);
+        let w = 1000 * MS; // 4 per second: one every 250 ms
+        let got: Vec<_> = (0..5).map(|_| l.take(t0, 4, w, Mode::Bucket)).collect();
+        assert_eq!(
+            got.iter().map(|s| s.admitted).collect::<Vec<_>>(),
+            [true, true, true, true, false]
+        );
+        assert_eq!(got.iter().map(|s| s.remaining).collect::<Vec<_>>(), [3, 2, 1, 0, 0]);
+        assert_eq!((got[0].reset, got[3].reset), (250 * MS, 1000 * MS));
+        assert_eq!(
+            (got[4].room, got[4].retry_after_secs(), got[4].retry_after_ms()),
+            (250 * MS, 1, 250)
+        );
+        // 300 ms later one request has come back (and a fifth of the next).
+        let s = l.take(t0 + 300 * MS, 4, w, Mode::Bucket);
+        assert!(s.admitted);
+        assert_eq!(s.remaining, 0);
+        assert!(s.reset > 949 * MS && s.reset < 951 * MS, "{:?}", s.reset);
+        assert!(!l.take(t0 + 400 * MS, 4, w, Mode::Bucket).admitted);
+        // Idle for longer than a window: full, never more.
+        let s = l.take(t0 + 5000 * MS, 4, w, Mode::Bucket);
+        assert_eq!((s.admitted, s.remaining, s.reset), (true, 3, 250 * MS));
+    }
+
+    #[test]
+    fn azure_and_gemini_state_little() {
+        let slot = Slot {
+            admitted: false,
+            limit: 5,
+            remaining: 0,
+            reset: 1500 * MS,
+            window: 2000 * MS,
+            room: 1200 * MS,
+        };
+        assert_eq!(
+            slot.headers(Family::Azure, UNIX_EPOCH),
+            [("x-ratelimit-remaining-requests", "0".to_owned())]
+        );
+        assert!(slot.headers(Family::Gemini, UNIX_EPOCH).is_empty());
+        assert_eq!((slot.retry_after_secs(), slot.retry_after_ms()), (2, 1200));
     }
 
     #[test]
@@ -220,6 +323,7 @@ mod tests {
             remaining: 4,
             reset: 1500 * MS,
             window: 2000 * MS,
+            room: 1500 * MS,
         };
         assert_eq!(
             slot.headers(Family::Ietf, UNIX_EPOCH),

@@ -343,9 +343,9 @@ fn decide_model(
     let mut headers = Vec::new();
     if fault.kind == model::Kind::RateLimitWindow {
         let window = Duration::from_millis(fault.window_ms);
-        let slot = state.rate_slot(model, fault.limit, window, fault.sliding);
+        let slot = state.rate_slot(model, fault.limit, window, fault.mode);
         headers = slot.headers(fault.family, SystemTime::now());
-        plan = Plan::for_rate_limit(&slot).unwrap_or(plan);
+        plan = Plan::for_rate_limit(&slot, fault.family).unwrap_or(plan);
     }
     let found = match answer::continuation(&turns) {
         Ok(found) => found,
@@ -381,7 +381,11 @@ fn error_body(shape: Shape, status: u16, error: &ApiError, label: &str) -> Value
         ApiError::ContextLength => shapes::context_length_body(shape),
         ApiError::ContentFilter { code, reason } => shapes::content_filter_body(shape, *code, reason),
         ApiError::PrefillRejected => shapes::prefill_rejected_body(shape),
-        ApiError::RateLimited { limit, retry_after_s } => shapes::rate_limit_body(shape, *limit, *retry_after_s),
+        ApiError::RateLimited {
+            limit,
+            retry_after_s,
+            family,
+        } => shapes::rate_limit_body(shape, *limit, *retry_after_s, *family),
         ApiError::ContinuationMismatch(prefix) => {
             let msg = format!(
                 "retrywise-fault-server: the assistant prefill {prefix:?} is not a delta-aligned prefix \

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::answer::Continuation;
-use crate::ratelimit::{Limiter, Slot};
+use crate::ratelimit::{Limiter, Mode, Slot};
 
 /// How many records are kept; older ones are dropped and counted in `dropped`.
 pub const MAX_RECORDS: usize = 100_000;
@@ -305,9 +305,9 @@ impl State {
     }
 
     /// Counts a request of `model` against its rate limit (`limit` per `window`,
-    /// fixed or sliding) if there is room, under the lock so concurrent requests
+    /// fixed, sliding or a bucket) if there is room, under the lock so concurrent requests
     /// never both take the last slot.
-    pub fn rate_slot(&self, model: &str, limit: u32, window: Duration, sliding: bool) -> Slot {
+    pub fn rate_slot(&self, model: &str, limit: u32, window: Duration, mode: Mode) -> Slot {
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.limiters.len() >= MAX_COUNTERS {
@@ -317,7 +317,7 @@ impl State {
             .limiters
             .entry(model.to_owned())
             .or_insert_with(|| Limiter::new(now))
-            .take(now, limit, window, sliding)
+            .take(now, limit, window, mode)
     }
 
     /// Records, oldest first, optionally filtered by exact spec and/or logical id.

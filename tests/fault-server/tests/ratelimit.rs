@@ -137,6 +137,65 @@ fn ietf_headers_state_policy_and_remaining() {
 }
 
 #[test]
+fn a_bucket_gives_back_one_request_per_share_of_the_window() {
+    let (addr, _server) = server();
+    // 3 per 600 ms: one comes back every 200 ms.
+    let m = "fb-ratelimit:rpm=3:window=600:mode=bucket";
+    let got: Vec<u16> = (0..4).map(|_| ask(addr, CHAT, m).status).collect();
+    assert_eq!(got, [200, 200, 200, 429]);
+    std::thread::sleep(Duration::from_millis(230));
+    let r = ask(addr, CHAT, m);
+    assert_eq!(r.status, 200, "one request came back");
+    // Until full: nearly the whole window (the bucket is below one request).
+    let full: u64 = r
+        .header("x-ratelimit-reset-requests")
+        .unwrap()
+        .trim_end_matches("ms")
+        .parse()
+        .unwrap();
+    assert!((500..=600).contains(&full), "{full}");
+    assert_eq!(ask(addr, CHAT, m).status, 429);
+}
+
+#[test]
+fn azure_states_remaining_only_and_a_refusal_in_milliseconds() {
+    let (addr, _server) = server();
+    let m = "fb-ratelimit:rpm=1:window=700:family=azure";
+    let r = ask(addr, CHAT, m);
+    assert_eq!(r.header("x-ratelimit-remaining-requests"), Some("0"));
+    assert!(r.header("x-ratelimit-limit-requests").is_none());
+    assert!(r.header("x-ratelimit-reset-requests").is_none());
+    let r = ask(addr, CHAT, m);
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").is_none());
+    let ms: u64 = r.header("retry-after-ms").unwrap().parse().unwrap();
+    assert!((600..=700).contains(&ms), "{ms}");
+}
+
+#[test]
+fn gemini_states_nothing_but_the_refusal_body() {
+    let (addr, _server) = server();
+    let m = "fb-ratelimit:rpm=1:window=1500:family=gemini";
+    let r = ask(addr, CHAT, m);
+    assert_eq!(r.status, 200);
+    assert!(
+        r.headers.iter().all(|(k, _)| !k.contains("ratelimit")),
+        "{:?}",
+        r.headers
+    );
+    let r = ask(addr, CHAT, m);
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").is_none());
+    let e = &r.json()["error"];
+    assert_eq!(
+        (e["code"].as_u64(), e["status"].as_str()),
+        (Some(429), Some("RESOURCE_EXHAUSTED"))
+    );
+    assert_eq!(e["details"][1]["@type"], "type.googleapis.com/google.rpc.RetryInfo");
+    assert_eq!(e["details"][1]["retryDelay"], "2s");
+}
+
+#[test]
 fn concurrent_requests_never_exceed_the_limit() {
     let (addr, _server) = server();
     let m = "fb-ratelimit:rpm=5:window=60000";
@@ -153,7 +212,7 @@ fn bad_parameters_are_a_400() {
     let (addr, _server) = server();
     for m in [
         "fb-ratelimit:rpm=0",
-        "fb-ratelimit:family=gemini",
+        "fb-ratelimit:family=bedrock",
         "fb-ratelimit:window=x",
     ] {
         let r = ask(addr, CHAT, m);

@@ -128,7 +128,10 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(cell) = self.cell.take() {
             let consumed = Usage::sent().consumed(self.costs);
-            cell.value.state.lock().settle(self.costs, [false; 4], consumed);
+            cell.value
+                .state
+                .lock()
+                .settle(self.costs, [false; 4], consumed, self.sent_at);
         }
     }
 }

@@ -32,10 +32,22 @@
 //! fixed window, or any reading of an emptied bucket, is a whole window away.
 //! Before any reading the configured default (a minute) stands.
 //!
-//! What safety costs: a token bucket's refill before its reset is left unused
-//! (at small limits, a few requests per minute, this is a visible share of
-//! the limit; `examples/pacing.rs` measures it), and headers held back by a
-//! long non-streamed generation move the reset later by as long.
+//! A token bucket (Anthropic's, OpenAI's) states as its reset the time until
+//! it is full again, and refills continuously before that. Two readings tell
+//! it from a fixed window: the newer one (its attempt sent after the older
+//! arrived, both before the older one's reset could have come) shows more
+//! remaining, or a reset instant later than the older one's bounds — neither
+//! happens in a fixed window, where the allowance only falls and every
+//! reading names the same reset. From then on the kind is a bucket: each
+//! reading `(limit L, remaining r, reset d)` bounds the time one unit takes
+//! to come back from above, `d / (L − r − 1)` (`r` is whole, the bucket's
+//! level less than `r + 1`, and `d` rounded up), and the smallest bound seen
+//! is the refill interval; `remaining` grows by one unit per interval after
+//! the reading, up to the limit, and waiters queue on that refill (one slot
+//! per unit, in order) instead of on window resets. Until a kind is known
+//! to be a bucket its refill before the reset is left unused (safe: a fixed
+//! window would refuse it). Headers held back by a long non-streamed
+//! generation move the reset later by as long.
 //!
 //! Callers that must wait are spread over the windows to come: with the limit
 //! `L` known, the next `L` units of waiters are given distinct slots across
@@ -133,7 +145,31 @@ pub(crate) struct KindState {
     /// up, before `queue_end`, by start, none touching another: the next
     /// newcomer takes the first still ahead of it before queueing at the end.
     pub(crate) gaps: Vec<(u64, u64)>,
+    /// A token bucket: how long one unit takes to come back, ns (the
+    /// smallest upper bound its readings gave). `None`: a window (or not known yet).
+    pub(crate) refill: Option<u64>,
+    /// Bucket: when `remaining` was last brought up to date with the refill.
+    pub(crate) accrued_at: u64,
+    /// `remaining` as the merged readings alone left it (`None` after a
+    /// reset or a hold): a newer reading above it shows a refill.
+    pub(crate) read_remaining: Option<u64>,
+    /// Readings that showed a bucket since the last hold ([`BUCKET_SIGNS`] make it one).
+    pub(crate) bucket_signs: u8,
+    /// When units were last settled as `unconfirmed`: a bucket's reading of
+    /// an attempt sent after it counts them (a window forgets them at its reset).
+    pub(crate) unconfirmed_at: u64,
+    /// Bucket: the last reading was merged as possibly older, so it may not
+    /// count its own attempt against the level held.
+    pub(crate) older: bool,
 }
+
+/// Readings that must show a bucket before a kind is taken for one: a single
+/// odd reading (a provider whose servers keep windows of their own) is not enough.
+pub(crate) const BUCKET_SIGNS: u8 = 2;
+
+/// How far past the held reset's upper bound a reading's lower bound must
+/// lie to show the reset moved, ns.
+const BUCKET_MOVE_SLACK: u64 = 5_000_000;
 
 /// Where a refused caller is queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +215,10 @@ impl KindState {
     /// token kinds at once, nothing constrains the kind until the next reading.
     /// One attempt at the end of a 429's hold, not every waiter.
     pub(crate) fn roll(&mut self, now: u64, p: &Params, probe: bool) {
+        if let (Some(tau), Some(r), Some(l)) = (self.refill, self.remaining, self.limit) {
+            self.accrue(now, tau, r, l);
+            return;
+        }
         if self.remaining.is_none() || now < self.reset_at {
             return;
         }
@@ -231,6 +271,36 @@ impl KindState {
         };
     }
 
+    /// A bucket's refill since `accrued_at`: whole units, up to the limit.
+    fn accrue(&mut self, now: u64, tau: u64, r: u64, limit: u64) {
+        if now <= self.accrued_at {
+            return;
+        }
+        let n = (now - self.accrued_at) / tau.max(1);
+        if r.saturating_add(n) >= limit {
+            self.remaining = Some(limit);
+            self.accrued_at = now;
+        } else {
+            self.remaining = Some(r + n);
+            self.accrued_at += n * tau.max(1);
+        }
+    }
+
+    /// True when reading `(r, bounds)`, newer than every merged one and
+    /// produced before the held reset could have come, shows a bucket: more
+    /// remaining than the merged readings left, or a reset instant past the
+    /// held one's bounds. In a fixed window neither can happen.
+    fn shows_bucket(&self, r: u64, bounds: Option<(u64, u64)>, now: u64) -> bool {
+        let Some(held_lo) = self.reset_lo else { return false };
+        if self.rolled_at.is_some() || now >= held_lo || self.limit.is_none() {
+            return false;
+        }
+        // The bounds already allow for the reading's rounding: a few ms more
+        // for the clocks that turned an instant into a duration.
+        self.read_remaining.is_some_and(|prev| r > prev)
+            || bounds.is_some_and(|(lo, _)| lo > self.reset_at.saturating_add(BUCKET_MOVE_SLACK))
+    }
+
     /// Takes one response's window for this kind. The response's attempt was
     /// sent at `sent`, so the provider produced the reading at some instant
     /// between `sent` and `now`.
@@ -242,6 +312,10 @@ impl KindState {
     /// already reset before the current one began.
     pub(crate) fn observe(&mut self, w: Window, sent: u64, now: u64, p: &Params) {
         if w.limit.is_some() {
+            if self.limit.is_some() && self.limit != w.limit {
+                self.refill = None;
+                self.bucket_signs = 0;
+            }
             self.limit = w.limit;
         }
         if let Some(win) = w.window {
@@ -257,6 +331,9 @@ impl KindState {
             let lo = sent.saturating_add(ns(d)).saturating_sub(rounding(d, p));
             (lo, now.saturating_add(ns(d)))
         });
+        if self.refill.is_some() {
+            return self.observe_bucket(w, r, sent, now);
+        }
         if self.remaining.is_some() && sent <= self.observed_at {
             match bounds {
                 // Nearer the reset that began the current window than the one
@@ -276,9 +353,23 @@ impl KindState {
                         self.narrow(b);
                     }
                     self.remaining = self.remaining.min(Some(r));
+                    self.read_remaining = self.read_remaining.min(Some(r));
                     self.observed_at = self.observed_at.max(now);
                     return;
                 }
+            }
+        }
+        if self.remaining.is_some() && sent > self.observed_at && self.shows_bucket(r, bounds, now) {
+            self.bucket_signs = self.bucket_signs.saturating_add(1);
+        }
+        if self.bucket_signs >= BUCKET_SIGNS {
+            if let Some(tau) = bucket_interval(w, self.limit) {
+                self.refill = Some(tau);
+                self.epoch += 1;
+                self.promised = [0; RING];
+                self.queue_end = 0;
+                self.gaps.clear();
+                return self.observe_bucket(w, r, sent, now);
             }
         }
         // The latest instant the reset can be: resuming early would spend what is not there.
@@ -297,8 +388,48 @@ impl KindState {
             }
         }
         self.remaining = Some(r);
+        self.read_remaining = Some(r);
         self.observed_at = now;
         self.rolled_at = None;
+    }
+
+    /// A reading of a kind known to be a bucket: the refill interval
+    /// tightens to the reading's bound, a newer reading replaces the level
+    /// (from its arrival on, the refill counts again), an older one only
+    /// lowers it; the reset (when full) is kept for the snapshot.
+    fn observe_bucket(&mut self, w: Window, r: u64, sent: u64, now: u64) {
+        self.older = false;
+        if let Some(tau) = bucket_interval(w, self.limit) {
+            self.refill = self.refill.map_or(Some(tau), |t| Some(t.min(tau)));
+        }
+        let newer = sent > self.observed_at || self.remaining.is_none();
+        if newer {
+            // The level when it was produced, at the latest now: the refill counts from now.
+            self.remaining = Some(r);
+            self.accrued_at = now;
+            self.observed_at = now;
+            if sent > self.unconfirmed_at {
+                self.unconfirmed = 0;
+            }
+            if let Some(d) = w.reset {
+                self.reset_at = now.saturating_add(ns(d));
+            }
+        } else {
+            // Possibly older: it only lowers the level, taken as now's (the
+            // refill it already holds is not counted twice). Whether the
+            // level held counts its attempt is unknown: the attempt's units
+            // stay counted (`older`, see `ScopeState::settle`) until a
+            // reading of an attempt sent after now.
+            if self.remaining.is_none_or(|have| r <= have) {
+                self.remaining = Some(r);
+                self.accrued_at = self.accrued_at.max(now);
+            }
+            self.observed_at = self.observed_at.max(now);
+            self.older = true;
+        }
+        self.reset_lo = None;
+        self.rolled_at = None;
+        self.read_remaining = self.remaining;
     }
 
     /// Narrows the held reset to the part of a reading's bounds (`lo ..= hi`)
@@ -324,8 +455,13 @@ impl KindState {
         self.reset_at = if live { self.reset_at.max(until) } else { until };
         self.reset_lo = None;
         self.remaining = Some(0);
+        self.read_remaining = None;
         self.observed_at = self.observed_at.max(now);
         self.rolled_at = None;
+        // A refusal where the refill said there was room: not a bucket after all
+        // (or not one that refills as its readings said); windows again, safe.
+        self.refill = None;
+        self.bucket_signs = 0;
     }
 
     /// Allowance left for one more caller; `None` when unconstrained.
@@ -340,6 +476,17 @@ impl KindState {
     /// True when a caller of `cost` fits what is left now (or nothing constrains the kind).
     pub(crate) fn fits(&self, cost: u64) -> bool {
         self.available().is_none_or(|a| a >= self.need(cost))
+    }
+
+    /// As [`KindState::fits`], for a ticket holder back at its slot: of a
+    /// bucket, the units promised to the waiters behind it are the refill
+    /// still to come, not what is there now, so they do not count against it.
+    pub(crate) fn fits_holder(&self, cost: u64) -> bool {
+        if self.refill.is_none() {
+            return self.fits(cost);
+        }
+        self.remaining
+            .is_none_or(|r| r.saturating_sub(self.in_flight).saturating_sub(self.unconfirmed) >= self.need(cost))
     }
 
     /// Units a caller of `cost` needs free: at least one (every attempt uses
@@ -362,6 +509,27 @@ impl KindState {
             };
         };
         let c = need.min(l);
+        if let Some(tau) = self.refill {
+            // The bucket's refill, unit by unit, in the order callers queued:
+            // this one's units come after what is promised to those ahead.
+            let have = self
+                .remaining
+                .unwrap_or(0)
+                .saturating_sub(self.in_flight)
+                .saturating_sub(self.unconfirmed);
+            let ahead = self.promised[Self::slot(self.epoch)];
+            let short = ahead.saturating_add(c).saturating_sub(have);
+            let due = self
+                .accrued_at
+                .max(now)
+                .saturating_add(short.saturating_mul(tau.max(1)));
+            return Sched {
+                due: due - now,
+                spread: tau.max(1),
+                promise: Some((self.epoch, c)),
+                slot: None,
+            };
+        }
         let pace = self.pace_ns(p);
         let share = |units| share(units, pace, l);
         for j in 1..RING as u64 {
@@ -421,6 +589,16 @@ impl KindState {
     pub(crate) fn is_blank(&self) -> bool {
         self.limit.is_none() && self.remaining.is_none() && self.in_flight == 0
     }
+}
+
+/// The upper bound one reading of a bucket gives on its refill interval,
+/// ns per unit: `reset / (limit − remaining − 1)` (the level is below
+/// `remaining + 1`; a reset rounded up only lengthens it). `None` when the
+/// reading cannot bound it (a full or nearly full bucket, no reset).
+fn bucket_interval(w: Window, limit: Option<u64>) -> Option<u64> {
+    let (l, r, d) = (limit?, w.remaining?, w.reset?);
+    let units = l.checked_sub(r)?.checked_sub(1).filter(|&u| u > 0)?;
+    Some((ns(d) / units).max(1))
 }
 
 /// How much a provider may have rounded a reset up: a second for whole
@@ -608,7 +786,12 @@ impl ScopeState {
         let mut binding: Option<Sched> = None;
         let mut promises: [Promise; 4] = [None; 4];
         for (i, k) in self.kinds.iter().enumerate() {
-            if k.fits(costs[i]) && !(queues && k.queue_full(k.need(costs[i]), now, p)) {
+            let fits = if queues {
+                k.fits(costs[i])
+            } else {
+                k.fits_holder(costs[i])
+            };
+            if fits && !(queues && k.queue_full(k.need(costs[i]), now, p)) {
                 continue;
             }
             let s = k.schedule(k.need(costs[i]), now, p);
@@ -688,12 +871,14 @@ impl ScopeState {
     /// Ends a reservation of `costs`: the units leave the in-flight count;
     /// those consumed that no reading of its own confirms stay counted until
     /// the window resets.
-    pub(crate) fn settle(&mut self, costs: [u64; 4], confirmed: [bool; 4], consumed: Consumed) {
+    pub(crate) fn settle(&mut self, costs: [u64; 4], confirmed: [bool; 4], consumed: Consumed, now: u64) {
         for (i, k) in self.kinds.iter_mut().enumerate() {
             k.in_flight = k.in_flight.saturating_sub(costs[i]);
             if let Some(used) = consumed {
-                if !confirmed[i] && k.remaining.is_some() {
+                let confirmed = confirmed[i] && !(k.refill.is_some() && k.older);
+                if !confirmed && k.remaining.is_some() {
                     k.unconfirmed = k.unconfirmed.saturating_add(used[i]);
+                    k.unconfirmed_at = now;
                 }
             }
         }

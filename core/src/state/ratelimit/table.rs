@@ -239,9 +239,9 @@ impl RateLimits {
         match &own {
             Some(o) if !Arc::ptr_eq(o, cell) => {
                 drop(st);
-                o.value.state.lock().settle(costs, confirmed, consumed);
+                o.value.state.lock().settle(costs, confirmed, consumed, now);
             }
-            _ => st.settle(costs, confirmed, consumed),
+            _ => st.settle(costs, confirmed, consumed, now),
         }
     }
 
@@ -359,14 +359,14 @@ impl RateLimits {
             (Some(t), Some(o)) if Arc::ptr_eq(t, o) => {
                 let mut st = t.value.state.lock();
                 st.observe(reading, sent, now, &self.params);
-                st.settle(costs, confirmed, consumed);
+                st.settle(costs, confirmed, consumed, now);
             }
             _ => {
                 if let Some(t) = &target {
                     t.value.state.lock().observe(reading, sent, now, &self.params);
                 }
                 if let Some(o) = &own {
-                    o.value.state.lock().settle(costs, confirmed, consumed);
+                    o.value.state.lock().settle(costs, confirmed, consumed, now);
                 }
             }
         }

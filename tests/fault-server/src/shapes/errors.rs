@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::Shape;
-use crate::model::FilterCode;
+use crate::model::{Family, FilterCode};
 
 fn openai_error_type(status: u16, vendor_code: Option<&str>) -> &'static str {
     match (status, vendor_code) {
@@ -133,11 +133,25 @@ pub fn prefill_rejected_body(shape: Shape) -> Value {
 
 /// Over a request limit, in the provider's words: OpenAI's `rate_limit_exceeded`
 /// (type `requests`, as the real API sends for RPM), Anthropic's `rate_limit_error`.
-pub fn rate_limit_body(shape: Shape, limit: u32, retry_after_s: u64) -> Value {
+pub fn rate_limit_body(shape: Shape, limit: u32, retry_after_s: u64, family: Family) -> Value {
     let message = format!(
         "Rate limit reached for requests: Limit {limit}, Used {limit}, Requested 1. \
          Please try again in {retry_after_s}s. (retrywise-fault-server)"
     );
+    if family == Family::Gemini {
+        // Gemini's per-minute refusal: RESOURCE_EXHAUSTED with the quota and when to come back.
+        return json!({"error": {
+            "code": 429,
+            "message": message,
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                 "violations": [{"quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
+                                 "quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}]},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": format!("{retry_after_s}s")}
+            ]
+        }});
+    }
     match shape {
         Shape::Anthropic => anthropic_invalid("rate_limit_error", &message),
         Shape::Chat | Shape::Responses => json!({

@@ -449,3 +449,110 @@ proptest! {
         }
     }
 }
+
+/// A bucket of 10 refilled one every 100 ms, as a provider reports it: the
+/// level left (whole), and the time until full, rounded up to the ms.
+fn bucket_reading(level: f64) -> Window {
+    let to_full_ms = ((10.0 - level) * 100.0).ceil() as u64;
+    unstated(10, level.floor() as u64, to_full_ms)
+}
+
+#[test]
+fn two_readings_show_a_bucket_and_its_refill_paces_from_then_on() {
+    let p = params();
+    let mut k = KindState::default();
+    // Full at 0; each attempt takes one, and 0.2 of one comes back between them.
+    k.observe(bucket_reading(9.0), 0, 10 * MS, &p);
+    assert_eq!(k.refill, None);
+    // Its reset lies past the first one's bounds: one sign, not yet a bucket.
+    k.observe(bucket_reading(8.2), 20 * MS, 30 * MS, &p);
+    assert_eq!((k.refill, k.bucket_signs), (None, 1));
+    k.observe(bucket_reading(7.4), 40 * MS, 50 * MS, &p);
+    // Level 7.4 read as 7: 260 ms to full over 2 whole units is 130 ms a unit,
+    // an upper bound on the true 100 ms.
+    assert_eq!(k.refill, Some(130 * MS));
+    assert_eq!((k.remaining, k.accrued_at), (Some(7), 50 * MS));
+    // The allowance grows one unit per interval from the reading's arrival, up to the limit.
+    k.roll_(179 * MS, &p);
+    assert_eq!(k.remaining, Some(7));
+    k.roll_(180 * MS, &p);
+    assert_eq!(k.remaining, Some(8));
+    k.roll_(10 * S, &p);
+    assert_eq!(k.remaining, Some(10));
+    // A tighter bound from a later reading: level 0.95 read as 0 is about 905 ms over 9 units.
+    let w = bucket_reading(0.95);
+    k.observe(w, 11 * S, 11 * S + MS, &p);
+    assert_eq!(k.refill, Some(ns(w.reset.unwrap()) / 9));
+    assert!(k.refill.unwrap() < 101 * MS);
+    // A 429's hold: windows again, safe whatever the bucket does.
+    k.hold(12 * S, 13 * S);
+    assert_eq!((k.refill, k.bucket_signs, k.remaining), (None, 0, Some(0)));
+}
+
+#[test]
+fn a_fixed_window_never_shows_a_bucket() {
+    let p = params();
+    for whole_seconds in [false, true] {
+        let mut k = KindState::default();
+        // The window resets at 60 s; 50 attempts, each read 50 ms after it is sent.
+        for i in 0..50u64 {
+            let (sent, arrived) = (i * 1_000 * MS, i * 1_000 * MS + 50 * MS);
+            let left_ms = 60_000 - (i * 1_000 + 25);
+            let reset_ms = if whole_seconds {
+                left_ms.div_ceil(1_000) * 1_000
+            } else {
+                left_ms
+            };
+            k.observe(unstated(100, 99 - i, reset_ms), sent, arrived, &p);
+        }
+        assert_eq!((k.refill, k.bucket_signs), (None, 0), "whole seconds: {whole_seconds}");
+        assert_eq!(k.remaining, Some(50));
+    }
+}
+
+#[test]
+fn a_bucket_queues_waiters_on_its_refill_one_slot_a_unit() {
+    let p = params();
+    let mut s = ScopeState::default();
+    let k = &mut s.kinds[Kind::Requests.index()];
+    k.observe(bucket_reading(9.0), 0, 10 * MS, &p);
+    k.observe(bucket_reading(8.2), 20 * MS, 30 * MS, &p);
+    k.observe(bucket_reading(0.5), 40 * MS, 50 * MS, &p);
+    // 950 ms over 9 units: 105.5 ms a unit; nothing left now.
+    let tau = 105_555_555;
+    assert_eq!((k.refill, k.remaining), (Some(tau), Some(0)));
+    let mut rng = <rand_pcg::Pcg64Mcg as rand::SeedableRng>::seed_from_u64(3);
+    let costs = [1, 0, 0, 0];
+    let now = 50 * MS;
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        match s.decide(now, costs, 10 * S, Caller::Newcomer, &p, &mut rng) {
+            Decision::Wait { wait, promises, .. } => {
+                assert!(promises[0].is_some());
+                waits.push(wait);
+            }
+            d => panic!("{d:?}"),
+        }
+    }
+    // The i-th waiter's unit comes back i intervals after the reading, jittered within its slot.
+    for (i, w) in waits.iter().enumerate() {
+        let due = (i as u64 + 1) * tau;
+        assert!(
+            *w >= due && *w <= due + tau,
+            "waiter {i}: {w} not in {due}..{}",
+            due + tau
+        );
+    }
+    // A newcomer cannot take the first unit promised to the waiters.
+    assert!(matches!(
+        s.decide(now + tau, costs, 10 * S, Caller::Newcomer, &p, &mut rng),
+        Decision::Wait { .. }
+    ));
+    // The first waiter back at its slot goes (the units promised behind it are refill to come).
+    let k = &mut s.kinds[Kind::Requests.index()];
+    k.release((k.epoch, 1));
+    assert_eq!(
+        s.decide(now + tau, costs, 10 * S, Caller::Holder, &p, &mut rng),
+        Decision::Go
+    );
+}

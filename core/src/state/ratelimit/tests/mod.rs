@@ -627,6 +627,89 @@ proptest! {
         prop_assert!(admitted_tokens <= r_tok, "{} tokens admitted, {} allowed", admitted_tokens, r_tok);
     }
 
+    /// Against a token bucket (`cap` requests, one back every `tau_ms`) that
+    /// reports its whole level and the time until full in every response
+    /// (they arrive in any order, time passes freely): once the table has
+    /// taken the scope for a bucket (its first three answers show one), no
+    /// attempt it admits finds the bucket empty.
+    #[test]
+    fn a_bucket_never_refuses_what_the_table_admits(
+        cap in 4u64..40, tau_ms in 10u64..500, seed in any::<u64>(),
+        ops in proptest::collection::vec(op(), 0..300),
+    ) {
+        let l = RateLimits::default();
+        let mut rng = Pcg64Mcg::seed_from_u64(seed);
+        // The level in ns of refill (one request is `tau` of it), exact.
+        let tau = tau_ms * MS;
+        let full = cap * tau;
+        let mut level = full;
+        let mut since = 0u64;
+        let refill = |level: &mut u64, since: &mut u64, now: u64| {
+            *level = (*level + (now - *since)).min(full);
+            *since = now;
+        };
+        let reading = |level: u64| Reading::default().with_window(Kind::Requests, Window {
+            limit: Some(cap),
+            remaining: Some(level / tau),
+            reset: Some(Duration::from_millis((full - level).div_ceil(MS))),
+            window: None,
+        });
+        // Three requests of others, a ms apart, each answered at once.
+        for t in 0..3 {
+            refill(&mut level, &mut since, t * MS);
+            level -= tau;
+            l.observe(SCOPE, &reading(level), t * MS);
+        }
+        let mut t = 2 * MS;
+        let mut attempts: Vec<Attempt> = Vec::new();
+        let mut tickets: Vec<Ticket> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Admit(_, _, bring) => {
+                    let ticket = if bring { tickets.pop() } else { None };
+                    match l.admit(SCOPE, t, none(), secs(3600), ticket, &mut rng) {
+                        Admission::Go(res) => {
+                            // Mostly received at once (so readings bound the refill well), sometimes later.
+                            let delivered = if bring || attempts.len() % 3 != 0 {
+                                refill(&mut level, &mut since, t);
+                                prop_assert!(level >= tau, "the bucket refused an admitted attempt: level {} of {}", level, tau);
+                                level -= tau;
+                                Some(reading(level))
+                            } else {
+                                None
+                            };
+                            attempts.push(Attempt { res: Some(res), tokens: 0, delivered });
+                        }
+                        Admission::Wait { ticket, .. } => tickets.push(ticket),
+                        Admission::Stop(why) => prop_assert!(false, "unexpected stop {:?}", why),
+                    }
+                }
+                Op::Deliver(i) if !attempts.is_empty() => {
+                    let n = attempts.len();
+                    let a = &mut attempts[i % n];
+                    if a.delivered.is_none() && a.res.is_some() {
+                        refill(&mut level, &mut since, t);
+                        prop_assert!(level >= tau, "the bucket refused an admitted attempt: level {} of {}", level, tau);
+                        level -= tau;
+                        a.delivered = Some(reading(level));
+                    }
+                }
+                Op::Respond(i, _) if !attempts.is_empty() => {
+                    let n = attempts.len();
+                    let a = &mut attempts[i % n];
+                    if let (Some(res), Some(r)) = (a.res.take(), a.delivered.clone()) {
+                        // Every answer states the level (a lost header is the window model's case).
+                        l.settle(SCOPE, res, &r, Usage::sent(), t);
+                    } else if let Some(res) = a.res.take() {
+                        l.settle(SCOPE, res, &Reading::default(), Usage::not_sent(), t);
+                    }
+                }
+                Op::Advance(ms) => t += ms * MS / 40,
+                _ => {}
+            }
+        }
+    }
+
     /// Whatever the state: a wait fits the time left, a stop says a wait that would not.
     #[test]
     fn waits_fit_the_time_left_and_stops_say_why(
