@@ -189,7 +189,13 @@ static void test_outcome_body(void) {
   CHECK(d.action == RW_ACTION_STOP && d.reason == RW_REASON_QUOTA_EXHAUSTED);
   rw_call_free(c);
 
+  /* Pacing (on by default): the exhausted quota stops the next call before it is sent. */
   c = begin(e, "openai/gpt-4o", 10000);
+  CHECK_RC(rw_call_next_attempt(c, &a), RW_STOPPED);
+  CHECK(a.stop_reason == RW_REASON_QUOTA_EXHAUSTED);
+  rw_call_free(c);
+
+  c = begin(e, "openai/gpt-4o-mini", 10000);
   CHECK_RC(rw_call_next_attempt(c, &a), RW_OK);
   rw_outcome bad = RW_OUTCOME_INIT;
   bad.status = 200;

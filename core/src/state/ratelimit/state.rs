@@ -32,22 +32,8 @@
 //! fixed window, or any reading of an emptied bucket, is a whole window away.
 //! Before any reading the configured default (a minute) stands.
 //!
-//! A token bucket (Anthropic's, OpenAI's) states as its reset the time until
-//! it is full again, and refills continuously before that. Two readings tell
-//! it from a fixed window: the newer one (its attempt sent after the older
-//! arrived, both before the older one's reset could have come) shows more
-//! remaining, or a reset instant later than the older one's bounds — neither
-//! happens in a fixed window, where the allowance only falls and every
-//! reading names the same reset. From then on the kind is a bucket: each
-//! reading `(limit L, remaining r, reset d)` bounds the time one unit takes
-//! to come back from above, `d / (L − r − 1)` (`r` is whole, the bucket's
-//! level less than `r + 1`, and `d` rounded up), and the smallest bound seen
-//! is the refill interval; `remaining` grows by one unit per interval after
-//! the reading, up to the limit, and waiters queue on that refill (one slot
-//! per unit, in order) instead of on window resets. Until a kind is known
-//! to be a bucket its refill before the reset is left unused (safe: a fixed
-//! window would refuse it). Headers held back by a long non-streamed
-//! generation move the reset later by as long.
+//! A token bucket is told from a window by its readings and paced on its
+//! refill instead (`bucket.rs`).
 //!
 //! Callers that must wait are spread over the windows to come: with the limit
 //! `L` known, the next `L` units of waiters are given distinct slots across
@@ -153,7 +139,7 @@ pub(crate) struct KindState {
     /// `remaining` as the merged readings alone left it (`None` after a
     /// reset or a hold): a newer reading above it shows a refill.
     pub(crate) read_remaining: Option<u64>,
-    /// Readings that showed a bucket since the last hold ([`BUCKET_SIGNS`] make it one).
+    /// Readings that showed a bucket since the last hold ([`bucket::BUCKET_SIGNS`] make it one).
     pub(crate) bucket_signs: u8,
     /// When units were last settled as `unconfirmed`: a bucket's reading of
     /// an attempt sent after it counts them (a window forgets them at its reset).
@@ -162,14 +148,6 @@ pub(crate) struct KindState {
     /// count its own attempt against the level held.
     pub(crate) older: bool,
 }
-
-/// Readings that must show a bucket before a kind is taken for one: a single
-/// odd reading (a provider whose servers keep windows of their own) is not enough.
-pub(crate) const BUCKET_SIGNS: u8 = 2;
-
-/// How far past the held reset's upper bound a reading's lower bound must
-/// lie to show the reset moved, ns.
-const BUCKET_MOVE_SLACK: u64 = 5_000_000;
 
 /// Where a refused caller is queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,36 +249,6 @@ impl KindState {
         };
     }
 
-    /// A bucket's refill since `accrued_at`: whole units, up to the limit.
-    fn accrue(&mut self, now: u64, tau: u64, r: u64, limit: u64) {
-        if now <= self.accrued_at {
-            return;
-        }
-        let n = (now - self.accrued_at) / tau.max(1);
-        if r.saturating_add(n) >= limit {
-            self.remaining = Some(limit);
-            self.accrued_at = now;
-        } else {
-            self.remaining = Some(r + n);
-            self.accrued_at += n * tau.max(1);
-        }
-    }
-
-    /// True when reading `(r, bounds)`, newer than every merged one and
-    /// produced before the held reset could have come, shows a bucket: more
-    /// remaining than the merged readings left, or a reset instant past the
-    /// held one's bounds. In a fixed window neither can happen.
-    fn shows_bucket(&self, r: u64, bounds: Option<(u64, u64)>, now: u64) -> bool {
-        let Some(held_lo) = self.reset_lo else { return false };
-        if self.rolled_at.is_some() || now >= held_lo || self.limit.is_none() {
-            return false;
-        }
-        // The bounds already allow for the reading's rounding: a few ms more
-        // for the clocks that turned an instant into a duration.
-        self.read_remaining.is_some_and(|prev| r > prev)
-            || bounds.is_some_and(|(lo, _)| lo > self.reset_at.saturating_add(BUCKET_MOVE_SLACK))
-    }
-
     /// Takes one response's window for this kind. The response's attempt was
     /// sent at `sent`, so the provider produced the reading at some instant
     /// between `sent` and `now`.
@@ -362,8 +310,8 @@ impl KindState {
         if self.remaining.is_some() && sent > self.observed_at && self.shows_bucket(r, bounds, now) {
             self.bucket_signs = self.bucket_signs.saturating_add(1);
         }
-        if self.bucket_signs >= BUCKET_SIGNS {
-            if let Some(tau) = bucket_interval(w, self.limit) {
+        if self.bucket_signs >= bucket::BUCKET_SIGNS {
+            if let Some(tau) = bucket::bucket_interval(w, self.limit) {
                 self.refill = Some(tau);
                 self.epoch += 1;
                 self.promised = [0; RING];
@@ -391,45 +339,6 @@ impl KindState {
         self.read_remaining = Some(r);
         self.observed_at = now;
         self.rolled_at = None;
-    }
-
-    /// A reading of a kind known to be a bucket: the refill interval
-    /// tightens to the reading's bound, a newer reading replaces the level
-    /// (from its arrival on, the refill counts again), an older one only
-    /// lowers it; the reset (when full) is kept for the snapshot.
-    fn observe_bucket(&mut self, w: Window, r: u64, sent: u64, now: u64) {
-        self.older = false;
-        if let Some(tau) = bucket_interval(w, self.limit) {
-            self.refill = self.refill.map_or(Some(tau), |t| Some(t.min(tau)));
-        }
-        let newer = sent > self.observed_at || self.remaining.is_none();
-        if newer {
-            // The level when it was produced, at the latest now: the refill counts from now.
-            self.remaining = Some(r);
-            self.accrued_at = now;
-            self.observed_at = now;
-            if sent > self.unconfirmed_at {
-                self.unconfirmed = 0;
-            }
-            if let Some(d) = w.reset {
-                self.reset_at = now.saturating_add(ns(d));
-            }
-        } else {
-            // Possibly older: it only lowers the level, taken as now's (the
-            // refill it already holds is not counted twice). Whether the
-            // level held counts its attempt is unknown: the attempt's units
-            // stay counted (`older`, see `ScopeState::settle`) until a
-            // reading of an attempt sent after now.
-            if self.remaining.is_none_or(|have| r <= have) {
-                self.remaining = Some(r);
-                self.accrued_at = self.accrued_at.max(now);
-            }
-            self.observed_at = self.observed_at.max(now);
-            self.older = true;
-        }
-        self.reset_lo = None;
-        self.rolled_at = None;
-        self.read_remaining = self.remaining;
     }
 
     /// Narrows the held reset to the part of a reading's bounds (`lo ..= hi`)
@@ -478,17 +387,6 @@ impl KindState {
         self.available().is_none_or(|a| a >= self.need(cost))
     }
 
-    /// As [`KindState::fits`], for a ticket holder back at its slot: of a
-    /// bucket, the units promised to the waiters behind it are the refill
-    /// still to come, not what is there now, so they do not count against it.
-    pub(crate) fn fits_holder(&self, cost: u64) -> bool {
-        if self.refill.is_none() {
-            return self.fits(cost);
-        }
-        self.remaining
-            .is_none_or(|r| r.saturating_sub(self.in_flight).saturating_sub(self.unconfirmed) >= self.need(cost))
-    }
-
     /// Units a caller of `cost` needs free: at least one (every attempt uses
     /// some of each limit), at most the limit (a larger estimate could never
     /// fit, and waits one full window instead).
@@ -510,25 +408,7 @@ impl KindState {
         };
         let c = need.min(l);
         if let Some(tau) = self.refill {
-            // The bucket's refill, unit by unit, in the order callers queued:
-            // this one's units come after what is promised to those ahead.
-            let have = self
-                .remaining
-                .unwrap_or(0)
-                .saturating_sub(self.in_flight)
-                .saturating_sub(self.unconfirmed);
-            let ahead = self.promised[Self::slot(self.epoch)];
-            let short = ahead.saturating_add(c).saturating_sub(have);
-            let due = self
-                .accrued_at
-                .max(now)
-                .saturating_add(short.saturating_mul(tau.max(1)));
-            return Sched {
-                due: due - now,
-                spread: tau.max(1),
-                promise: Some((self.epoch, c)),
-                slot: None,
-            };
+            return self.schedule_bucket(c, tau, now);
         }
         let pace = self.pace_ns(p);
         let share = |units| share(units, pace, l);
@@ -589,16 +469,6 @@ impl KindState {
     pub(crate) fn is_blank(&self) -> bool {
         self.limit.is_none() && self.remaining.is_none() && self.in_flight == 0
     }
-}
-
-/// The upper bound one reading of a bucket gives on its refill interval,
-/// ns per unit: `reset / (limit − remaining − 1)` (the level is below
-/// `remaining + 1`; a reset rounded up only lengthens it). `None` when the
-/// reading cannot bound it (a full or nearly full bucket, no reset).
-fn bucket_interval(w: Window, limit: Option<u64>) -> Option<u64> {
-    let (l, r, d) = (limit?, w.remaining?, w.reset?);
-    let units = l.checked_sub(r)?.checked_sub(1).filter(|&u| u > 0)?;
-    Some((ns(d) / units).max(1))
 }
 
 /// How much a provider may have rounded a reset up: a second for whole
@@ -904,6 +774,7 @@ impl ScopeState {
     }
 }
 
+mod bucket;
 mod queue;
 
 #[cfg(test)]
