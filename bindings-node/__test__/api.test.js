@@ -87,7 +87,10 @@ test('status classes: 400, 401, insufficient_quota via body', () => {
   const q = one({ status: 429, body: '{"error":{"code":"insufficient_quota","type":"insufficient_quota"}}' })
   assert.equal(q.action, 'stop')
   assert.equal(q.reason, 'quota_exhausted')
-  assert.equal(one({ status: 429, vendorCode: 'insufficient_quota' }).reason, 'quota_exhausted')
+  // Pacing (on by default) stops later calls to `u` while its quota is out: another upstream.
+  const c2 = e.begin({ route: 'v' })
+  c2.nextAttempt()
+  assert.equal(c2.report({ status: 429, vendorCode: 'insufficient_quota' }).reason, 'quota_exhausted')
   assert.equal(rw.vendorCodeFromBody({ type: 'error', error: { type: 'overloaded_error' } }), 'overloaded_error')
   assert.equal(rw.vendorCodeFromBody('nope'), null)
 })
@@ -536,7 +539,8 @@ test('report body: a JSON 2xx that does not parse is malformed_response; an erro
     assert.equal(c.report({ status: 200, headers, body: '{garbled' }).action, 'succeeded')
     c.release()
   }
-  c = e.begin({ route: 'u' })
+  // Its own upstream: pacing (on by default) would stop the calls to `u` after it.
+  c = e.begin({ route: 'q' })
   c.nextAttempt()
   d = c.report({ status: 429, body: '{"error":{"code":"insufficient_quota"}}' })
   assert.equal(d.reason, 'quota_exhausted')

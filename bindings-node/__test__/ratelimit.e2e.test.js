@@ -51,7 +51,7 @@ const LOADS = {
 // (refused before it waits), or its deadline passed while it waited.
 const CLEAN_STOPS = ['retry_after_exceeds_deadline', 'rate_limited', 'deadline_exceeded']
 const OWNERS = {
-  'jitter-only': { budget: { enabled: false }, breaker: { enabled: false } },
+  'jitter-only': { budget: { enabled: false }, breaker: { enabled: false }, rate_limits: { enabled: false } },
   retrywise: { rate_limits: { enabled: true } },
 }
 

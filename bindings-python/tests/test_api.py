@@ -116,7 +116,8 @@ def test_vendor_code_from_body_or_argument(engine: Engine) -> None:
     call = engine.begin("u")
     call.next_attempt()
     assert call.report(status=429, body=body).reason == "quota_exhausted"
-    call = engine.begin("u")
+    # Pacing (on by default) stops later calls to `u` while its quota is out: another upstream.
+    call = engine.begin("v")
     call.next_attempt()
     assert call.report(status=429, vendor_code="insufficient_quota", body=b"ignored").reason == "quota_exhausted"
 
