@@ -14,11 +14,11 @@
 use retrywise::*;
 use retrywise_core::{Action, CallSpec, Engine, Outcome, Policy};
 use std::hint::black_box;
-use std::mem::MaybeUninit;
 use std::time::Instant;
 
-const POLICY: &str = r#"{"budget": {"enabled": false}, "breaker": {"enabled": false}}"#;
-const ROUTE: &str = "bench/upstream";
+#[path = "cycle.rs"]
+mod cycle;
+use cycle::{abi_cycle, POLICY, ROUTE};
 
 /// One logical request on the core; `fail_first` reports a 503 before the 200.
 fn core_cycle(e: &Engine, fail_first: bool) -> bool {
@@ -42,46 +42,6 @@ fn core_cycle(e: &Engine, fail_first: bool) -> bool {
         }
     }
     false
-}
-
-/// The same request through the C ABI, as bench.c does it.
-fn abi_cycle(e: *const rw_engine, spec: &rw_call_spec, fail_first: bool) -> bool {
-    let mut call = std::ptr::null_mut();
-    // SAFETY: `e` is a live engine, `spec` points to 'static strings, `call` is writable.
-    if unsafe { rw_call_begin(e, spec, &mut call) } != rw_result::RwOk {
-        return false;
-    }
-    // Left uninitialised, as bench.c leaves them: the ABI writes every field.
-    let mut a = MaybeUninit::<rw_attempt>::uninit();
-    let mut d = MaybeUninit::<rw_decision>::uninit();
-    let mut ok = false;
-    let mut o = rw_outcome::default();
-    // SAFETY: `call` is live and used by this thread only; out-pointers are writable.
-    while unsafe { rw_call_next_attempt(call, a.as_mut_ptr()) } == rw_result::RwOk {
-        // SAFETY: written by rw_call_next_attempt.
-        let a = unsafe { a.assume_init_ref() };
-        black_box(a.headers_len + a.total_timeout_ms as usize);
-        o.status = if fail_first && a.number == 1 { 503 } else { 200 };
-        // SAFETY: as above; `o` has no pointers.
-        if unsafe { rw_call_report(call, &o, d.as_mut_ptr()) } != rw_result::RwOk {
-            break;
-        }
-        // SAFETY: written by rw_call_report.
-        let d = unsafe { d.assume_init_ref() };
-        match d.action {
-            rw_action::Succeeded => {
-                ok = true;
-                break;
-            }
-            rw_action::Retry => {
-                black_box(d.delay_ms);
-            }
-            _ => break,
-        }
-    }
-    // SAFETY: `call` came from rw_call_begin and is freed once.
-    unsafe { rw_call_free(call) };
-    ok
 }
 
 fn time(iters: u64, mut f: impl FnMut() -> bool) -> f64 {
