@@ -37,6 +37,22 @@ HOLD: dict[str, Any] = {
 }
 
 
+def openai_client_for(attempt: retrywise.Attempt) -> Any:
+    """An openai client for one attempt of ``engine.run``: pointed where
+    ``attempt.reach`` says, with the attempt's timeouts and its own retries off."""
+    import openai
+
+    reach = attempt.reach
+    assert reach is not None
+    t = attempt.timeouts
+    return openai.OpenAI(
+        base_url=reach.base_url,
+        api_key=reach.api_key,
+        max_retries=0,
+        timeout=openai.Timeout(t.total, connect=t.connect, read=t.first_byte),
+    )
+
+
 def _server_binary() -> Path:
     explicit = os.environ.get("RETRYWISE_FAULT_SERVER")
     if explicit:

@@ -29,7 +29,7 @@ import retrywise
 from retrywise import Engine
 from retrywise.httpx import RetryTransport
 
-from .conftest import FaultServer
+from .conftest import FaultServer, openai_client_for
 
 openai = pytest.importorskip("openai")
 
@@ -75,14 +75,7 @@ def down_ms(way: str, seed: int) -> int:
 def ask_where_reach_says(attempt: retrywise.Attempt) -> Any:
     reach = attempt.reach
     assert reach is not None
-    t = attempt.timeouts
-    client = openai.OpenAI(
-        base_url=reach.base_url,
-        api_key=reach.api_key,
-        max_retries=0,
-        timeout=openai.Timeout(t.total, connect=t.connect, read=t.first_byte),
-    )
-    return client.chat.completions.create(model=reach.model, messages=MESSAGES)
+    return openai_client_for(attempt).chat.completions.create(model=reach.model, messages=MESSAGES)
 
 
 def run(fault: FaultServer, way: str, seed: int, out: dict[tuple[str, int], Any]) -> None:

@@ -42,7 +42,7 @@ import retrywise
 from retrywise import Engine
 from retrywise.httpx import AsyncRetryTransport, RetryTransport
 
-from .conftest import FaultServer
+from .conftest import FaultServer, openai_client_for
 
 openai = pytest.importorskip("openai")
 
@@ -189,14 +189,7 @@ def sdk_attempt(attempt: retrywise.Attempt) -> Any:
     """One attempt of ``engine.run``: the SDK pointed where ``attempt.reach`` says."""
     reach = attempt.reach
     assert reach is not None and reach.api_key == "sk-fault-test"
-    t = attempt.timeouts
-    client = openai.OpenAI(
-        base_url=reach.base_url,
-        api_key=reach.api_key,
-        max_retries=0,
-        timeout=openai.Timeout(t.total, connect=t.connect, read=t.first_byte),
-    )
-    return client.chat.completions.create(model=reach.model, messages=MESSAGES)
+    return openai_client_for(attempt).chat.completions.create(model=reach.model, messages=MESSAGES)
 
 
 def ask_run(engine: Engine, fault: FaultServer, model: str, stream: bool) -> Reply:
