@@ -7,10 +7,12 @@
 //! settled without a reading of their own (`unconfirmed`); and the units
 //! promised to callers told to wait, per future window.
 //!
-//! Admission is safe against fixed windows and token buckets alike: before the
-//! reset it never commits more than the provider said remained (a bucket
-//! refills sooner, which only leaves room unused), and at the reset the
-//! allowance is the full limit (what "reset" means in both models).
+//! Admission is safe against fixed windows: before the reset it never commits
+//! more than the provider said remained, and at the reset the allowance is the
+//! full limit. Against a token bucket not yet told from a window the same holds
+//! while every answer carries its reading (a bucket refills sooner, which only
+//! leaves room unused); units consumed after the last reading that no reading
+//! confirms are forgotten at the assumed reset, where a bucket is not full yet.
 //!
 //! Responses arrive out of order, and a long generation holds its headers
 //! back, so each reading is dated by its attempt's send time: one whose
@@ -312,11 +314,7 @@ impl KindState {
         }
         if self.bucket_signs >= bucket::BUCKET_SIGNS {
             if let Some(tau) = bucket::bucket_interval(w, self.limit) {
-                self.refill = Some(tau);
-                self.epoch += 1;
-                self.promised = [0; RING];
-                self.queue_end = 0;
-                self.gaps.clear();
+                self.become_bucket(tau);
                 return self.observe_bucket(w, r, sent, now);
             }
         }

@@ -17,7 +17,7 @@
 //! window would refuse it). Headers held back by a long non-streamed
 //! generation move the reset later by as long.
 
-use super::{ns, KindState, Sched, Window};
+use super::{ns, KindState, Sched, Window, RING};
 
 /// Readings that must show a bucket before a kind is taken for one: a single
 /// odd reading (a provider whose servers keep windows of their own) is not enough.
@@ -28,6 +28,17 @@ pub(super) const BUCKET_SIGNS: u8 = 2;
 const BUCKET_MOVE_SLACK: u64 = 5_000_000;
 
 impl KindState {
+    /// Takes the kind for a bucket refilled one unit every `tau` ns: the
+    /// window's queue and its promises are dropped (a waiter's ticket of a
+    /// window no longer redeems a promise; it is a holder at its slot).
+    pub(super) fn become_bucket(&mut self, tau: u64) {
+        self.refill = Some(tau);
+        self.epoch += 1;
+        self.promised = [0; RING];
+        self.queue_end = 0;
+        self.gaps.clear();
+    }
+
     /// A bucket's refill since `accrued_at`: whole units, up to the limit.
     pub(super) fn accrue(&mut self, now: u64, tau: u64, r: u64, limit: u64) {
         if now <= self.accrued_at {
