@@ -20,12 +20,14 @@ From the fault server's request log: the 429s each owner sent, and the requests
 completed in each window of the offered period. Asserted, per case: retrywise sends
 at most 1 % (floor) of the 429s jitter-only sends where the provider states its limit
 (10 % after the first window where it states nothing), completes at least 95 % of
-``L`` in the steady windows (every one after the first), and every request is answered
+``L`` in the steady windows (every one after the first; 90 % for a bucket whose limit
+no header states), and every request is answered
 or ends with a clean reason within its deadline.
 
 The short cases (6 s windows) run in the default suite, a family at a time (fixed and
-bucket at once); the minute-scale ones (60 s windows, every family at once, about three
-minutes) when ``RETRYWISE_RATELIMIT_MINUTES=1``."""
+bucket at once: all of them at once load one event loop past its deadlines); the
+minute-scale ones (60 s windows, every family at once, about four minutes) when
+``RETRYWISE_RATELIMIT_MINUTES=1``."""
 
 from __future__ import annotations
 
@@ -259,10 +261,11 @@ def check(r: Result) -> list[str]:
         wrong.append(
             f"{p.rejected_later} 429s after the first window against jitter-only's {j.rejected} (at most 10 %)"
         )
-    # Where the provider states nothing, the rate is not learnt from its 429s yet: a
-    # bucket there is held to 80 % (measured 17-22 of 20 a window).
+    # Where the provider states nothing, the rate is learnt from its 429s; a bucket
+    # there (whose refill those 429s measure) is held to 90 % (measured 18-21 of 20 a
+    # window at 6 s, 28-30 of 30 at 60 s).
     steady = p.per_window[1:]
-    share = 0.95 if c.family in STATED or c.mode == "fixed" else 0.8
+    share = 0.95 if c.family in STATED or c.mode == "fixed" else 0.9
     if sum(steady) < share * c.limit * len(steady):
         wrong.append(f"steady windows {steady} below {share:.0%} of {c.limit}")
     return wrong

@@ -277,6 +277,7 @@ impl Call {
         {
             r.rate_limited = false;
             r.retry_after = None;
+            r.refused = true;
         }
         let limits = &pol.shared.ratelimits;
         let cell = &self.tu_of(f).up.value.rate;

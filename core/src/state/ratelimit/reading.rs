@@ -139,6 +139,9 @@ pub struct Reading {
     /// Names (lower-case) of rate-limit headers whose values were malformed
     /// and ignored, one entry per bad value.
     pub malformed: Vec<SmolStr>,
+    /// A refusal the scope is told not to hold on (a bare 429): still no
+    /// attempt the provider took.
+    pub(crate) refused: bool,
 }
 
 impl Reading {
@@ -180,6 +183,12 @@ impl Reading {
     pub fn retry_delay(mut self, d: Duration) -> Self {
         self.retry_after = self.retry_after.max(Some(d));
         self
+    }
+
+    /// True when the provider took the attempt: an answer that refused
+    /// nothing (what a limit no header states is learned from).
+    pub(crate) fn taken(&self) -> bool {
+        self.answered && !self.rate_limited && !self.quota_exhausted && !self.refused
     }
 
     /// Malformed rate-limit header values met (each was ignored).

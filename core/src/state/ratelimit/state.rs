@@ -35,7 +35,8 @@
 //! Before any reading the configured default (a minute) stands.
 //!
 //! A token bucket is told from a window by its readings and paced on its
-//! refill instead (`bucket.rs`).
+//! refill instead (`bucket.rs`). Where no header states the limit, it is
+//! learned from the refusals (`learn.rs`).
 //!
 //! Callers that must wait are spread over the windows to come: with the limit
 //! `L` known, the next `L` units of waiters are given distinct slots across
@@ -149,6 +150,13 @@ pub(crate) struct KindState {
     /// Bucket: the last reading was merged as possibly older, so it may not
     /// count its own attempt against the level held.
     pub(crate) older: bool,
+    /// Where no header states the limit: the end of the last hold a refusal
+    /// set, from which the provider's takes are counted (`learn.rs`).
+    pub(crate) learn_from: Option<u64>,
+    /// Attempts sent since `learn_from` the provider took (answered, not refused).
+    pub(crate) taken: u64,
+    /// `limit` and `window` were learned from refusals, not stated.
+    pub(crate) learned: bool,
 }
 
 /// Where a refused caller is queued.
@@ -262,6 +270,7 @@ impl KindState {
     /// already reset before the current one began.
     pub(crate) fn observe(&mut self, w: Window, sent: u64, now: u64, p: &Params) {
         if w.limit.is_some() {
+            self.forget_learned();
             if self.limit.is_some() && self.limit != w.limit {
                 self.refill = None;
                 self.bucket_signs = 0;
@@ -319,7 +328,13 @@ impl KindState {
             }
         }
         // The latest instant the reset can be: resuming early would spend what is not there.
-        let latest = bounds.map_or(now.saturating_add(p.default_reset), |(_, hi)| hi);
+        // A reading without one in a learned window keeps the window's reset.
+        let assumed = if self.learned && self.remaining.is_some() && self.reset_at > now {
+            self.reset_at
+        } else {
+            now.saturating_add(p.default_reset)
+        };
+        let latest = bounds.map_or(assumed, |(_, hi)| hi);
         let held = self.remaining.is_some().then_some(self.reset_at);
         // Bounds that do not overlap the held ones mean the reset moved (a
         // draining bucket, or a new window): the reading's hold.
@@ -555,6 +570,9 @@ impl ScopeState {
         if r.answered && now > sent {
             self.answer.sample(now - sent);
         }
+        if r.taken() {
+            self.kinds[Kind::Requests.index()].count_taken(sent);
+        }
         self.roll(now, p);
         for k in Kind::ALL {
             self.kinds[k.index()].observe(r.window(k), sent, now, p);
@@ -587,7 +605,9 @@ impl ScopeState {
         if let Some(h) = hint {
             // Never longer than max_hold: a per-minute limit is not a day-long cooldown.
             let until = now.saturating_add(h.min(p.max_hold));
-            self.kinds[Kind::Requests.index()].hold(now, until);
+            let k = &mut self.kinds[Kind::Requests.index()];
+            k.learn(sent, until);
+            k.hold(now, until);
             self.cooldown_until = self.cooldown_until.max(until);
         }
     }
@@ -773,6 +793,7 @@ impl ScopeState {
 }
 
 mod bucket;
+mod learn;
 mod queue;
 
 #[cfg(test)]

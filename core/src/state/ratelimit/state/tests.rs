@@ -556,3 +556,84 @@ fn a_bucket_queues_waiters_on_its_refill_one_slot_a_unit() {
         Decision::Go
     );
 }
+
+/// A refusal with a wait (no header), its attempt sent at `sent`, arriving at `now`.
+fn refusal(s: &mut ScopeState, wait_s: u64, sent: u64, now: u64, p: &Params) {
+    let r = super::super::Reading::default()
+        .rate_limited()
+        .retry_delay(Duration::from_secs(wait_s));
+    s.observe(&r, sent, now, p);
+}
+
+fn taken(s: &mut ScopeState, sent: u64, now: u64, p: &Params) {
+    s.observe(&super::super::Reading::default().answered(), sent, now, p);
+}
+
+#[test]
+fn a_limit_no_header_states_is_learned_from_the_stretch_between_refusals() {
+    let p = params();
+    let mut s = ScopeState::default();
+    let req = Kind::Requests.index();
+    // Taken before any refusal: nothing is measured yet.
+    taken(&mut s, 0, 10 * MS, &p);
+    // The first refusal holds until 6 s and starts the stretch there; a
+    // second of the same burst moves its start to the later end.
+    refusal(&mut s, 3, 2 * S, 3 * S, &p);
+    refusal(&mut s, 3, 2 * S, 3 * S + 500 * MS, &p);
+    let k = &s.kinds[req];
+    assert_eq!((k.limit, k.learn_from, k.taken), (None, Some(6 * S + 500 * MS), 0));
+    // Answers of attempts sent before the stretch began are not counted; 4 after it are.
+    taken(&mut s, 6 * S, 6 * S + 100 * MS, &p);
+    for i in 0..4 {
+        taken(&mut s, 7 * S + i * MS, 7 * S + 100 * MS, &p);
+    }
+    // A refusal of an attempt sent before the stretch learns nothing.
+    refusal(&mut s, 1, 6 * S, 8 * S, &p);
+    assert_eq!((s.kinds[req].limit, s.kinds[req].taken), (None, 4));
+    // One sent in it: 4 taken over 6.5 .. 12.5 s, a window of 4 per 6 s from 12.5 s.
+    refusal(&mut s, 3, 9 * S, 9 * S + 500 * MS, &p);
+    let k = &s.kinds[req];
+    assert_eq!((k.limit, k.window, k.learned), (Some(4), Some(6 * S), true));
+    assert_eq!(
+        (k.remaining, k.reset_at, k.learn_from, k.taken),
+        (Some(0), 12 * S + 500 * MS, Some(12 * S + 500 * MS), 0)
+    );
+    // It paces: at 12.5 s the window holds 4, and a fifth waits for the next.
+    let mut rng = <rand_pcg::Pcg64Mcg as rand::SeedableRng>::seed_from_u64(5);
+    let now = 12 * S + 500 * MS;
+    let mut goes = 0;
+    for _ in 0..5 {
+        if s.decide(now, [1, 0, 0, 0], 60 * S, Caller::Holder, &p, &mut rng) == Decision::Go {
+            goes += 1;
+        }
+    }
+    assert_eq!(goes, 4);
+    // A stated limit replaces the learned one, and its window with it.
+    let k = &mut s.kinds[req];
+    k.observe(unstated(50, 40, 30_000), 13 * S, 13 * S, &p);
+    assert_eq!((k.limit, k.window, k.learned), (Some(50), None, false));
+    // A refusal no longer learns: the headers state the limit.
+    refusal(&mut s, 3, 14 * S, 14 * S, &p);
+    assert_eq!(s.kinds[req].limit, Some(50));
+}
+
+#[test]
+fn a_reading_without_a_reset_keeps_a_learned_windows_reset() {
+    let p = params();
+    let mut s = ScopeState::default();
+    let req = Kind::Requests.index();
+    refusal(&mut s, 1, 0, 0, &p);
+    taken(&mut s, S, S + 10 * MS, &p);
+    taken(&mut s, S, S + 10 * MS, &p);
+    refusal(&mut s, 2, S + 20 * MS, S + 20 * MS, &p);
+    let k = &mut s.kinds[req];
+    // 2 per 2.02 s from 3.02 s; Azure's remaining alone (after its window opened) keeps that reset.
+    assert_eq!((k.limit, k.window), (Some(2), Some(2 * S + 20 * MS)));
+    k.roll_(3 * S + 100 * MS, &p);
+    let w = Window {
+        remaining: Some(0),
+        ..Window::default()
+    };
+    k.observe(w, 3 * S + 100 * MS, 3 * S + 150 * MS, &p);
+    assert_eq!((k.remaining, k.reset_at), (Some(0), 5 * S + 40 * MS));
+}

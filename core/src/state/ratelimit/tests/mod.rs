@@ -10,6 +10,7 @@ use rand_pcg::Pcg64Mcg;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod learn;
 mod slots;
 
 const S: u64 = 1_000_000_000;
