@@ -55,40 +55,9 @@ npm run typecheck
 echo "== tsc --checkJs (index.js and lib/ against index.d.ts and native.d.ts)"
 npm run typecheck:js
 
-# The node:test suite on one Node binary, then the nesting tests with the
-# other nesting carrier.
-run_suite() {
-  local node="$1"
-  echo "== node --test on $("$node" --version) ($node)"
-  # node --test exits 0 when it finds no test at all: count them and fail on none.
-  local log status tests
-  log="$(mktemp)"
-  set +e
-  # Two test files at a time: the flap and rate-limit end-to-end files sleep through
-  # real outages and windows (about 110 s of the suite), the rest runs beside them.
-  "$node" --test --test-reporter=tap --test-concurrency=2 __test__/*.test.js 2>&1 | tee "$log"
-  status=${PIPESTATUS[0]}
-  set -e
-  tests="$(sed -n 's/^# tests \([0-9][0-9]*\)$/\1/p' "$log" | tail -n 1)"
-  rm -f "$log"
-  if [ "$status" != 0 ]; then
-    echo "ci.sh: node --test failed on $("$node" --version)" >&2
-    exit "$status"
-  fi
-  if [ -z "$tests" ] || [ "$tests" = 0 ]; then
-    echo "ci.sh: node --test ran no test on $("$node" --version): treated as a failure" >&2
-    exit 1
-  fi
-
-  echo "== node --test nesting.test.js on $("$node" --version) with RETRYWISE_NESTING=async-local-storage (the other nesting carrier)"
-  RETRYWISE_NESTING=async-local-storage "$node" --test --test-reporter=tap __test__/nesting.test.js
-}
-
-run_suite "$NODE"
-
-echo "== bench/dropin.mjs --quick (the drop-in overhead bench runs: a smoke run, no timing checked)"
-"$NODE" bench/dropin.mjs --quick
-
+# The Node binaries the suite runs on: the one given (NODE, default PATH's), then
+# with RETRYWISE_NODE_LTS the pinned LTS lines, installed from the npm registry.
+bins=("$NODE")
 if [ -n "${RETRYWISE_NODE_LTS:-}" ] && [ "${RETRYWISE_NODE_LTS}" != 0 ]; then
   versions="$LTS_PINS"
   [ "$RETRYWISE_NODE_LTS" = 1 ] || versions="$RETRYWISE_NODE_LTS"
@@ -102,13 +71,89 @@ if [ -n "${RETRYWISE_NODE_LTS:-}" ] && [ "${RETRYWISE_NODE_LTS}" != 0 ]; then
       npm install --prefix "$lts_dir/$v" --no-audit --no-fund --no-save "node@$v" >/dev/null
     fi
     test "$("$bin" --version)" = "v$v"
-    run_suite "$bin"
+    bins+=("$bin")
   done
 fi
 
+# The test files of a suite run (the flap file runs apart, below).
+FLAP=__test__/flap.e2e.test.js
+files=()
+for f in __test__/*.test.js; do
+  [ "$f" = "$FLAP" ] || files+=("$f")
+done
+
+# node --test's status and how many tests its TAP log counts: a run that found
+# no test at all exits 0, and is a failure here.
+judge() {
+  local node="$1" status="$2" log="$3" what="$4" tests
+  tests="$(sed -n 's/^# tests \([0-9][0-9]*\)$/\1/p' "$log" | tail -n 1)"
+  if [ "$status" != 0 ]; then
+    echo "ci.sh: node --test $what failed on $("$node" --version)" >&2
+    exit "$status"
+  fi
+  if [ -z "$tests" ] || [ "$tests" = 0 ]; then
+    echo "ci.sh: node --test $what ran no test on $("$node" --version): treated as a failure" >&2
+    exit 1
+  fi
+}
+
+# The flap file waits out a 60 s outage, mostly asleep (about 80 s): on every
+# Node at once, each in a process of its own (its own fault server), beside
+# the suites below, which run one Node after another.
+flap_pids=()
+flap_logs=()
+kill_flaps() { [ ${#flap_pids[@]} -eq 0 ] || kill "${flap_pids[@]}" 2>/dev/null || true; }
+trap kill_flaps EXIT
+for bin in "${bins[@]}"; do
+  log="$(mktemp)"
+  "$bin" --test --test-reporter=tap "$FLAP" >"$log" 2>&1 &
+  flap_pids+=("$!")
+  flap_logs+=("$log")
+done
+
+# The node:test suite on one Node binary, then the nesting tests with the
+# other nesting carrier.
+run_suite() {
+  local node="$1" log status
+  echo "== node --test on $("$node" --version) ($node)"
+  log="$(mktemp)"
+  set +e
+  # Two test files at a time: the rate-limit end-to-end file sleeps through
+  # its windows (about 25 s), the rest runs beside it.
+  "$node" --test --test-reporter=tap --test-concurrency=2 "${files[@]}" 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  set -e
+  judge "$node" "$status" "$log" suite
+  rm -f "$log"
+
+  echo "== node --test nesting.test.js on $("$node" --version) with RETRYWISE_NESTING=async-local-storage (the other nesting carrier)"
+  RETRYWISE_NESTING=async-local-storage "$node" --test --test-reporter=tap __test__/nesting.test.js
+}
+
+run_suite "${bins[0]}"
+
+echo "== bench/dropin.mjs --quick (the drop-in overhead bench runs: a smoke run, no timing checked)"
+"$NODE" bench/dropin.mjs --quick
+
+for bin in "${bins[@]:1}"; do
+  run_suite "$bin"
+done
+
+for i in "${!bins[@]}"; do
+  set +e
+  wait "${flap_pids[$i]}"
+  status=$?
+  set -e
+  echo "== node --test $FLAP on $("${bins[$i]}" --version) (run beside the suites)"
+  cat "${flap_logs[$i]}"
+  judge "${bins[$i]}" "$status" "${flap_logs[$i]}" "$FLAP"
+  rm -f "${flap_logs[$i]}"
+done
+flap_pids=()
+
 echo "== npm install ./bindings-node from another project"
 scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch"' EXIT
+trap 'rm -rf "$scratch"; kill_flaps' EXIT
 (
   cd "$scratch"
   npm init -y >/dev/null

@@ -99,22 +99,39 @@ if [ $# -gt 0 ]; then
     set -e
     checked "$status"
 else
-    # test_flap.py waits out a 60 s outage, mostly asleep: it runs in a
-    # process of its own (its own fault server) beside the rest of the suite.
-    flap_log="$(mktemp)"
+    # Two files sleep most of their time: test_flap.py waits out a 60 s outage
+    # (about 80 s), test_ratelimit_e2e.py through its windows (about 2 min, a
+    # family at a time). Each runs in a process of its own (its own fault
+    # server) beside the rest of the suite.
+    beside=(tests/test_flap.py tests/test_ratelimit_e2e.py)
+    pids=()
+    logs=()
+    ignore=()
     set +e
-    "$PY" -m pytest -p no:cacheprovider -q tests/test_flap.py >"$flap_log" 2>&1 &
-    flap_pid=$!
-    "$PY" -m pytest -p no:cacheprovider -q --ignore=tests/test_flap.py tests
+    for f in "${beside[@]}"; do
+        log="$(mktemp)"
+        "$PY" -m pytest -p no:cacheprovider -q "$f" >"$log" 2>&1 &
+        pids+=("$!")
+        logs+=("$log")
+        ignore+=("--ignore=$f")
+    done
+    "$PY" -m pytest -p no:cacheprovider -q "${ignore[@]}" tests
     status=$?
-    wait "$flap_pid"
-    flap_status=$?
+    statuses=()
+    for pid in "${pids[@]}"; do
+        wait "$pid"
+        statuses+=("$?")
+    done
     set -e
-    printf '\n-- tests/test_flap.py (run beside the rest)\n'
-    cat "$flap_log"
-    rm -f "$flap_log"
+    for i in "${!beside[@]}"; do
+        printf '\n-- %s (run beside the rest)\n' "${beside[$i]}"
+        cat "${logs[$i]}"
+        rm -f "${logs[$i]}"
+    done
     checked "$status"
-    checked "$flap_status"
+    for s in "${statuses[@]}"; do
+        checked "$s"
+    done
 fi
 
 if [ "${RETRYWISE_PY_BENCH:-1}" != 0 ]; then
