@@ -20,7 +20,9 @@ def read(d: Path, name: str) -> str:
 
 
 def criterion(text: str, row: str) -> float | None:
-    m = re.search(rf"^test {re.escape(row)} \.\.\. bench:\s+([\d,]+) ns/iter", text, re.M)
+    m = re.search(
+        rf"^test {re.escape(row)} \.\.\. bench:\s+([\d,]+) ns/iter", text, re.MULTILINE
+    )
     return float(m.group(1).replace(",", "")) if m else None
 
 
@@ -38,17 +40,17 @@ def scaling(text: str) -> float | None:
 
 
 def ffi_instructions(text: str, kind: str) -> float | None:
-    m = re.search(rf"^{kind}\s+\d+\s+\d+\s+([+-][\d.]+)%", text, re.M)
+    m = re.search(rf"^{kind}\s+\d+\s+\d+\s+([+-][\d.]+)%", text, re.MULTILINE)
     return float(m.group(1)) if m else None
 
 
 def ffi_wall(text: str, kind: str) -> float | None:
-    m = re.search(rf"^{kind}\b.*?overhead: median ([+-][\d.]+) %", text, re.M)
+    m = re.search(rf"^{kind}\b.*?overhead: median ([+-][\d.]+) %", text, re.MULTILINE)
     return float(m.group(1)) if m else None
 
 
 def python_cycle(text: str) -> tuple[float | None, float | None]:
-    m = re.search(r"^retrywise\s+(\d+)\s+[\d.]+\s+(\d+)", text, re.M)
+    m = re.search(r"^retrywise\s+(\d+)\s+[\d.]+\s+(\d+)", text, re.MULTILINE)
     return (float(m.group(1)), float(m.group(2))) if m else (None, None)
 
 
@@ -61,7 +63,10 @@ def dropin(text: str) -> dict[tuple[str, str], tuple[float, float | None]]:
             workload = "json"
         elif re.match(r"^\d+-chunk stream", line):
             workload = "stream"
-        m = re.match(r"^(README wiring|catalog)\s+[\d.]+\s+\S+\s+([+-][\d.]+)%(?:\s+([+-][\d.]+))?", line)
+        m = re.match(
+            r"^(README wiring|catalog)\s+[\d.]+\s+\S+\s+([+-][\d.]+)%(?:\s+([+-][\d.]+))?",
+            line,
+        )
         if m and workload:
             chunk = float(m.group(3)) if m.group(3) else None
             out[(workload, m.group(1))] = (float(m.group(2)), chunk)
@@ -74,14 +79,77 @@ def node_ratio(text: str, als: str, row: str) -> float | None:
     if len(part) < 2:
         return None
     section = part[1].split("AsyncLocalStorage", 1)[0]
-    m = re.search(rf"^\s*{re.escape(row)}\s+\d+\s+\(.*?\)\s+x([\d.]+)", section, re.M)
+    m = re.search(
+        rf"^\s*{re.escape(row)}\s+\d+\s+\(.*?\)\s+x([\d.]+)", section, re.MULTILINE
+    )
     return float(m.group(1)) if m else None
+
+
+def ratelimit_cases(text: str) -> list[dict[str, object]]:
+    """Each case of a rate-limit end-to-end report: family, mode, limit, jitter-only's
+    429s, retrywise's 429s (and after the first window), retrywise's answers per window."""
+    cases: list[dict[str, object]] = []
+    for line in text.splitlines():
+        m = re.match(r"^([a-z]+)-(fixed|bucket)\S*: L=(\d+)/", line)
+        if m:
+            cases.append(
+                {"family": m.group(1), "mode": m.group(2), "limit": int(m.group(3))}
+            )
+            continue
+        m = re.match(r"^\s+jitter-only:\s+(\d+) 429s", line)
+        if m and cases:
+            cases[-1]["jitter"] = int(m.group(1))
+            continue
+        m = re.match(
+            r"^\s+retrywise:\s+(\d+) 429s \((\d+) after.*per window \[([\d, ]+)\]", line
+        )
+        if m and cases:
+            cases[-1]["paced"] = int(m.group(1))
+            cases[-1]["later"] = int(m.group(2))
+            cases[-1]["windows"] = [
+                int(x) for x in m.group(3).replace(" ", "").split(",")
+            ]
+    return [c for c in cases if {"jitter", "paced", "windows"} <= c.keys()]
+
+
+def ratelimit_rows(text: str) -> tuple[float | None, float | None, float | None]:
+    """The worst case of a report: retrywise's 429s as % of jitter-only's where the
+    headers state the limit, after the first window as % where none does, and the
+    steady windows' answers as % of L where the headers state it."""
+    stated, unstated, steady = [], [], []
+    for c in ratelimit_cases(text):
+        jitter = max(int(c["jitter"]), 1)  # type: ignore[call-overload]
+        windows = c["windows"][1:]  # type: ignore[index]
+        if c["family"] in ("openai", "anthropic", "ietf"):
+            stated.append(100 * int(c["paced"]) / jitter)  # type: ignore[call-overload]
+            steady.append(100 * sum(windows) / (int(c["limit"]) * len(windows)))  # type: ignore[call-overload]
+        else:
+            unstated.append(100 * int(c["later"]) / jitter)  # type: ignore[call-overload]
+    return (
+        max(stated) if stated else None,
+        max(unstated) if unstated else None,
+        min(steady) if steady else None,
+    )
+
+
+def simulated(text: str) -> tuple[float | None, float | None]:
+    """`rate-limited`: the 429s retrywise sent and its completed share of the limit."""
+    sent = re.search(r"retrywise sent ([\d ]+) 429s", text)
+    share = re.search(r">= 95 % of the limit [\d ]+ rpm \(([\d.]+) %\)", text)
+    return (
+        float(sent.group(1).replace(" ", "")) if sent else None,
+        float(share.group(1)) if share else None,
+    )
 
 
 def fmt(v: float | None, unit: str) -> str:
     if v is None:
         return "not measured"
-    return f"{v:+.1f} %" if unit == "%" else f"{v:g} {unit}"
+    if unit == "%":
+        return f"{v:+.1f} %"
+    if unit.startswith("% "):
+        return f"{v:.1f} {unit}"
+    return f"{v:g} {unit}".strip()
 
 
 def verdict(v: float | None, ok: bool) -> str:
@@ -92,39 +160,98 @@ def main() -> None:
     d = Path(sys.argv[1])
     rows: list[tuple[str, str, str, str]] = []
 
-    def add(metric: str, target: str, v: float | None, unit: str, ok: bool | None) -> None:
+    def add(
+        metric: str, target: str, v: float | None, unit: str, ok: bool | None
+    ) -> None:
         rows.append((metric, target, fmt(v, unit), verdict(v, bool(ok))))
 
     crit = read(d, "criterion")
     s = criterion(crit, "cycle/success/1-thread")
-    add("core success cycle, one thread", "≤ 150 ns", s, "ns", s is not None and s <= 150)
+    add(
+        "core success cycle, one thread",
+        "≤ 150 ns",
+        s,
+        "ns",
+        s is not None and s <= 150,
+    )
     r = criterion(crit, "cycle/retry-decision/1-thread/report-only")
-    add("core retry decision, one thread", "≤ 300 ns", r, "ns", r is not None and r <= 300)
+    add(
+        "core retry decision, one thread",
+        "≤ 300 ns",
+        r,
+        "ns",
+        r is not None and r <= 300,
+    )
     sc = scaling(read(d, "scaling"))
-    add("two threads, distinct keys (paired rounds, median)", "≥ 1.6×", sc, "×", sc is not None and sc >= 1.6)
+    add(
+        "two threads, distinct keys (paired rounds, median)",
+        "≥ 1.6×",
+        sc,
+        "×",
+        sc is not None and sc >= 1.6,
+    )
     cg = read(d, "ffi_cg")
     for kind in ("success", "retry"):
         v = ffi_instructions(cg, kind)
-        add(f"C ABI over the core, {kind} cycle, instructions", "≤ +10 %", v, "%", v is not None and v <= 10)
+        add(
+            f"C ABI over the core, {kind} cycle, instructions",
+            "≤ +10 %",
+            v,
+            "%",
+            v is not None and v <= 10,
+        )
     wall = read(d, "ffi")
     for kind in ("success", "retry"):
         v = ffi_wall(wall, kind)
-        add(f"C ABI over the core, {kind} cycle, wall time (median)", "≤ +10 %", v, "%", v is not None and v <= 10)
+        add(
+            f"C ABI over the core, {kind} cycle, wall time (median)",
+            "≤ +10 %",
+            v,
+            "%",
+            v is not None and v <= 10,
+        )
     ps, p3 = python_cycle(read(d, "python"))
-    add("Python governed success cycle", "≤ 1 µs", None if ps is None else ps, "ns", ps is not None and ps <= 1000)
-    add("Python 3-attempt cycle", "≤ 3 µs", None if p3 is None else p3, "ns", p3 is not None and p3 <= 3000)
+    add(
+        "Python governed success cycle",
+        "≤ 1 µs",
+        None if ps is None else ps,
+        "ns",
+        ps is not None and ps <= 1000,
+    )
+    add(
+        "Python 3-attempt cycle",
+        "≤ 3 µs",
+        None if p3 is None else p3,
+        "ns",
+        p3 is not None and p3 <= 3000,
+    )
     for lang, name in (("Python", "dropin_python"), ("Node", "dropin_node")):
         table = dropin(read(d, name))
         for workload in ("json", "stream"):
             for client in ("README wiring", "catalog"):
                 pct, chunk = table.get((workload, client), (None, None))  # type: ignore[assignment]
                 what = "JSON completion" if workload == "json" else "200-chunk stream"
-                add(f"{lang} drop-in, {client}, {what}, over the SDK alone", "≤ +5 %", pct, "%", pct is not None and pct <= 5)
+                add(
+                    f"{lang} drop-in, {client}, {what}, over the SDK alone",
+                    "≤ +5 %",
+                    pct,
+                    "%",
+                    pct is not None and pct <= 5,
+                )
                 if workload == "stream":
-                    add(f"{lang} drop-in, {client}, per chunk", "≤ 1 µs", chunk, "µs", chunk is not None and chunk <= 1)
+                    add(
+                        f"{lang} drop-in, {client}, per chunk",
+                        "≤ 1 µs",
+                        chunk,
+                        "µs",
+                        chunk is not None and chunk <= 1,
+                    )
     for version, name in (("20", "node"), ("22", "node22"), ("24", "node24")):
         text = read(d, name)
-        for row, label in (("retrywise README loop", "README loop"), ("retrywise engine.run", "engine.run")):
+        for row, label in (
+            ("retrywise README loop", "README loop"),
+            ("retrywise engine.run", "engine.run"),
+        ):
             for als, limit in (("on", 1.0 if version != "20" else 1.25),):
                 v = node_ratio(text, als, row)
                 add(
@@ -134,6 +261,44 @@ def main() -> None:
                     "×",
                     v is not None and v <= limit,
                 )
+    sent, share = simulated(read(d, "sim_rate-limited"))
+    add(
+        "simulate rate-limited, default policy: 429s sent",
+        "0",
+        sent,
+        "",
+        sent is not None and sent == 0,
+    )
+    add(
+        "simulate rate-limited, default policy: completed, % of L",
+        "≥ 97 %",
+        share,
+        "% of L",
+        share is not None and share >= 97,
+    )
+    for lang, name in (("Python", "ratelimit_python"), ("Node", "ratelimit_node")):
+        stated, unstated, steady = ratelimit_rows(read(d, name))
+        add(
+            f"{lang} rate limits e2e, headers state L: 429s, % of jitter-only's (worst family)",
+            "≤ 1 %",
+            stated,
+            "% of jitter-only",
+            stated is not None and stated <= 1,
+        )
+        add(
+            f"{lang} rate limits e2e, no headers: 429s after the 1st window, % of jitter-only's (worst)",
+            "≤ 10 %",
+            unstated,
+            "% of jitter-only",
+            unstated is not None and unstated <= 10,
+        )
+        add(
+            f"{lang} rate limits e2e, headers state L: steady windows answered, % of L (worst)",
+            "≥ 95 %",
+            steady,
+            "% of L",
+            steady is not None and steady >= 95,
+        )
     print("| metric | target | measured | |")
     print("|---|---|---|---|")
     for row in rows:

@@ -69,6 +69,10 @@ function reasonOf(err) {
   for (let e = err; e; e = e.cause) {
     if (e instanceof StoppedError) return e.reason
     if (e instanceof OpenAI.APIError && e.status) return `status ${e.status}`
+    // openai-node rethrows any fetch rejection whose text says "timeout" or "timed out"
+    // (a stop of class `timeout`: an attempt that ran into the deadline) as its own
+    // APIConnectionTimeoutError, without the cause.
+    if (e instanceof OpenAI.APIConnectionTimeoutError) return 'deadline_exceeded'
   }
   throw err
 }
