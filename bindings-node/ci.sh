@@ -151,7 +151,17 @@ for i in "${!bins[@]}"; do
 done
 flap_pids=()
 
-echo "== npm install ./bindings-node from another project"
+echo "== README.md's quickstart is examples/quickstart.js verbatim"
+node -e "
+  const fs = require('node:fs')
+  const example = fs.readFileSync('examples/quickstart.js', 'utf8').trim()
+  if (!fs.readFileSync('README.md', 'utf8').includes(example)) {
+    console.error('bindings-node/README.md does not contain examples/quickstart.js verbatim')
+    process.exit(1)
+  }
+"
+
+echo "== npm install ./bindings-node from another project (and the quickstart there)"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"; kill_flaps' EXIT
 (
@@ -166,5 +176,32 @@ trap 'rm -rf "$scratch"; kill_flaps' EXIT
     if (c.report({ status: 200 }).action !== 'succeeded') process.exit(1);
     console.log('installed retrywise', rw.version, 'works');
   "
+  # The README's quickstart, as it stands there, against a local upstream that
+  # answers every other request with a 503.
+  cp "$here/examples/quickstart.js" .
+  cat >upstream.js <<'JS'
+const http = require('node:http')
+let n = 0
+const server = http.createServer((req, res) => {
+  req.resume()
+  req.on('end', () => {
+    n += 1
+    if (n % 2 === 1) {
+      res.writeHead(503, { 'content-type': 'application/json', 'retry-after-ms': '10' })
+      return res.end('{"error":{"message":"busy"}}')
+    }
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: 'hello' } }] }))
+  })
+})
+server.listen(0, '127.0.0.1', () => console.log(server.address().port))
+JS
+  node upstream.js >port.txt &
+  upstream=$!
+  for _ in $(seq 100); do [ -s port.txt ] && break; sleep 0.05; done
+  out="$(node quickstart.js "http://127.0.0.1:$(cat port.txt)/v1/chat/completions")"
+  kill "$upstream"
+  echo "$out"
+  grep -qx 'run: hello' <<<"$out" && grep -q '^loop: succeeded success after 2 attempt(s)$' <<<"$out"
 )
 echo "ci.sh: all Node binding checks passed"

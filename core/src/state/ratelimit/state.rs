@@ -150,13 +150,12 @@ pub(crate) struct KindState {
     /// Bucket: the last reading was merged as possibly older, so it may not
     /// count its own attempt against the level held.
     pub(crate) older: bool,
-    /// Where no header states the limit: the end of the last hold a refusal
-    /// set, from which the provider's takes are counted (`learn.rs`).
+    /// Learning a limit no header states (`learn.rs`): the start of the
+    /// stretch, the attempts sent in it the provider took, and (set when
+    /// `limit` and `window` were learned) when they are forgotten.
     pub(crate) learn_from: Option<u64>,
-    /// Attempts sent since `learn_from` the provider took (answered, not refused).
     pub(crate) taken: u64,
-    /// `limit` and `window` were learned from refusals, not stated.
-    pub(crate) learned: bool,
+    pub(crate) learned: Option<u64>,
 }
 
 /// Where a refused caller is queued.
@@ -203,6 +202,7 @@ impl KindState {
     /// token kinds at once, nothing constrains the kind until the next reading.
     /// One attempt at the end of a 429's hold, not every waiter.
     pub(crate) fn roll(&mut self, now: u64, p: &Params, probe: bool) {
+        self.expire_learned(now);
         if let (Some(tau), Some(r), Some(l)) = (self.refill, self.remaining, self.limit) {
             self.accrue(now, tau, r, l);
             return;
@@ -328,13 +328,7 @@ impl KindState {
             }
         }
         // The latest instant the reset can be: resuming early would spend what is not there.
-        // A reading without one in a learned window keeps the window's reset.
-        let assumed = if self.learned && self.remaining.is_some() && self.reset_at > now {
-            self.reset_at
-        } else {
-            now.saturating_add(p.default_reset)
-        };
-        let latest = bounds.map_or(assumed, |(_, hi)| hi);
+        let latest = bounds.map_or_else(|| self.assumed_reset(now, p), |(_, hi)| hi);
         let held = self.remaining.is_some().then_some(self.reset_at);
         // Bounds that do not overlap the held ones mean the reset moved (a
         // draining bucket, or a new window): the reading's hold.

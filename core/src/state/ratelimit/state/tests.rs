@@ -593,7 +593,10 @@ fn a_limit_no_header_states_is_learned_from_the_stretch_between_refusals() {
     // One sent in it: 4 taken over 6.5 .. 12.5 s, a window of 4 per 6 s from 12.5 s.
     refusal(&mut s, 3, 9 * S, 9 * S + 500 * MS, &p);
     let k = &s.kinds[req];
-    assert_eq!((k.limit, k.window, k.learned), (Some(4), Some(6 * S), true));
+    assert_eq!(
+        (k.limit, k.window, k.learned),
+        (Some(4), Some(6 * S), Some(12 * S + 500 * MS + 60 * S))
+    );
     assert_eq!(
         (k.remaining, k.reset_at, k.learn_from, k.taken),
         (Some(0), 12 * S + 500 * MS, Some(12 * S + 500 * MS), 0)
@@ -611,7 +614,7 @@ fn a_limit_no_header_states_is_learned_from_the_stretch_between_refusals() {
     // A stated limit replaces the learned one, and its window with it.
     let k = &mut s.kinds[req];
     k.observe(unstated(50, 40, 30_000), 13 * S, 13 * S, &p);
-    assert_eq!((k.limit, k.window, k.learned), (Some(50), None, false));
+    assert_eq!((k.limit, k.window, k.learned), (Some(50), None, None));
     // A refusal no longer learns: the headers state the limit.
     refusal(&mut s, 3, 14 * S, 14 * S, &p);
     assert_eq!(s.kinds[req].limit, Some(50));
@@ -636,4 +639,39 @@ fn a_reading_without_a_reset_keeps_a_learned_windows_reset() {
     };
     k.observe(w, 3 * S + 100 * MS, 3 * S + 150 * MS, &p);
     assert_eq!((k.remaining, k.reset_at), (Some(0), 5 * S + 40 * MS));
+}
+
+#[test]
+fn a_learned_limit_is_forgotten_after_its_time_and_learned_anew() {
+    let p = params();
+    let mut s = ScopeState::default();
+    let req = Kind::Requests.index();
+    // Learned low: 1 take over 2 s (demand was low), kept until 62 s (a minute at least).
+    refusal(&mut s, 1, 0, 0, &p);
+    taken(&mut s, S, S + 10 * MS, &p);
+    refusal(&mut s, 1, S + 20 * MS, 2 * S, &p);
+    let until = 3 * S;
+    assert_eq!(s.kinds[req].learned, Some(until + 60 * S));
+    // Pacing at it draws no refusal: at its time the kind is unconstrained again.
+    s.roll(until + 60 * S - 1, &p);
+    assert_eq!(s.kinds[req].limit, Some(1));
+    let forgotten = until + 60 * S;
+    s.roll(forgotten, &p);
+    let k = &s.kinds[req];
+    assert_eq!((k.limit, k.window, k.learned, k.remaining), (None, None, None, None));
+    assert_eq!((k.learn_from, k.taken), (Some(forgotten), 0));
+    let mut rng = <rand_pcg::Pcg64Mcg as rand::SeedableRng>::seed_from_u64(7);
+    for _ in 0..10 {
+        assert_eq!(
+            s.decide(forgotten, [1, 0, 0, 0], 60 * S, Caller::Newcomer, &p, &mut rng),
+            Decision::Go
+        );
+    }
+    // The next refusal learns from the stretch that began there: 10 taken over 6 s.
+    for _ in 0..10 {
+        taken(&mut s, forgotten, forgotten + 50 * MS, &p);
+    }
+    refusal(&mut s, 5, forgotten + 100 * MS, forgotten + S, &p);
+    let k = &s.kinds[req];
+    assert_eq!((k.limit, k.window), (Some(10), Some(6 * S)));
 }
