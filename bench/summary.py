@@ -40,8 +40,9 @@ def scaling(text: str) -> float | None:
 
 
 def ffi_instructions(text: str, kind: str) -> float | None:
-    m = re.search(rf"^{kind}\s+\d+\s+\d+\s+([+-][\d.]+)%", text, re.MULTILINE)
-    return float(m.group(1)) if m else None
+    m = re.search(rf"^{kind}\s+\d+\s+(\d+)\s+([+-][\d.]+)%", text, re.MULTILINE)
+    # No instructions counted in the ABI's cycle: its symbol was not found, nothing measured.
+    return float(m.group(2)) if m and int(m.group(1)) > 0 else None
 
 
 def ffi_wall(text: str, kind: str) -> float | None:
@@ -64,11 +65,12 @@ def dropin(text: str) -> dict[tuple[str, str], tuple[float, float | None]]:
         elif re.match(r"^\d+-chunk stream", line):
             workload = "stream"
         m = re.match(
-            r"^(README wiring|catalog)\s+[\d.]+\s+\S+\s+([+-][\d.]+)%(?:\s+([+-][\d.]+))?",
+            # Python writes `+10.7%  +5.7`, Node `14.5%  +   4.45`.
+            r"^(README wiring|catalog)\s+[\d.]+\s+\S+\s+([+-]?[\d.]+)\s*%(?:\s+([+-]?)\s*([\d.]+))?",
             line,
         )
         if m and workload:
-            chunk = float(m.group(3)) if m.group(3) else None
+            chunk = float((m.group(3) or "") + m.group(4)) if m.group(4) else None
             out[(workload, m.group(1))] = (float(m.group(2)), chunk)
     return out
 
