@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import statistics
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -87,46 +89,70 @@ def node_ratio(text: str, als: str, row: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def ratelimit_cases(text: str) -> list[dict[str, object]]:
-    """Each case of a rate-limit end-to-end report: family, mode, limit, jitter-only's
-    429s, retrywise's 429s (and after the first window), retrywise's answers per window."""
-    cases: list[dict[str, object]] = []
+@dataclass
+class RateCase:
+    """One case of a rate-limit end-to-end report."""
+
+    family: str
+    limit: int
+    jitter: int | None = None
+    paced: int | None = None
+    #: retrywise's 429s after the first window.
+    later: int | None = None
+    #: retrywise's answers per window.
+    windows: list[int] | None = None
+
+
+def ratelimit_cases(text: str) -> list[RateCase]:
+    """Each complete case of a rate-limit end-to-end report."""
+    cases: list[RateCase] = []
     for line in text.splitlines():
         m = re.match(r"^([a-z]+)-(fixed|bucket)\S*: L=(\d+)/", line)
         if m:
-            cases.append(
-                {"family": m.group(1), "mode": m.group(2), "limit": int(m.group(3))}
-            )
+            cases.append(RateCase(m.group(1), int(m.group(3))))
             continue
         m = re.match(r"^\s+jitter-only:\s+(\d+) 429s", line)
         if m and cases:
-            cases[-1]["jitter"] = int(m.group(1))
+            cases[-1].jitter = int(m.group(1))
             continue
         m = re.match(
             r"^\s+retrywise:\s+(\d+) 429s \((\d+) after.*per window \[([\d, ]+)\]", line
         )
         if m and cases:
-            cases[-1]["paced"] = int(m.group(1))
-            cases[-1]["later"] = int(m.group(2))
-            cases[-1]["windows"] = [
-                int(x) for x in m.group(3).replace(" ", "").split(",")
-            ]
-    return [c for c in cases if {"jitter", "paced", "windows"} <= c.keys()]
+            cases[-1].paced = int(m.group(1))
+            cases[-1].later = int(m.group(2))
+            cases[-1].windows = [int(x) for x in m.group(3).replace(" ", "").split(",")]
+    return [
+        c
+        for c in cases
+        if c.jitter is not None
+        and c.paced is not None
+        and c.later is not None
+        and c.windows
+    ]
 
 
 def ratelimit_rows(text: str) -> tuple[float | None, float | None, float | None]:
     """The worst case of a report: retrywise's 429s as % of jitter-only's where the
     headers state the limit, after the first window as % where none does, and the
     steady windows' answers as % of L where the headers state it."""
-    stated, unstated, steady = [], [], []
+    stated: list[float] = []
+    unstated: list[float] = []
+    steady: list[float] = []
     for c in ratelimit_cases(text):
-        jitter = max(int(c["jitter"]), 1)  # type: ignore[call-overload]
-        windows = c["windows"][1:]  # type: ignore[index]
-        if c["family"] in ("openai", "anthropic", "ietf"):
-            stated.append(100 * int(c["paced"]) / jitter)  # type: ignore[call-overload]
-            steady.append(100 * sum(windows) / (int(c["limit"]) * len(windows)))  # type: ignore[call-overload]
+        assert (
+            c.jitter is not None
+            and c.paced is not None
+            and c.later is not None
+            and c.windows
+        )
+        jitter = max(c.jitter, 1)
+        windows = c.windows[1:]
+        if c.family in ("openai", "anthropic", "ietf"):
+            stated.append(100 * c.paced / jitter)
+            steady.append(100 * sum(windows) / (c.limit * len(windows)))
         else:
-            unstated.append(100 * int(c["later"]) / jitter)  # type: ignore[call-overload]
+            unstated.append(100 * c.later / jitter)
     return (
         max(stated) if stated else None,
         max(unstated) if unstated else None,
@@ -154,6 +180,14 @@ def fmt(v: float | None, unit: str) -> str:
     return f"{v:g} {unit}".strip()
 
 
+def at_most(limit: float) -> Callable[[float], bool]:
+    return lambda x: x <= limit
+
+
+def at_least(limit: float) -> Callable[[float], bool]:
+    return lambda x: x >= limit
+
+
 def verdict(v: float | None, ok: bool) -> str:
     return "—" if v is None else ("met" if ok else "not met")
 
@@ -163,9 +197,14 @@ def main() -> None:
     rows: list[tuple[str, str, str, str]] = []
 
     def add(
-        metric: str, target: str, v: float | None, unit: str, ok: bool | None
+        metric: str,
+        target: str,
+        v: float | None,
+        unit: str,
+        ok: Callable[[float], bool],
     ) -> None:
-        rows.append((metric, target, fmt(v, unit), verdict(v, bool(ok))))
+        """A row; `ok` judges the value when the run measured one."""
+        rows.append((metric, target, fmt(v, unit), verdict(v, v is not None and ok(v))))
 
     crit = read(d, "criterion")
     s = criterion(crit, "cycle/success/1-thread")
@@ -174,7 +213,7 @@ def main() -> None:
         "≤ 150 ns",
         s,
         "ns",
-        s is not None and s <= 150,
+        at_most(150),
     )
     r = criterion(crit, "cycle/retry-decision/1-thread/report-only")
     add(
@@ -182,7 +221,7 @@ def main() -> None:
         "≤ 300 ns",
         r,
         "ns",
-        r is not None and r <= 300,
+        at_most(300),
     )
     sc = scaling(read(d, "scaling"))
     add(
@@ -190,7 +229,7 @@ def main() -> None:
         "≥ 1.6×",
         sc,
         "×",
-        sc is not None and sc >= 1.6,
+        at_least(1.6),
     )
     cg = read(d, "ffi_cg")
     for kind in ("success", "retry"):
@@ -200,7 +239,7 @@ def main() -> None:
             "≤ +10 %",
             v,
             "%",
-            v is not None and v <= 10,
+            at_most(10),
         )
     wall = read(d, "ffi")
     for kind in ("success", "retry"):
@@ -210,35 +249,35 @@ def main() -> None:
             "≤ +10 %",
             v,
             "%",
-            v is not None and v <= 10,
+            at_most(10),
         )
     ps, p3 = python_cycle(read(d, "python"))
     add(
         "Python governed success cycle",
         "≤ 1 µs",
-        None if ps is None else ps,
+        ps,
         "ns",
-        ps is not None and ps <= 1000,
+        at_most(1000),
     )
     add(
         "Python 3-attempt cycle",
         "≤ 3 µs",
-        None if p3 is None else p3,
+        p3,
         "ns",
-        p3 is not None and p3 <= 3000,
+        at_most(3000),
     )
     for lang, name in (("Python", "dropin_python"), ("Node", "dropin_node")):
         table = dropin(read(d, name))
         for workload in ("json", "stream"):
             for client in ("README wiring", "catalog"):
-                pct, chunk = table.get((workload, client), (None, None))  # type: ignore[assignment]
+                pct, chunk = table.get((workload, client), (None, None))
                 what = "JSON completion" if workload == "json" else "200-chunk stream"
                 add(
                     f"{lang} drop-in, {client}, {what}, over the SDK alone",
                     "≤ +5 %",
                     pct,
                     "%",
-                    pct is not None and pct <= 5,
+                    at_most(5),
                 )
                 if workload == "stream":
                     add(
@@ -246,7 +285,7 @@ def main() -> None:
                         "≤ 1 µs",
                         chunk,
                         "µs",
-                        chunk is not None and chunk <= 1,
+                        at_most(1),
                     )
     for version, name in (("20", "node"), ("22", "node22"), ("24", "node24")):
         text = read(d, name)
@@ -261,7 +300,7 @@ def main() -> None:
                     f"≤ {limit:g}×",
                     v,
                     "×",
-                    v is not None and v <= limit,
+                    at_most(limit),
                 )
     sent, share = simulated(read(d, "sim_rate-limited"))
     add(
@@ -269,14 +308,14 @@ def main() -> None:
         "0",
         sent,
         "",
-        sent is not None and sent == 0,
+        at_most(0),
     )
     add(
         "simulate rate-limited, default policy: completed, % of L",
         "≥ 97 %",
         share,
         "% of L",
-        share is not None and share >= 97,
+        at_least(97),
     )
     for lang, name in (("Python", "ratelimit_python"), ("Node", "ratelimit_node")):
         stated, unstated, steady = ratelimit_rows(read(d, name))
@@ -285,26 +324,26 @@ def main() -> None:
             "≤ 1 %",
             stated,
             "% of jitter-only",
-            stated is not None and stated <= 1,
+            at_most(1),
         )
         add(
             f"{lang} rate limits e2e, no headers: 429s after the 1st window, % of jitter-only's (worst)",
             "≤ 10 %",
             unstated,
             "% of jitter-only",
-            unstated is not None and unstated <= 10,
+            at_most(10),
         )
         add(
             f"{lang} rate limits e2e, headers state L: steady windows answered, % of L (worst)",
             "≥ 95 %",
             steady,
             "% of L",
-            steady is not None and steady >= 95,
+            at_least(95),
         )
     print("| metric | target | measured | |")
     print("|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    for cells in rows:
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
